@@ -1,0 +1,66 @@
+"""The ``team`` command line: the only place that prints or exits.
+
+Every command module registers itself on ``app``. Errors: any ``TeamError``
+reaching the edge prints ``TypeName: message`` to stderr and exits with its
+``exit_code`` (2 = bad input, 1 = work failed); click usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import TeamError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="team: a multi-agent team orchestrator with a durable task graph.",
+)
+
+
+@app.callback()
+def _global(
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", help="State root (default: $TEAM_ROOT, else the current directory)."),
+    ] = None,
+) -> None:
+    if root is not None:
+        os.environ["TEAM_ROOT"] = str(root.absolute())
+
+
+def _register() -> None:
+    from . import chat, doctor, runcmd, tasks, teamcmds
+
+    for module in (tasks, doctor, teamcmds, runcmd, chat):
+        module.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, prog_name="team")
+    except SystemExit as e:  # typer's normal exit path (usage errors exit 2)
+        code = e.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except TeamError as e:
+        sys.stderr.write(f"{type(e).__name__}: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""CLI commands (being built; see the issue that owns this module)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""

@@ -1,0 +1,40 @@
+"""Helpers shared by the CLI modules: the ``--root`` option, output, JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..paths import resolve_root
+
+RootOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--root",
+        envvar="TEAM_ROOT",
+        help="State root holding .tasks/ and .team/ (default: current directory).",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def root_of(root: Path | None) -> Path:
+    return resolve_root(root)
+
+
+def out(text: str = "") -> None:
+    """Plain output line on stdout."""
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")

@@ -1,0 +1,173 @@
+"""Pydantic records for everything ``team`` keeps on disk.
+
+A task file holding only the seed's six keys (``id``, ``subject``,
+``description``, ``status``, ``blockedBy``, ``owner``) is a valid ``Task``;
+every other field has a default. Unknown keys are kept (``extra="allow"``)
+so a newer or hand-extended file round-trips without loss.
+
+Readiness and blocked-ness are *derived* from ``blockedBy`` and the status of
+the tasks named there; they are never stored.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""Names of tasks (slugs), members and plans: no path separators, no spaces."""
+
+
+class Status(str, Enum):
+    pending = "pending"
+    in_progress = "in_progress"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    def __str__(self) -> str:  # so f-strings print the value
+        return self.value
+
+
+TERMINAL = frozenset({Status.completed, Status.failed, Status.cancelled})
+
+MARKERS = {
+    Status.pending: "[ ]",
+    Status.in_progress: "[>]",
+    Status.completed: "[x]",
+    Status.failed: "[!]",
+    Status.cancelled: "[-]",
+}
+
+
+class Task(BaseModel):
+    """One task: ``.tasks/task_<id>.json``."""
+
+    model_config = ConfigDict(extra="allow", use_enum_values=False)
+
+    id: int = Field(ge=1, description="Integer id, unique in the store, from 1.")
+    subject: str = Field(description="One-line title.")
+    description: str = Field("", description="Longer text: what done means.")
+    status: Status = Field(Status.pending, description="pending|in_progress|completed|failed|cancelled.")
+    blockedBy: list[int] = Field(default_factory=list, description="Declared dependency ids.")
+    owner: str = Field("", description="Member or lead holding the task; empty when unowned.")
+
+    name: str | None = Field(None, description="Slug usable wherever an id is (unique).")
+    kind: Literal["manual", "shell", "agent"] = Field("manual", description="How the task is executed.")
+    command: str | None = Field(None, description="Shell command of a shell task.")
+    prompt: str | None = Field(None, description="Prompt of an agent task.")
+    plan: str | None = Field(None, description="Name of the plan that created this task.")
+    plan_task: str | None = Field(None, description="The task's id inside its plan.")
+    role: str | None = Field(None, description="Role an agent task wants (coder, tester, ...).")
+    assignee: str | None = Field(None, description="Named teammate an agent task goes to.")
+    estimate: float | None = Field(None, description="Expected duration in seconds (critical path).")
+    timeout: float | None = Field(None, description="Seconds before an attempt is killed.")
+    retries: int = Field(0, description="Extra attempts allowed after a failure.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the run.")
+    cwd: str | None = Field(None, description="Working directory, relative to the state root.")
+    isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation override.")
+
+    attempts: int = Field(0, description="Attempts started so far (claims).")
+    epoch: int = Field(0, description="Incremented on every claim; completions must carry it.")
+    lease_expires: float | None = Field(None, description="Unix time the owner's lease runs out.")
+    created_at: float | None = Field(None, description="Unix time of creation.")
+    updated_at: float | None = Field(None, description="Unix time of the last write.")
+    started_at: float | None = Field(None, description="Unix time the current/last attempt began.")
+    finished_at: float | None = Field(None, description="Unix time the task reached a final state.")
+    result: str | None = Field(None, description="What the task produced (agent answer, output tail).")
+    error: str | None = Field(None, description="Why the task failed or was cancelled.")
+    log: str | None = Field(None, description="Path of the full output log, relative to the root.")
+    worktree: str | None = Field(None, description="git worktree path used by the task.")
+    branch: str | None = Field(None, description="git branch holding the task's work.")
+    usage: dict[str, Any] = Field(default_factory=dict, description="Token usage of agent tasks.")
+
+    @property
+    def ref(self) -> str:
+        return f"#{self.id}"
+
+    def label(self) -> str:
+        return f"#{self.id} {self.name}" if self.name else f"#{self.id}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The on-disk form: seed keys first, then the rest, None/empty omitted."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        for key in ("env", "usage"):
+            if not data.get(key):
+                data.pop(key, None)
+        for key, default in (("retries", 0), ("attempts", 0), ("epoch", 0)):
+            if data.get(key) == default:
+                data.pop(key)
+        if data.get("kind") == "manual":
+            data.pop("kind")
+        return data
+
+
+class Event(BaseModel):
+    """One line of ``.tasks/events.jsonl``: a transition of a task."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ts: float = Field(description="Unix time of the event.")
+    task: int = Field(description="Task id.")
+    event: str = Field(description="created|claimed|status|updated|lease_expired|...")
+    actor: str = Field("", description="Who made the change (member name, 'cli', 'lead').")
+    from_status: str | None = Field(None, alias="from", description="Status before.")
+    to_status: str | None = Field(None, alias="to", description="Status after.")
+
+
+class Member(BaseModel):
+    """One roster entry in ``.team/config.json``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    role: str = "coder"
+    status: Literal["working", "idle", "shutdown"] = "idle"
+    pid: int | None = Field(None, description="Process hosting the member's thread.")
+    heartbeat: float | None = Field(None, description="Unix time of the last heartbeat.")
+    task: int | None = Field(None, description="Task the member is working on.")
+    usage: dict[str, Any] = Field(default_factory=dict, description="Token usage and cost totals.")
+
+
+class Roster(BaseModel):
+    """``.team/config.json``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    team_name: str = "team"
+    members: list[Member] = Field(default_factory=list)
+
+
+class Message(BaseModel):
+    """One line of ``.team/inbox/<name>.jsonl``."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str
+    type: str = "message"
+    sender: str = Field(alias="from")
+    to: str | None = None
+    content: str = ""
+    timestamp: float
+    request_id: str | None = None
+    seq: int | None = Field(None, description="Per-sender sequence number.")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+MESSAGE_TYPES = (
+    "message",
+    "broadcast",
+    "shutdown_request",
+    "shutdown_response",
+    "plan_approval_request",
+    "plan_approval_response",
+    "job_done",
+)
+PROTOCOL_TYPES = frozenset(
+    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response"}
+)

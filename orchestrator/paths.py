@@ -1,0 +1,30 @@
+"""Where state lives: ``--root DIR``, else ``$TEAM_ROOT``, else the current directory.
+
+    <root>/.tasks/task_<id>.json   one task per file (see store.py)
+    <root>/.tasks/events.jsonl     append-only transition log
+    <root>/.team/config.json       roster (see team.py)
+    <root>/.team/inbox/<name>.jsonl
+    <root>/.team/jobs/             background job records and logs (see jobs.py)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def resolve_root(root: str | os.PathLike | None = None) -> Path:
+    if root is not None:
+        return Path(root).absolute()
+    env = os.environ.get("TEAM_ROOT")
+    if env:
+        return Path(env).absolute()
+    return Path.cwd()
+
+
+def tasks_dir(root: Path) -> Path:
+    return root / ".tasks"
+
+
+def team_dir(root: Path) -> Path:
+    return root / ".team"
