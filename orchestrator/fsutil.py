@@ -19,16 +19,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import fcntl
-import time
-from contextlib import contextmanager
 
 TMP_PREFIX = ".tmp-"
 

@@ -36,7 +36,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import ConflictError, CorruptFile, CycleError, InvalidName, NotWritable, UnknownRef, UserError
+from .errors import (
+    ConflictError,
+    CorruptFile,
+    CycleError,
+    InvalidName,
+    NotWritable,
+    UnknownRef,
+    UserError,
+)
 from .fsutil import append_line, atomic_write, dumps, file_lock, read_jsonl
 from .models import NAME_RE, TERMINAL, Status, Task
 from .paths import tasks_dir
