@@ -1,0 +1,239 @@
+"""The tool contract: what a tool declares and what a call produces.
+
+A ``Tool`` is data plus a handler. The data is what the harness needs to
+decide on a call *before* running anything:
+
+* ``name``, ``description`` and ``args`` (a pydantic model, ``extra="forbid"``):
+  the model sees these as one OpenAI ``tools`` entry.
+* ``risk``: ``read`` | ``write`` | ``execute`` | ``coordinate``. Plan mode
+  refuses ``write`` and ``execute``.
+* ``budget``: the most characters of result that go back to the model; the
+  rest is saved under ``ctx.outputs_dir`` and referenced.
+* ``paths``: which argument fields are paths and how they are used
+  (``read``/``write``); the pipeline confines them to the workspace and hands
+  the handler the resolved ``Path`` in ``call.paths``.
+* ``fresh``: the path field whose *existing* file needs a fresh, full read
+  baseline before the call may run (edits and overwrites).
+* ``command``: the field holding a shell command, checked by the shell policy.
+
+A handler takes one ``Call`` and returns ``str`` or ``ToolOutput``. Expected
+failures (file missing, no match, a store conflict) raise ``ToolError`` or a
+``TeamError``; they become error observations. Anything else is a bug in our
+code: the pipeline logs it with its traceback and tells the model so.
+
+``ToolContext`` carries everything a call may touch: the workspace the file
+tools are confined to, the state root, the agent's name and mode, where full
+outputs and the call log go, the agent's ``FileTruth`` and ``TaskStore``, and
+slots for services other modules provide (message bus, job manager,
+teammate spawner, subagent runner). A tool that needs a missing service gets
+an error observation from ``ctx.require``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from ..store import TaskStore
+    from .filetruth import FileTruth
+
+Risk = Literal["read", "write", "execute", "coordinate"]
+RISKS: tuple[str, ...] = ("read", "write", "execute", "coordinate")
+Access = Literal["read", "write"]
+Mode = Literal["normal", "plan"]
+
+DEFAULT_BUDGET = 20_000
+
+
+class ToolError(Exception):
+    """An expected tool failure; its message goes back to the model verbatim."""
+
+    stage = "execute"
+
+
+class Refused(ToolError):
+    """A call stopped by the pipeline before (or instead of) running.
+
+    ``stage`` names the step: parse, lookup, validate, path, fresh, policy,
+    plan or service.
+    """
+
+    def __init__(self, message: str, stage: str):
+        super().__init__(message)
+        self.stage = stage
+
+
+class Args(BaseModel):
+    """Base of every argument model: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class ToolOutput:
+    """What a handler returns when a plain string is not enough."""
+
+    text: str
+    is_error: bool = False
+    bounded: bool = False
+    """True when the handler already cut ``text`` to budget itself."""
+    full_output: Path | None = None
+    """Where the complete output already lives (set with ``bounded``)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Observation:
+    """The result of one tool call, as the model will see it."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    stage: str = "ok"
+    """Where the call ended: parse, lookup, validate, path, fresh, policy,
+    plan, service, execute (an expected failure), crash (our bug) or ok."""
+    full_output: str | None = None
+    """Path of the complete output when ``content`` was cut."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_message(self) -> dict[str, Any]:
+        """The OpenAI chat message carrying this result."""
+        return {"role": "tool", "tool_call_id": self.call_id, "content": self.content}
+
+
+@dataclass
+class Call:
+    """One validated, authorised invocation handed to a handler."""
+
+    tool: Tool
+    args: Any
+    ctx: ToolContext
+    call_id: str
+    paths: dict[str, Path] = field(default_factory=dict)
+    """Resolved, policy-checked paths by argument field name."""
+    current: dict[str, bytes] = field(default_factory=dict)
+    """Current bytes of files that passed the freshness check, by field name."""
+
+
+Handler = Callable[[Call], "str | ToolOutput"]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool contract. See the module docstring for each field."""
+
+    name: str
+    description: str
+    args: type[BaseModel]
+    risk: Risk
+    handler: Handler
+    budget: int = DEFAULT_BUDGET
+    paths: tuple[tuple[str, Access], ...] = ()
+    fresh: str | None = None
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.risk not in RISKS:
+            raise ValueError(f"tool {self.name}: risk must be one of {RISKS}, not {self.risk!r}")
+        fields = self.args.model_fields
+        for name, access in self.paths:
+            if name not in fields or access not in ("read", "write"):
+                raise ValueError(f"tool {self.name}: bad path field {name!r}/{access!r}")
+        for name in (self.fresh, self.command):
+            if name is not None and name not in fields:
+                raise ValueError(f"tool {self.name}: no argument field {name!r}")
+
+
+def tool(
+    name: str,
+    *,
+    args: type[BaseModel],
+    risk: Risk,
+    budget: int = DEFAULT_BUDGET,
+    paths: dict[str, Access] | None = None,
+    fresh: str | None = None,
+    command: str | None = None,
+    description: str | None = None,
+) -> Callable[[Handler], Tool]:
+    """Decorator turning ``def handler(call) -> str | ToolOutput`` into a ``Tool``.
+
+    The description defaults to the handler's docstring.
+    """
+
+    def wrap(fn: Handler) -> Tool:
+        desc = description or " ".join((fn.__doc__ or "").split())
+        if not desc:
+            raise ValueError(f"tool {name}: needs a description or a docstring")
+        return Tool(
+            name=name,
+            description=desc,
+            args=args,
+            risk=risk,
+            handler=fn,
+            budget=budget,
+            paths=tuple(sorted((paths or {}).items())),
+            fresh=fresh,
+            command=command,
+        )
+
+    return wrap
+
+
+SERVICES: dict[str, tuple[str, str]] = {
+    "bus": ("messaging", "no message bus"),
+    "jobs": ("background jobs", "no job manager"),
+    "spawner": ("spawning teammates", "no team"),
+    "subagents": ("subagents", "subagents cannot nest"),
+}
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool call may touch. One per agent; ``mode`` may change."""
+
+    workspace: Path
+    root: Path
+    agent: str
+    truth: FileTruth
+    store: TaskStore
+    outputs_dir: Path
+    call_log: Path | None = None
+    mode: Mode = "normal"
+    task_id: int | None = None
+    """The task the agent is working on, if any."""
+    claim_lease: float | None = None
+    """Lease (seconds) for ``claim_task``; None claims without expiry."""
+    shell_timeout: float = 120.0
+    """Default and ceiling come from here: bash's ``timeout`` may not exceed 5x it."""
+    bus: Any = None
+    jobs: Any = None
+    spawner: Any = None
+    subagents: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Room for services added later, looked up by ``require``."""
+
+    def __post_init__(self) -> None:
+        self.workspace = Path(self.workspace).resolve()
+        self.root = Path(self.root).resolve()
+        self.outputs_dir = Path(self.outputs_dir).resolve()
+
+    def require(self, service: str) -> Any:
+        """The named service, or a ToolError the model can read."""
+        value = getattr(self, service, None) if service in SERVICES else self.extra.get(service)
+        if value is None:
+            what, why = SERVICES.get(service, (service, "not configured"))
+            raise Refused(f"{what} is not available in this session ({why}); carry on without it", "service")
+        return value
+
+    def rel(self, path: Path) -> str:
+        """``path`` relative to the workspace when inside it, else absolute."""
+        try:
+            return path.relative_to(self.workspace).as_posix() or "."
+        except ValueError:
+            return str(path)

@@ -1,0 +1,144 @@
+"""Task tools over ``TaskStore``: task_create, task_update, task_list, task_get,
+claim_task.
+
+They are thin: the store does the locking, the cycle checks and the
+compare-and-set claim; its errors (unknown ref, cycle, claim conflict, bad
+status) are ``TeamError``s that the pipeline turns into error observations
+the model can act on ("task #3 is already owned by bob"). The acting agent is
+``ctx.agent``; every change is logged in the store's event log under that
+name. ``task_list`` prints the seed's line format (``[>] #2: subject
+(owner)``, ``(blocked by: [3, 4])`` listing only unfinished blockers).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..errors import ConflictError
+from ..fsutil import dumps
+from ..models import MARKERS, Status, Task
+from .base import Args, Call, ToolError, tool
+
+Ref = int | str
+StatusName = Literal["pending", "in_progress", "completed", "failed", "cancelled"]
+REF_HELP = "Task id (3 or '#3') or task name."
+
+
+def task_line(task: Task, status_of: dict[int, Status]) -> str:
+    """``[ ] #1: subject``, with owner and unfinished blockers when present."""
+    line = f"{MARKERS[task.status]} #{task.id}: {task.subject}"
+    if task.owner:
+        line += f" ({task.owner})"
+    waiting = [d for d in task.blockedBy if status_of.get(d) != Status.completed]
+    if waiting and task.status == Status.pending:
+        line += f" (blocked by: {waiting})"
+    return line
+
+
+class CreateArgs(Args):
+    subject: str = Field(min_length=1, description="One-line title.")
+    description: str = Field("", description="What done means.")
+    blocked_by: list[Ref] = Field(default_factory=list, description="Tasks that must complete first.")
+    owner: str = Field("", description="Who should do it (empty: unassigned).")
+
+
+@tool("task_create", args=CreateArgs, risk="coordinate", budget=2000)
+def task_create(call: Call) -> str:
+    """Create a task in the shared task graph, optionally blocked by other tasks."""
+    a, ctx = call.args, call.ctx
+    task = ctx.store.create(a.subject, a.description, a.blocked_by, a.owner, actor=ctx.agent)
+    deps = f" (blocked by {task.blockedBy})" if task.blockedBy else ""
+    return f"created task #{task.id}: {task.subject}{deps}"
+
+
+class UpdateArgs(Args):
+    task: Ref = Field(description=REF_HELP)
+    status: StatusName | None = Field(None, description="New status.")
+    owner: str | None = Field(None, description="New owner ('' to clear).")
+    add_blocked_by: list[Ref] = Field(default_factory=list, description="Dependencies to add.")
+    remove_blocked_by: list[Ref] = Field(default_factory=list, description="Dependencies to remove.")
+    result: str | None = Field(None, description="What the task produced (when completing it).")
+
+
+@tool("task_update", args=UpdateArgs, risk="coordinate", budget=2000)
+def task_update(call: Call) -> str:
+    """Change a task's status, owner, dependencies or result. Mark your task completed
+    with a result when it is done."""
+    a, ctx = call.args, call.ctx
+    extra = {"result": a.result} if a.result is not None else {}
+    if a.status is None and a.owner is None and not a.add_blocked_by and not a.remove_blocked_by and not extra:
+        raise ToolError("nothing to update: give status, owner, add_blocked_by, remove_blocked_by or result")
+    task = ctx.store.update(
+        a.task,
+        status=a.status,
+        owner=a.owner,
+        add_blocked_by=a.add_blocked_by,
+        remove_blocked_by=a.remove_blocked_by,
+        actor=ctx.agent,
+        **extra,
+    )
+    status_of = {t.id: t.status for t in ctx.store.all()}
+    return "updated: " + task_line(task, status_of)
+
+
+class ListArgs(Args):
+    status: StatusName | None = Field(None, description="Only tasks with this status.")
+    owner: str | None = Field(None, description="Only tasks owned by this name.")
+    ready: bool = Field(False, description="Only tasks that can be claimed now.")
+
+
+@tool("task_list", args=ListArgs, risk="read", budget=12_000)
+def task_list(call: Call) -> str:
+    """List tasks, one line each: [ ] pending, [>] in progress (owner), [x] completed,
+    [!] failed, [-] cancelled, with unfinished blockers."""
+    a, ctx = call.args, call.ctx
+    tasks = ctx.store.all()
+    status_of = {t.id: t.status for t in tasks}
+    want = Status(a.status) if a.status else None
+    shown = []
+    for t in tasks:
+        if want is not None and t.status != want:
+            continue
+        if a.owner is not None and t.owner != a.owner:
+            continue
+        if a.ready and not (
+            t.status == Status.pending and not t.owner
+            and all(status_of.get(d) == Status.completed for d in t.blockedBy)
+        ):
+            continue
+        shown.append(task_line(t, status_of))
+    if not shown:
+        return "no tasks match" if tasks else "no tasks yet"
+    return "\n".join(shown)
+
+
+class GetArgs(Args):
+    task: Ref = Field(description=REF_HELP)
+
+
+@tool("task_get", args=GetArgs, risk="read", budget=8000)
+def task_get(call: Call) -> str:
+    """Show one task in full (JSON): description, status, owner, dependencies, result."""
+    task = call.ctx.store.read(call.ctx.store.resolve(call.args.task))
+    return dumps(task.to_json())
+
+
+class ClaimArgs(Args):
+    task: Ref = Field(description=REF_HELP)
+
+
+@tool("claim_task", args=ClaimArgs, risk="coordinate", budget=2000)
+def claim_task(call: Call) -> str:
+    """Claim a ready task (pending, unowned, all blockers completed) for yourself. Fails
+    with the reason if someone else got it first or it is blocked."""
+    ctx = call.ctx
+    try:
+        task = ctx.store.claim(call.args.task, ctx.agent, lease=ctx.claim_lease, actor=ctx.agent)
+    except ConflictError as e:
+        raise ToolError(f"could not claim: {e}; task_list with ready=true shows claimable tasks") from None
+    return f"claimed task #{task.id}: {task.subject} (attempt {task.attempts}); it is yours, in progress"
+
+
+TASK_TOOLS = [task_create, task_update, task_list, task_get, claim_task]
