@@ -57,7 +57,7 @@ class CorruptFile(StateError):
     """A state file that does not parse."""
 
     def __init__(self, path, detail: str):
-        super().__init__(f"{path}: {detail} (run `team doctor` to inspect and `team doctor --fix` to repair)")
+        super().__init__(f"{path}: {detail} (run `team doctor` to see what is wrong; fix or remove the file by hand)")
         self.path = path
 
 

@@ -40,8 +40,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | str, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically (and durably unless told not to)."""
+def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (and durably unless told not to).
+
+    ``sync_dir=False`` leaves the directory fsync to the caller, who batches
+    several writes and calls ``fsync_dir`` once.
+    """
     if isinstance(data, str):
         data = data.encode()
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
@@ -56,7 +60,7 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True) -> None
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    if durable:
+    if durable and sync_dir:
         fsync_dir(path.parent)
 
 

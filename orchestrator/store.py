@@ -45,7 +45,7 @@ from .errors import (
     UnknownRef,
     UserError,
 )
-from .fsutil import append_line, atomic_write, dumps, file_lock, read_jsonl
+from .fsutil import append_line, atomic_write, dumps, file_lock, fsync_dir, read_jsonl
 from .models import NAME_RE, TERMINAL, Status, Task
 from .paths import tasks_dir
 
@@ -69,6 +69,29 @@ def parse_status(value: str | Status) -> Status:
     except ValueError:
         allowed = ", ".join(s.value for s in Status)
         raise UserError(f"invalid status {value!r}: use one of {allowed}") from None
+
+
+_POOL = None
+
+
+def _io_pool():
+    """Threads that fsync a batch of files at once (the kernel merges them into one journal commit)."""
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="team-fsync")
+    return _POOL
+
+
+def _forget_pool_after_fork() -> None:
+    # A forked child inherits the pool object but none of its threads: work
+    # submitted to it would wait forever. The child builds its own.
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def format_cycle(ids: list[int]) -> str:
@@ -292,6 +315,8 @@ class TaskStore:
         if not specs:
             return []
         with self.locked():
+            if any(spec.get("name") for spec in specs) and not self.names_path.exists() and self.ids():
+                self._rebuild_names_locked()  # the index was lost: names must stay unique
             first = self._next_id()
             ids = [first + i for i in range(len(specs))]
             now = self.clock()
@@ -324,13 +349,11 @@ class TaskStore:
                 cycle = self._find_path(t.blockedBy, t.id, batch)
                 if cycle:
                     raise CycleError(f"dependency cycle: {format_cycle([t.id, *cycle])}", [t.id, *cycle])
-            self.counter_path.write_text(str(ids[-1] + 1))
+            atomic_write(self.counter_path, str(ids[-1] + 1), durable=False)
             for t in tasks:
                 if t.name:
                     append_line(self.names_path, {"name": t.name, "id": t.id}, durable=False)
-            for t in tasks:
-                self._write(t)
-                self._event(t, "created", actor, None)
+            self._write_batch(tasks, [self._event_record(t, "created", actor, None) for t in tasks])
             return tasks
 
     # ------------------------------------------------------------------ graph checks
@@ -384,7 +407,7 @@ class TaskStore:
             task = self.read(self.resolve(ref))
             before = task.status
             add = [self.resolve(r) for r in add_blocked_by]
-            remove = {self.resolve(r) for r in remove_blocked_by}
+            remove = {self._resolve_dep_to_remove(task, r) for r in remove_blocked_by}
             for dep in add:
                 if dep == task.id:
                     raise CycleError(
@@ -415,6 +438,16 @@ class TaskStore:
             if changed:
                 self._event(task, "updated", actor, None, fields=changed)
             return task
+
+    def _resolve_dep_to_remove(self, task: Task, ref: int | str) -> int:
+        """Like ``resolve``, but a declared id whose file is gone may be removed."""
+        try:
+            return self.resolve(ref)
+        except UnknownRef:
+            text = str(ref).strip().lstrip("#")
+            if text.isdigit() and int(text) in task.blockedBy:
+                return int(text)
+            raise
 
     def _apply_status(self, task: Task, status: Status) -> None:
         now = self.clock()
@@ -458,7 +491,7 @@ class TaskStore:
                 won.append(self._claim_locked(task, owner, lease, owner))
         return won
 
-    def _check_claimable(self, task: Task) -> None:
+    def _check_claimable(self, task: Task, overlay: dict[int, Task] | None = None) -> None:
         if task.status != Status.pending:
             raise ConflictError(f"task #{task.id} is {task.status.value}, not pending")
         if task.owner:
@@ -466,7 +499,7 @@ class TaskStore:
         waiting = []
         for dep in task.blockedBy:
             try:
-                if self.read(dep).status != Status.completed:
+                if ((overlay or {}).get(dep) or self.read(dep)).status != Status.completed:
                     waiting.append(dep)
             except UnknownRef:
                 waiting.append(dep)
@@ -562,7 +595,7 @@ class TaskStore:
         now = self.clock()
         out = []
         with self.locked():
-            for task in self.all():
+            for task in self.scan()[0]:  # an unreadable file must not stall recovery of the rest
                 if task.status != Status.in_progress or task.lease_expires is None:
                     continue
                 if task.lease_expires > now:
@@ -591,6 +624,28 @@ class TaskStore:
             self._event(task, "status", actor, before, reason=reason)
             return task
 
+    # ------------------------------------------------------------------ repairs (doctor)
+    def _rebuild_names_locked(self) -> dict[str, int]:
+        names: dict[str, int] = {}
+        for task in self.scan()[0]:
+            if task.name and task.name not in names:
+                names[task.name] = task.id
+        atomic_write(self.names_path, "".join(dumps({"name": n, "id": i}) + "\n" for n, i in names.items()), durable=self.durable)
+        return names
+
+    def rebuild_name_index(self) -> dict[str, int]:
+        """Rewrite ``names.jsonl`` from the task files (first id wins a duplicate name)."""
+        with self.locked():
+            return self._rebuild_names_locked()
+
+    def repair_counter(self) -> int:
+        """Rewrite ``.next_id`` as one past the highest task id; returns it."""
+        with self.locked():
+            ids = self.ids()
+            nxt = (ids[-1] + 1) if ids else 1
+            atomic_write(self.counter_path, str(nxt), durable=self.durable)
+            return nxt
+
     def delete_all(self) -> None:
         """Remove every task file, the index and the event log (``--fresh``)."""
         with self.locked():
@@ -598,3 +653,115 @@ class TaskStore:
                 self.path(tid).unlink(missing_ok=True)
             for p in (self.counter_path, self.names_path, self.events_path):
                 p.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ batches (the run scheduler)
+    def commit(
+        self,
+        finishes: list[tuple[int, int, str | Status, dict[str, Any]]] = (),
+        claims: Iterable[int] = (),
+        owner: str = "lead",
+        *,
+        lease: float | None = None,
+        actor: str | None = None,
+    ) -> tuple[list[Task], list[Task]]:
+        """End attempts and claim tasks in one locked, durable batch.
+
+        ``finishes``: ``(id, epoch, status, fields)``; a stale epoch skips that
+        item. ``claims``: ids claimed under the same rule as ``claim`` (a
+        dependency finished earlier in this batch counts as completed); the
+        unclaimable are skipped. Returns ``(finished, claimed)``. Cost: the
+        files are fsynced in parallel, renamed, then the directory and the
+        event log are synced once for the whole batch.
+        """
+        finished: list[Task] = []
+        claimed: list[Task] = []
+        records: list[dict[str, Any]] = []
+        with self.locked():
+            overlay: dict[int, Task] = {}
+            for tid, epoch, status, fields in finishes:
+                try:
+                    task = self.read(tid)
+                    self._check_epoch(task, epoch)
+                except (ConflictError, UnknownRef):
+                    continue
+                before = task.status
+                for key, value in fields.items():
+                    setattr(task, key, value)
+                self._apply_status(task, parse_status(status))
+                finished.append(task)
+                overlay[tid] = task
+                records.append(self._event_record(task, "status", actor or task.owner, before, epoch=epoch,
+                                                  error=fields.get("error")))
+            for tid in claims:
+                try:
+                    task = self.read(tid)
+                    self._check_claimable(task, overlay)
+                except (ConflictError, UnknownRef):
+                    continue
+                before = task.status
+                task.owner = owner
+                task.epoch += 1
+                task.attempts += 1
+                self._apply_status(task, Status.in_progress)
+                task.lease_expires = (self.clock() + lease) if lease else None
+                task.error = None
+                claimed.append(task)
+                records.append(self._event_record(task, "claimed", actor or owner, before, owner=owner,
+                                                  epoch=task.epoch, attempt=task.attempts))
+            self._write_batch(finished + claimed, records)
+        return finished, claimed
+
+    def _event_record(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> dict:
+        record: dict[str, Any] = {"ts": round(self.clock(), 6), "task": task.id, "event": event, "actor": actor}
+        if before is not None or event == "created":
+            record["from"] = before.value if before else None
+            record["to"] = task.status.value
+        record.update({k: v for k, v in extra.items() if v is not None})
+        return record
+
+    def _events_batch(self, records: list[dict[str, Any]]) -> None:
+        if records:
+            append_line(self.events_path, "\n".join(dumps(r) for r in records), durable=self.durable)
+
+    def _write_batch(self, tasks: list[Task], records: list[dict[str, Any]] = ()) -> None:
+        """Atomic per file, durable as a batch, then the batch's event lines.
+
+        Temp files are fsynced in parallel (the kernel merges them into one
+        journal commit) and renamed; then the directory fsync and the event
+        append+fsync run side by side: two commit waits per batch, whatever
+        its size.
+        """
+        if not tasks:
+            self._events_batch(list(records))
+            return
+        now = self.clock()
+        for task in tasks:
+            task.updated_at = now
+        payloads = [(self.path(t.id), dumps(t.to_json())) for t in tasks]
+        if len(payloads) == 1 or not self.durable:
+            for path, data in payloads:
+                atomic_write(path, data, durable=self.durable, sync_dir=False)
+        else:
+            list(_io_pool().map(lambda pd: atomic_write(pd[0], pd[1], sync_dir=False), payloads))
+        if not self.durable:
+            self._events_batch(list(records))
+            return
+        pending = _io_pool().submit(self._events_batch, list(records)) if records else None
+        fsync_dir(self.dir)
+        if pending is not None:
+            pending.result()
+
+    def delete_many(self, ids: Iterable[int], *, actor: str = "lead", reason: str = "") -> int:
+        """Remove these task files (``team run --fresh`` for one plan); logs a ``deleted`` event each."""
+        n = 0
+        with self.locked():
+            for tid in ids:
+                path = self.path(tid)
+                if path.exists():
+                    path.unlink()
+                    append_line(self.events_path, {"ts": round(self.clock(), 6), "task": tid, "event": "deleted",
+                                                   "actor": actor, "reason": reason}, durable=False)
+                    n += 1
+            if n and self.durable:
+                fsync_dir(self.dir)
+        return n

@@ -36,9 +36,9 @@ def _global(
 
 
 def _register() -> None:
-    from . import chat, doctor, runcmd, tasks, teamcmds
+    from . import agentcmds, chat, doctor, runcmd, tasks, teamcmds
 
-    for module in (tasks, doctor, teamcmds, runcmd, chat):
+    for module in (tasks, doctor, teamcmds, runcmd, chat, agentcmds):
         module.register(app)
 
 

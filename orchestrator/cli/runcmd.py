@@ -1,9 +1,133 @@
-"""CLI commands (being built; see the issue that owns this module)."""
+"""``team run PLAN`` and ``team plan schema|check``.
+
+Exit codes: 0 every task completed · 1 a task failed, was cancelled, or the
+run deadlocked · 2 bad plan/usage or another lead holds the root.
+"""
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from .common import JsonOpt, RootOpt, out, root_of
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run_cmd(
+    plan_file: Annotated[Path, typer.Argument(help="The plan (YAML).", show_default=False)],
+    workers: Annotated[int | None, typer.Option("--workers", "-w", min=1, help="Max tasks at once (default: the plan's `workers`).")] = None,
+    keep_going: Annotated[bool, typer.Option("--keep-going", "-k", help="After a failure, run every branch not downstream of it.")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete this plan's tasks and start over.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
+    model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
+    json_out: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Run a plan: every unblocked task in parallel, resumable after a crash."""
+    from .. import progress
+    from ..plan import load_plan
+
+    lp = load_plan(plan_file, model=model)
+    state_root = root_of(root)
+    if dry_run:
+        from ..executors import check_supported
+        from ..runplan import kinds_of
+
+        check_supported(kinds_of(lp))
+        _dry_run(lp, state_root, workers, json_out)
+        return
+    from ..runplan import run_plan
+
+    if json_out:
+        sink = progress.JsonProgress(sys.stdout)
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        sink = progress.LiveProgress(Console(), lp.plan.name)
+    else:
+        sink = progress.PlainProgress(sys.stdout)
+
+    def note(text: str) -> None:
+        sink({"event": "note", "text": text}) if json_out else sys.stderr.write(text + "\n")
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh,
+                          emit=sink, note=note)
+    finally:
+        sink.close()
+    summary = progress.summarise(result, workers or lp.plan.workers, state_root)
+    if json_out:
+        sink({"event": "summary", **summary})
+    else:
+        for line in progress.render_summary(summary):
+            out(line)
+    if not result.ok:
+        raise typer.Exit(code=1)
+
+
+def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
+    from ..plan import analyse
+    from ..store import TaskStore
+
+    a = analyse(lp.plan)
+    store = TaskStore(state_root)
+    done = {t.plan_task for t in store.all() if t.plan == lp.plan.name and t.status.value == "completed"} \
+        if store.exists() else set()
+    w = workers or lp.plan.workers
+    if json_out:
+        out(json.dumps({"plan": lp.plan.name, "tasks": len(lp.plan.tasks), "workers": w, "waves": a.waves,
+                        "critical_path": a.critical_path, "critical_length": a.critical_length,
+                        "total_work": a.total_work, "max_parallelism": a.max_parallelism,
+                        "completed": sorted(done)}, indent=2))
+        return
+    out(f"plan {lp.plan.name} ({lp.path}): {len(lp.plan.tasks)} tasks, workers {w}")
+    for i, wave in enumerate(a.waves, 1):
+        marks = [f"{t} (done)" if t in done else t for t in wave]
+        out(f"  wave {i}: {', '.join(marks)}")
+    out(f"critical path ({len(a.critical_path)} tasks, length {a.critical_length:g}): "
+        + " → ".join(a.critical_path))
+    avg = a.total_work / a.critical_length if a.critical_length else 0
+    out(f"max useful parallelism: {a.max_parallelism} (widest wave); "
+        f"average {avg:.1f} (work {a.total_work:g} / critical path {a.critical_length:g})")
+    if done:
+        out(f"resume: {len(done)} task(s) already completed in {state_root}")
+    out("dry run: nothing was run or written")
+
+
+def schema_cmd() -> None:
+    """Print the plan file's JSON Schema (for editors)."""
+    from ..plan import json_schema
+
+    out(json.dumps(json_schema(), indent=2))
+
+
+def check_cmd(
+    plan_file: Annotated[Path, typer.Argument(help="The plan (YAML).", show_default=False)],
+    model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks.")] = None,
+) -> None:
+    """Validate a plan without running it (exit 2 with file:line: field: problem)."""
+    from ..executors import check_supported
+    from ..plan import load_plan
+    from ..runplan import kinds_of
+
+    lp = load_plan(plan_file, model=model)
+    check_supported(kinds_of(lp))
+    out(f"{plan_file}: ok ({len(lp.plan.tasks)} tasks)")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``run`` and the ``plan`` group to ``app``."""
+    app.command("run")(run_cmd)
+    plan_app = typer.Typer(no_args_is_help=True, help="Plan files: schema and validation.")
+    plan_app.command("schema")(schema_cmd)
+    plan_app.command("check")(check_cmd)
+    app.add_typer(plan_app, name="plan")

@@ -1,0 +1,147 @@
+"""`team run` vs `make -jW` on the same DAGs (issue 4's scheduler benchmark).
+
+For each shape and body, the DAG is written once as a plan and once as a
+Makefile, then both run with W workers in a fresh directory:
+
+* make: wall time of ``make -jW -f Makefile all``.
+* team: ``team run plan.yaml --json --workers W`` in a subprocess. The
+  makespan is measured from the ``run_started`` event to the final summary
+  (the scheduler at work: claims, jobs, finishes, all durable); the
+  process wall time (Python start-up, validation, materialising N tasks
+  with fsync) is shown next to it.
+* bound: max(critical path, total work / W) with the body's nominal time.
+
+Targets: ratio ≤ 1.10 on the ``sleep 0.05`` shapes; team overhead per task
+≤ 3 ms on ``true`` ((team makespan - make wall) / tasks).
+
+Usage: python bench/sched_bench.py [--workers 8] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shapes(quick: bool) -> dict[str, list[list[int]]]:
+    """name -> needs per task (indices of earlier tasks)."""
+    rnd = random.Random(4)
+    scale = 5 if quick else 1
+    out: dict[str, list[list[int]]] = {}
+    out["independent-500"] = [[] for _ in range(500 // scale)]
+    out["chain-200"] = [[i - 1] if i else [] for i in range(200 // scale)]
+    layers, width = 60 // scale, 8
+    out["layers-60x8"] = [
+        [] if layer == 0 else [(layer - 1) * width + j, (layer - 1) * width + (j + 1) % width]
+        for layer in range(layers) for j in range(width)
+    ]
+    n = 1000 // scale
+    out["random-1000"] = [sorted(set(rnd.sample(range(max(0, i - 40), i), min(i, rnd.randint(0, 3)))))
+                          for i in range(n)]
+    return out
+
+
+def critical_len(needs: list[list[int]]) -> int:
+    depth: list[int] = []
+    for deps in needs:
+        depth.append(1 + max((depth[d] for d in deps), default=0))
+    return max(depth, default=0)
+
+
+def write_plan(path: Path, name: str, needs: list[list[int]], body: str, workers: int) -> None:
+    lines = [f"name: {name}", f"workers: {workers}", "tasks:"]
+    for i, deps in enumerate(needs):
+        lines.append(f"  - id: t{i}")
+        lines.append(f"    run: \"{body}\"")
+        if deps:
+            lines.append(f"    needs: [{', '.join(f't{d}' for d in deps)}]")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_makefile(path: Path, needs: list[list[int]], body: str) -> None:
+    names = [f"t{i}" for i in range(len(needs))]
+    lines = [".PHONY: all " + " ".join(names), "all: " + " ".join(names)]
+    for i, deps in enumerate(needs):
+        lines.append(f"t{i}: " + " ".join(f"t{d}" for d in deps))
+        lines.append(f"\t@{body}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run_make(d: Path, workers: int) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(["make", f"-j{workers}", "-s", "-f", "Makefile", "all"], cwd=d, check=True)
+    return time.perf_counter() - t0
+
+
+def run_team(d: Path, workers: int) -> tuple[float, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEAM_")}
+    env["PYTHONPATH"] = str(REPO)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--json", "--workers", str(workers),
+         "--root", str(d)],
+        cwd=d, env=env, capture_output=True, text=True,
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"team run failed in {d}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    start = next(e["ts"] for e in events if e["event"] == "run_started")
+    end = next(e["ts"] for e in events if e["event"] == "summary")
+    done = sum(1 for e in events if e["event"] == "completed")
+    if done != len([e for e in events if e["event"] == "started"]):
+        raise SystemExit("bench: a task did not complete")
+    return end - start, wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--quick", action="store_true", help="shapes at 1/5 size")
+    args = ap.parse_args()
+    w = args.workers
+    bodies = {"true": ("true", 0.0), "sleep 0.05": ("sleep 0.05", 0.05)}
+    rows = []
+    t_all = time.perf_counter()
+    for shape, needs in shapes(args.quick).items():
+        for label, (body, cost) in bodies.items():
+            with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
+                d = Path(tmp)
+                write_plan(d / "plan.yaml", "bench", needs, body, w)
+                write_makefile(d / "Makefile", needs, body)
+                make_s = run_make(d, w)
+                team_s, team_wall = run_team(d, w)
+            n = len(needs)
+            bound = max(critical_len(needs) * cost, n * cost / w)
+            rows.append((shape, label, n, bound, make_s, team_s, team_wall))
+            print(f"  {shape:16} {label:10} done", file=sys.stderr, flush=True)
+    print(f"\nworkers W={w}; makespans in seconds; team = run_started → summary, process = whole `team run`")
+    head = f"{'shape':16} {'body':10} {'tasks':>5} {'bound':>6} {'make':>7} {'team':>7} {'ratio':>6} " \
+           f"{'process':>8} {'ovh ms/task':>11}"
+    print(head)
+    print("-" * len(head))
+    for shape, label, n, bound, make_s, team_s, team_wall in rows:
+        ratio = team_s / make_s if make_s else float("nan")
+        ovh = (team_s - make_s) / n * 1000
+        print(f"{shape:16} {label:10} {n:5d} {bound:6.2f} {make_s:7.3f} {team_s:7.3f} {ratio:6.2f} "
+              f"{team_wall:8.3f} {ovh:11.2f}")
+    sleep = [r for r in rows if r[1] == "sleep 0.05"]
+    true_ = [r for r in rows if r[1] == "true"]
+    worst_ratio = max(r[5] / r[4] for r in sleep)
+    worst_ovh = max((r[5] - r[4]) / r[2] * 1000 for r in true_)
+    print(f"\nworst ratio on sleep shapes: {worst_ratio:.2f} (target ≤ 1.10) · "
+          f"worst overhead on true: {worst_ovh:.2f} ms/task (target ≤ 3) · "
+          f"bench took {time.perf_counter() - t_all:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Autonomous claiming: idle teammates take ready, unowned work from the task graph.
+
+Which tasks a teammate may claim by itself (``claimable``), decided here:
+
+* ready: ``pending``, no owner, every ``blockedBy`` task ``completed``;
+* not a plan task (``task.plan`` is empty): plan tasks belong to the
+  ``team run`` scheduler, which claims and dispatches them itself. So the
+  tasks teammates pick up are the ones created outside a plan: by the lead's
+  or a teammate's ``task_create`` tool, or ``team task create``;
+* not a shell task (``kind: shell`` has a command for the scheduler, not a
+  prompt for an agent); ``manual`` and ``agent`` tasks qualify;
+* meant for this teammate: ``assignee`` is its name, or no assignee and
+  ``role`` is unset or its role.
+
+The claim is the store's compare-and-set (``TaskStore.claim``, under the
+store lock, with a lease the runtime renews): of several teammates racing
+for one task exactly one wins; the others move to the next candidate. The
+claim is a ``claimed`` event in ``.tasks/events.jsonl`` with the teammate as
+actor and owner, which is how the lead sees it. The teammate runs the task
+as it runs an assigned one and records the end itself with
+``TaskStore.finish`` and the claim's epoch (refused if the lease expired and
+someone else reclaimed it); an interrupted attempt is released to
+``pending`` for someone else.
+
+Scanning costs a directory read, so a teammate rescans only when the event
+log changed since its last scan (every create/claim/finish appends to it)
+or ``rescan_every`` seconds passed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+
+from .errors import ConflictError, UnknownRef
+from .models import Status, Task
+from .store import TaskStore
+
+
+def claimable(task: Task, member: str, role: str) -> bool:
+    """May ``member`` (a ``role``) claim ``task`` by itself? (readiness is checked apart)."""
+    if task.status != Status.pending or task.owner or task.plan or task.kind == "shell":
+        return False
+    if task.assignee:
+        return task.assignee == member
+    return task.role in (None, "", role)
+
+
+def candidates(tasks: Iterable[Task], member: str, role: str) -> list[Task]:
+    """Ready tasks ``member`` may claim, oldest first."""
+    tasks = list(tasks)
+    done = {t.id for t in tasks if t.status == Status.completed}
+    return sorted((t for t in tasks if claimable(t, member, role) and all(d in done for d in t.blockedBy)),
+                  key=lambda t: t.id)
+
+
+class AutoClaimer:
+    """One per team runtime; ``next_for(name, role)`` claims the next task or returns None."""
+
+    def __init__(self, store: TaskStore, *, lease: float = 60.0, rescan_every: float = 5.0):
+        self.store, self.lease, self.rescan_every = store, lease, rescan_every
+        self._seen: dict[str, tuple[tuple[int, int] | None, float]] = {}
+        self._lock = threading.Lock()
+
+    def _mark(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.store.events_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size)
+
+    def next_for(self, member: str, role: str) -> Task | None:
+        mark, now = self._mark(), time.monotonic()
+        with self._lock:
+            last = self._seen.get(member)
+            if last is not None and last[0] == mark and now - last[1] < self.rescan_every:
+                return None
+            self._seen[member] = (mark, now)
+        if mark is None or not self.store.exists():
+            return None
+        for task in candidates(self.store.all(), member, role):
+            try:
+                return self.store.claim(task.id, member, lease=self.lease, actor=member)
+            except (ConflictError, UnknownRef):
+                continue  # another teammate (or the scheduler) got it first
+        return None

@@ -1,0 +1,219 @@
+"""The executor seam: how the scheduler runs one attempt of one task.
+
+The scheduler knows only this Protocol::
+
+    class Executor(Protocol):
+        kind: str                                   # the Task.kind it runs
+        def start(self, task, epoch, done) -> None  # non-blocking
+        def cancel(self, task_id) -> None           # stop a running attempt
+        def close(self) -> None                     # stop everything, free threads
+
+``start`` must return quickly; when the attempt ends the executor calls
+``done(Outcome(...))`` exactly once, from any thread. The scheduler's
+``done`` only puts the outcome on its event queue, so executors never touch
+scheduler state. The epoch is the claim's epoch: it travels back in the
+outcome and the store refuses a completion whose epoch went stale.
+
+``ShellExecutor`` runs ``kind: shell`` tasks as background jobs
+(``jobs.JobManager``): one pump thread blocks in ``JobManager.wait`` and
+turns each job notification into an ``Outcome``. The LLM-teammate executor
+(``kind: agent``) plugs in with ``register("agent", factory)``; until one is
+registered, ``check_supported`` refuses plans with agent tasks, naming them.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .errors import PlanError
+from .models import Task
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended."""
+
+    task_id: int
+    epoch: int
+    status: str  # completed | failed | timeout | killed | lost
+    exit_code: int | None = None
+    duration: float = 0.0
+    log: str | None = None
+    tail: str = ""
+    error: str | None = None
+    result: str | None = None  # what an agent task produced (else the tail of the log is kept)
+    usage: dict | None = None  # token usage of an agent attempt (pricing.Usage as a dict)
+    fields: dict | None = None  # extra task fields to store with the outcome (worktree, branch, ...)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    def describe(self) -> str:
+        if self.ok:
+            return "completed"
+        if self.status == "timeout":
+            return f"timed out after {self.duration:.1f}s (process group killed)"
+        if self.error:
+            return self.error
+        if self.exit_code is not None and self.exit_code < 0:
+            return f"{self.status}: killed by signal {-self.exit_code}"
+        return f"{self.status}: exit code {self.exit_code}"
+
+
+DoneCallback = Callable[[Outcome], None]
+
+
+class Executor(Protocol):
+    kind: str
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None: ...
+
+    def cancel(self, task_id: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Context:
+    """What an executor factory gets: the state root and run-wide settings."""
+
+    root: Path
+    plan: str
+    model: str | None = None
+    owner: str = "lead"
+    workspace: Path | None = None  # where agent tasks work (default: root)
+    team: list[tuple[str, str]] = field(default_factory=list)  # the plan's (name, role) teammates
+    plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
+
+
+ExecutorFactory = Callable[[Context], Executor]
+_FACTORIES: dict[str, ExecutorFactory] = {}
+
+
+def register(kind: str, factory: ExecutorFactory) -> None:
+    """Make tasks of ``kind`` runnable (the agent executor calls this)."""
+    _FACTORIES[kind] = factory
+
+
+_PLUGINS = ("orchestrator.agent_executor",)  # modules that register executors on import
+
+
+def _load_plugins() -> None:
+    import importlib
+
+    for name in _PLUGINS:
+        importlib.import_module(name)
+
+
+def supported() -> set[str]:
+    _load_plugins()
+    return set(_FACTORIES)
+
+
+def check_supported(kinds: dict[str, list[str]]) -> None:
+    """``{kind: [plan task ids]}`` -> PlanError when a kind has no executor."""
+    if any(ids and kind not in _FACTORIES for kind, ids in kinds.items()):
+        _load_plugins()  # only then: the agent plugin imports openai, slow for shell-only plans
+    for kind, ids in sorted(kinds.items()):
+        if ids and kind not in _FACTORIES:
+            what = "the LLM teammates executor" if kind == "agent" else f"an executor for kind {kind!r}"
+            raise PlanError(
+                f"{kind} tasks need {what}, which is not available in this build "
+                f"(tasks: {', '.join(ids)}); use `run:` shell tasks instead"
+            )
+
+
+def build(kinds: set[str], ctx: Context) -> dict[str, Executor]:
+    if kinds - set(_FACTORIES):
+        _load_plugins()
+    return {kind: _FACTORIES[kind](ctx) for kind in kinds}
+
+
+class ShellExecutor:
+    """``kind: shell``: each attempt is a background job in its own process group."""
+
+    kind = "shell"
+
+    def __init__(self, ctx: Context):
+        from .jobs import JobManager
+
+        self.ctx = ctx
+        self.jobs = JobManager(ctx.root)
+        self.owner = f"{ctx.owner}:{os.getpid()}"
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[int, int, DoneCallback]] = {}  # job id -> (task, epoch, done)
+        self._by_task: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._starts: queue.SimpleQueue = queue.SimpleQueue()
+        self._pump = threading.Thread(target=self._loop, name="team-shell-pump", daemon=True)
+        self._pump.start()
+        threading.Thread(target=self._starter, name="team-shell-starter", daemon=True).start()
+
+    def reap_orphans(self) -> list:
+        """Kill and mark ``lost`` jobs left by a dead lead (called before re-running)."""
+        return self.jobs.reap_orphans()
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        """Queue the attempt for the starter thread: forks overlap the lead's store I/O."""
+        self._starts.put((task, epoch, done))
+
+    def _starter(self) -> None:
+        while True:
+            item = self._starts.get()
+            if item is None:
+                return
+            task, epoch, done = item
+            env = dict(task.env)
+            env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
+                       TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
+            cwd = Path(task.cwd) if task.cwd else None
+            with self._lock:  # the pump must not see the notification before we know the job
+                if self._stop.is_set():
+                    done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+                    continue
+                try:
+                    record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
+                                             timeout=task.timeout, task=task.id)
+                except OSError as e:
+                    done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
+                    continue
+                self._running[record.id] = (task.id, epoch, done)
+                self._by_task[task.id] = record.id
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            notes = self.jobs.wait(self.owner, timeout=1.0)
+            if not notes:
+                continue
+            with self._lock:
+                items = [(n, self._running.pop(n.job_id, None)) for n in notes]
+                for n, entry in items:
+                    if entry is not None and self._by_task.get(entry[0]) == n.job_id:
+                        del self._by_task[entry[0]]
+            for n, entry in items:
+                if entry is None:
+                    continue  # a job this executor did not start
+                task_id, epoch, done = entry
+                done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail))
+
+    def cancel(self, task_id: int) -> None:
+        with self._lock:
+            job_id = self._by_task.get(task_id)
+        if job_id is not None:
+            self.jobs.kill(job_id)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop.set()
+        self._starts.put(None)
+        self.jobs.shutdown()
+
+
+register("shell", ShellExecutor)

@@ -1,0 +1,106 @@
+"""Request/response protocols between the lead and teammates, over the inbox bus.
+
+Both are a pair of bus messages matched by ``request_id`` (models.PROTOCOL_TYPES)::
+
+    shutdown        lead ──shutdown_request{request_id}──► teammate
+                    lead ◄──shutdown_response{request_id, approve, content=reason}──
+    plan approval   teammate ──plan_approval_request{request_id, content=plan}──► lead
+                    teammate ◄──plan_approval_response{request_id, approve, content=feedback}──
+
+Shutdown. The teammate's harness answers for an *idle* teammate at once
+(approve: nothing to lose) without a model call; a *busy* teammate's model
+sees the request and answers with ``respond_shutdown`` -- it may refuse with
+a reason ("busy with #4"). Approved: the teammate's current attempt (if any)
+ends as interrupted, its thread exits and the roster says ``shutdown``. The
+requester waits up to ``timeout`` seconds for the response and raises
+``ProtocolTimeout`` (exit 1) naming the teammate when none came.
+
+Plan approval. A teammate in plan mode (``spawn(..., plan_mode=True)``, or
+``plan_mode: true`` on a plan's ``team:`` member) has ``ToolContext.mode ==
+"plan"``: the tool pipeline refuses every ``write``/``execute`` tool. It
+reads, then ``submit_plan``; the lead answers with ``review_plan``. The
+teammate's harness applies an approval (mode becomes ``normal``) before the
+model sees the response; a rejection keeps plan mode and the feedback
+reaches the model, which may submit a revised plan.
+
+Waiting for a response reads the requester's inbox with ``Bus.peek``: it
+consumes nothing, so the lead's own agent still gets every message.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from .errors import WorkFailed
+from .inbox import Bus
+from .models import Message
+
+
+class ProtocolTimeout(WorkFailed):
+    """No response to a protocol request arrived in time."""
+
+
+@dataclass(frozen=True)
+class Response:
+    request_id: str
+    sender: str
+    approve: bool
+    text: str  # the reason (shutdown) or the feedback (plan approval)
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(6)
+
+
+def find(bus: Bus, inbox: str, type: str, request_id: str | None = None) -> Message | None:
+    """The first unconsumed ``type`` message in ``inbox`` (with ``request_id`` if given)."""
+    for m in bus.peek(inbox):
+        if m.type == type and (request_id is None or m.request_id == request_id):
+            return m
+    return None
+
+
+def wait_for(bus: Bus, inbox: str, type: str, request_id: str | None, timeout: float,
+             poll: float = 0.01) -> Message | None:
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = find(bus, inbox, type, request_id)
+        if msg is not None or time.monotonic() >= deadline:
+            return msg
+        time.sleep(poll)
+
+
+def as_response(msg: Message) -> Response:
+    return Response(msg.request_id or "", msg.sender, bool(getattr(msg, "approve", False)), msg.content)
+
+
+def respond(bus: Bus, to: str, type: str, request_id: str, approve: bool, text: str, *, sender: str) -> Message:
+    return bus.send(to, text, sender=sender, type=type, request_id=request_id, approve=approve)
+
+
+def request_shutdown(bus: Bus, to: str, *, reason: str = "", timeout: float = 30.0,
+                     sender: str = "lead") -> Response:
+    """Ask ``to`` to shut down; its answer, or ``ProtocolTimeout`` after ``timeout`` seconds."""
+    rid = new_request_id()
+    bus.send(to, reason or "please shut down", sender=sender, type="shutdown_request", request_id=rid)
+    msg = wait_for(bus, sender, "shutdown_response", rid, timeout)
+    if msg is None:
+        raise ProtocolTimeout(f"{to} did not answer shutdown request {rid} within {timeout:g}s (busy in a long "
+                              f"step, or not running: see `team status`); it was not shut down")
+    return as_response(msg)
+
+
+def submit_plan(bus: Bus, plan: str, *, sender: str, to: str = "lead") -> str:
+    """Send a plan for approval; returns the request id."""
+    rid = new_request_id()
+    bus.send(to, plan, sender=sender, type="plan_approval_request", request_id=rid)
+    return rid
+
+
+def review_plan(bus: Bus, to: str, request_id: str, approve: bool, feedback: str = "", *,
+                sender: str = "lead") -> Message:
+    """Answer ``to``'s plan approval request ``request_id``."""
+    text = feedback or ("approved: go ahead" if approve else "rejected")
+    return respond(bus, to, "plan_approval_response", request_id, approve, text, sender=sender)

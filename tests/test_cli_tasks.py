@@ -1,0 +1,185 @@
+"""``team task ...`` through the real entry point: outputs and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_team
+
+from orchestrator.store import TaskStore
+
+
+def ok(result) -> str:
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+def bad(result, message: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.strip().splitlines() == [message]
+
+
+def build(team) -> None:
+    """#1 setup (done) → #2 build (alice) → #4 test ← #3 lint (failed); #5 deploy ← #4; #6 docs (cancelled)."""
+    outputs = [
+        ok(team("task", "create", "Set up env", "--name", "setup")),
+        ok(team("task", "create", "Build", "--blocked-by", "setup", "--owner", "alice")),
+        ok(team("task", "create", "Lint", "-d", "ruff everything")),
+        ok(team("task", "create", "Test", "--blocked-by", "2", "--blocked-by", "#3", "--estimate", "30")),
+        ok(team("task", "create", "Deploy", "--blocked-by", "4")),
+        ok(team("task", "create", "Docs")),
+    ]
+    assert outputs == [
+        "Created task #1: Set up env\n",
+        "Created task #2: Build (blocked by: [1])\n",
+        "Created task #3: Lint\n",
+        "Created task #4: Test (blocked by: [2, 3])\n",
+        "Created task #5: Deploy (blocked by: [4])\n",
+        "Created task #6: Docs\n",
+    ]
+    ok(team("task", "update", "setup", "--status", "completed"))
+    ok(team("task", "update", "2", "--status", "in_progress"))
+    ok(team("task", "update", "3", "--status", "failed"))
+    assert ok(team("task", "update", "6", "--status", "cancelled")) == "Updated task #6: Docs [cancelled]\n"
+
+
+def build_fast(team) -> None:
+    """The same state as ``build`` through the store API (fewer subprocesses)."""
+    store = TaskStore(team.root)
+    store.create("Set up env", name="setup")
+    store.create("Build", blocked_by=["setup"], owner="alice")
+    store.create("Lint", "ruff everything")
+    store.create("Test", blocked_by=[2, 3], estimate=30)
+    store.create("Deploy", blocked_by=[4])
+    store.create("Docs")
+    for ref, status in (("setup", "completed"), (2, "in_progress"), (3, "failed"), (6, "cancelled")):
+        store.update(ref, status=status)
+
+
+def test_empty_store_says_how_to_start(team):
+    empty = "No tasks yet. Create one with `team task create SUBJECT` or run a plan with `team run PLAN.yaml`.\n"
+    assert ok(team("task", "list")) == empty
+    assert ok(team("task", "list", "--json")) == "[]\n"
+    assert not (team.root / ".tasks").exists()  # reading creates nothing
+
+
+def test_list_keeps_the_seed_line_shape_and_filters(team):
+    build(team)
+    assert ok(team("task", "list")) == (
+        "[x] #1: Set up env\n"
+        "[>] #2: Build (alice)\n"
+        "[!] #3: Lint\n"
+        "[ ] #4: Test (blocked by: [2, 3])\n"
+        "[ ] #5: Deploy (blocked by: [4])\n"
+        "[-] #6: Docs\n"
+    )
+    assert ok(team("task", "list", "--owner", "alice")) == "[>] #2: Build (alice)\n"
+    assert ok(team("task", "list", "--blocked")) == "[ ] #4: Test (blocked by: [2, 3])\n[ ] #5: Deploy (blocked by: [4])\n"
+    assert ok(team("task", "list", "--ready")) == "No tasks match these filters (6 tasks in total).\n"
+    rows = json.loads(ok(team("task", "list", "--json", "--status", "pending")))
+    assert [(r["id"], r["ready"], r["waiting_on"], r["blockedBy"]) for r in rows] == [
+        (4, False, [2, 3], [2, 3]),
+        (5, False, [4], [4]),
+    ]
+    bad(team("task", "list", "--status", "done"),
+        "UserError: invalid status 'done': use one of pending, in_progress, completed, failed, cancelled")
+
+
+def test_blocked_graph_critical_show(team):
+    build_fast(team)
+    assert ok(team("task", "blocked")) == (
+        "#4 Test waits on:\n"
+        "  #4 → #2   #2 Build: running by alice\n"
+        "  #4 → #3   #3 Lint: failed → blocked until #3 is retried\n"
+        "#5 Deploy waits on:\n"
+        "  #5 → #4 → #2   #2 Build: running by alice\n"
+        "  #5 → #4 → #3   #3 Lint: failed → blocked until #3 is retried\n"
+    )
+    assert ok(team("task", "blocked", "setup")) == "#1 Set up env is not blocked: it is completed.\n"
+    (chain,) = json.loads(ok(team("task", "blocked", "5", "--json")))
+    assert (chain["paths"], [r["state"] for r in chain["roots"]]) == (
+        [[5, 4, 2], [5, 4, 3]],
+        ["running by alice", "failed → blocked until #3 is retried"],
+    )
+    assert ok(team("task", "graph")) == (
+        "[x] #1 Set up env\n"
+        "└── [>] #2 Build (alice)\n"
+        "    └── [ ] #4 Test\n"
+        "        └── [ ] #5 Deploy\n"
+        "[!] #3 Lint\n"
+        "└── [ ] #4 Test  (↑ above)\n"
+        "[-] #6 Docs\n"
+    )
+    assert "    t4 --> t5\n" in ok(team("task", "graph", "--format", "mermaid"))
+    assert ok(team("task", "graph", "--format", "dot")).startswith("digraph tasks {\n")
+    assert team("task", "graph", "--format", "png").returncode == 2
+    assert ok(team("task", "critical")) == (
+        "Critical path: #2 Build → #4 Test → #5 Deploy\n"
+        "Length: 32 s estimated over 3 tasks (tasks without an estimate count 1 s)\n"
+        "Waves (tasks in one wave could run in parallel):\n"
+        "  1: #2, #3\n"
+        "  2: #4\n"
+        "  3: #5\n"
+    )
+    assert json.loads(ok(team("task", "critical", "--json"))) == {
+        "path": [2, 4, 5], "total": 32, "by": "estimate", "waves": [[2, 3], [4], [5]], "stuck": [],
+    }
+    shown = ok(team("task", "show", "4"))
+    assert shown.splitlines()[:5] == [
+        "#4: Test",
+        "  status:      pending (blocked by [2, 3])",
+        "  owner:       -",
+        "  blocked by:  #2 Build [in_progress], #3 Lint [failed]",
+        "  blocks:      #5 Deploy [pending]",
+    ]
+    data = json.loads(ok(team("task", "show", "setup", "--json")))
+    assert (data["id"], data["name"], data["blocks"], [e["to"] for e in data["events"]]) == (
+        1, "setup", [2], ["pending", "completed"],
+    )
+
+
+def test_update_edits_dependencies_and_refuses_bad_input_writing_nothing(team):
+    build_fast(team)
+    before = {p.name: p.read_bytes() for p in (team.root / ".tasks").glob("task_*.json")}
+    bad(team("task", "update", "1", "--add-blocked-by", "5"),
+        "CycleError: dependency cycle: #1 → #5 → #4 → #2 → #1")
+    bad(team("task", "update", "nope", "--status", "completed"),
+        "UnknownRef: no task named 'nope'; `team task list` shows the tasks")
+    bad(team("task", "update", "4", "--add-blocked-by", "99"),
+        "UnknownRef: no task #99; `team task list` shows the tasks")
+    bad(team("task", "update", "4", "--status", "finished", "--add-blocked-by", "6"),
+        "UserError: invalid status 'finished': use one of pending, in_progress, completed, failed, cancelled")
+    bad(team("task", "create", "X", "--blocked-by", "ghost"),
+        "UnknownRef: no task named 'ghost'; `team task list` shows the tasks")
+    bad(team("task", "show", "42"), "UnknownRef: no task #42; `team task list` shows the tasks")
+    after = {p.name: p.read_bytes() for p in (team.root / ".tasks").glob("task_*.json")}
+    assert after == before
+    assert ok(team("task", "update", "4", "--remove-blocked-by", "3", "--add-blocked-by", "1")) == (
+        "Updated task #4: Test [pending, blocked by [1, 2]]\n"
+    )
+    assert ok(team("task", "list", "--blocked")) == "[ ] #4: Test (blocked by: [2])\n[ ] #5: Deploy (blocked by: [4])\n"
+
+
+def test_corrupt_file_and_unwritable_root_are_one_clear_line(team, tmp_path):
+    build_fast(team)
+    (team.root / ".tasks" / "task_3.json").write_text('{"id": 3, "subject": ')
+    r = team("task", "list")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == (
+        f"CorruptFile: {team.root}/.tasks/task_3.json: file: Invalid JSON: EOF while parsing a value at line 1 column 21"
+        " (run `team doctor` to see what is wrong; fix or remove the file by hand)\n"
+    )
+    not_dir = tmp_path / "plain-file"
+    not_dir.write_text("")
+    r = run_team(team.root, "task", "create", "x", "--root", str(not_dir))
+    bad(r, f"NotWritable: cannot create {not_dir}/.tasks: Not a directory; pass a writable --root or set TEAM_ROOT")
+
+
+def test_root_option_and_env_agree(team, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    ok(team("task", "create", "Here", "--root", str(other)))
+    assert ok(team("--root", str(other), "task", "list")) == "[ ] #1: Here\n"
+    assert ok(run_team(other, "task", "list")) == "[ ] #1: Here\n"
+    assert ok(team("task", "list")).startswith("No tasks yet.")

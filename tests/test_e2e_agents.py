@@ -1,0 +1,146 @@
+"""`team run` with agent tasks, end to end: the real CLI and openai client against a
+scripted OpenAI-compatible server on 127.0.0.1, one script per teammate."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from conftest import run_team
+
+from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
+
+KEY = "sk-e2e-secret-7f3a9c1d2b"
+
+
+def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
+            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
+
+
+def tasks_by_name(root: Path) -> dict[str, dict]:
+    out = {}
+    for f in sorted((root / ".tasks").glob("task_*.json")):
+        t = json.loads(f.read_text())
+        out[t.get("plan_task") or t["id"]] = t
+    return out
+
+
+def text_of(body: dict) -> str:
+    return json.dumps(body["messages"])
+
+
+PLAN = """\
+name: pair
+workers: 3
+team:
+  - {name: alice, role: coder}
+  - {name: bob, role: tester}
+tasks:
+  - id: build
+    assignee: alice
+    prompt: Write greet.py and tell bob where it is; run the slow check in the background.
+  - id: check
+    assignee: bob
+    prompt: Wait for alice's note, then report what she said.
+  - id: review
+    role: reviewer
+    needs: [build, check]
+    prompt: Review the work.
+"""
+
+
+def test_two_teammates_in_parallel_message_each_other_and_use_a_background_job(tmp_path):
+    root = tmp_path
+    (root / "plan.yaml").write_text(PLAN)
+    alice_sent = threading.Event()
+
+    def bob_first(body: dict) -> Reply:
+        # Whatever bob saw first, he only goes on once alice's message is on disk.
+        assert alice_sent.wait(20), "alice never sent her message"
+        if "note from alice: greet.py is ready" in text_of(body):
+            return Reply(tool_calls=[tool_call("read_inbox", {})])
+        return Reply(tool_calls=[tool_call("idle", {})])
+
+    def bob_second(body: dict) -> Reply:
+        assert "[message from alice (message)]\\nnote from alice: greet.py is ready" in text_of(body)
+        return Reply(tool_calls=[tool_call("task_update", {"task": 2, "status": "completed",
+                                                           "result": "alice says greet.py is ready"})])
+
+    def alice_idle(body: dict) -> Reply:
+        # The job waits for this file, so its notification can only arrive after this request.
+        (root / "go").write_text("go")
+        return Reply(tool_calls=[tool_call("idle", {})])
+
+    def alice_sees_job(body: dict) -> Reply:
+        assert "[background job " in text_of(body) and "completed, exit code 0" in text_of(body)
+        assert "slow-check-passed" in text_of(body)
+        return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed",
+                                                           "result": "greet.py written; slow check passed"})])
+
+    def alice_after_send(body: dict) -> Reply:
+        alice_sent.set()
+        return Reply(tool_calls=[tool_call("background_run", {
+            "command": "while [ ! -f go ]; do sleep 0.02; done; echo slow-check-passed"})])
+
+    script = {
+        "alice": [
+            Reply(tool_calls=[tool_call("write_file", {"path": "greet.py", "content": "print('hi')\n"}),
+                              tool_call("send_message", {"to": "bob", "content": "note from alice: greet.py is ready"})]),
+            alice_after_send,
+            alice_idle,
+            alice_sees_job,
+        ],
+        "bob": [bob_first, bob_second],
+        "reviewer-1": [Reply(content="LGTM: greet.py prints hi.")],
+    }
+    with ScriptedServer(script) as srv:
+        r = run_team(root, "run", "plan.yaml", **llm_env(srv))
+        assert r.returncode == 0, r.stdout + r.stderr
+        srv.assert_complete()
+        # each teammate's requests carried its own identity in a byte-identical system prompt
+        for name in ("alice", "bob"):
+            systems = {json.dumps(req.body["messages"][0]) for req in srv.chat_requests(name)}
+            assert len(systems) == 1 and f"You are {name}, a " in systems.pop()
+
+    tasks = tasks_by_name(root)
+    assert {k: (t["status"], t["result"]) for k, t in tasks.items()} == {
+        "build": ("completed", "greet.py written; slow check passed"),
+        "check": ("completed", "alice says greet.py is ready"),
+        "review": ("completed", "LGTM: greet.py prints hi."),
+    }
+    assert tasks["build"]["usage"]["calls"] == 4 and tasks["build"]["usage"]["prompt_tokens"] > 0
+    assert tasks["check"]["usage"]["calls"] == 2 and tasks["review"]["usage"]["calls"] == 1
+    assert (root / "greet.py").read_text() == "print('hi')\n"
+    roster = json.loads((root / ".team" / "config.json").read_text())
+    members = {m["name"]: m for m in roster["members"]}
+    assert {n: (m["role"], m["status"]) for n, m in members.items()} == {
+        "alice": ("coder", "shutdown"), "bob": ("tester", "shutdown"), "reviewer-1": ("reviewer", "shutdown")}
+    assert members["alice"]["usage"]["calls"] == 4
+    # bob's message from alice is in his inbox log and consumed; the job's full log is on disk
+    jobs = [json.loads(p.read_text()) for p in (root / ".team" / "jobs").glob("*.json")]
+    assert [(j["owner"], j["status"], j["task"]) for j in jobs] == [("alice", "completed", 1)]
+    assert "slow-check-passed" in (root / jobs[0]["log"]).read_text()
+    # the key never reached disk
+    for f in [*root.joinpath(".team").rglob("*"), *root.joinpath(".tasks").rglob("*")]:
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f
+
+
+def test_missing_key_or_model_is_a_clear_error_before_any_work(tmp_path):
+    (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - id: a\n    prompt: do it\n")
+    r = run_team(tmp_path, "run", "plan.yaml", TEAM_MODEL="gpt-4o-mini")
+    assert r.returncode == 2
+    assert r.stderr == "UserError: no API key: set OPENAI_API_KEY (any non-empty value for local servers)\n"
+    assert not (tmp_path / ".tasks").exists()
+    r = run_team(tmp_path, "run", "plan.yaml", OPENAI_API_KEY=KEY)
+    assert r.returncode == 2 and "agent tasks need a model" in r.stderr
+    assert not (tmp_path / ".tasks").exists()
+
+
+def test_team_spawn_without_a_lead_exits_2(tmp_path):
+    r = run_team(tmp_path, "spawn", "carol", "--role", "tester")
+    assert r.returncode == 2
+    assert r.stderr == (f"UserError: no lead is running on {tmp_path}: `team spawn` asks the running lead "
+                        "(`team run PLAN`) to do it; start one first\n")

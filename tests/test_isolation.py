@@ -1,0 +1,260 @@
+"""`team run` with `isolation: worktree`, on real git repositories in tmp_path.
+
+Every test goes through the real entry point (`python -m orchestrator run`)
+and checks the outcome in git: what is on the integration branch, which
+branches and worktrees are left, and that the user's checkout did not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import run_team, team_env
+from util import wait_until
+
+from orchestrator.worktree import Worktrees
+
+USER_ID = {"GIT_AUTHOR_NAME": "User", "GIT_AUTHOR_EMAIL": "user@example.com",
+           "GIT_COMMITTER_NAME": "User", "GIT_COMMITTER_EMAIL": "user@example.com"}
+
+
+@pytest.fixture(autouse=True)
+def no_git_identity(tmp_path_factory, monkeypatch):
+    """No identity configured anywhere: `team` must commit with its fallback, config untouched."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in [*USER_ID, "EMAIL", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"]:
+        monkeypatch.delenv(var, raising=False)
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **USER_ID, "GIT_OPTIONAL_LOCKS": "0"}
+    proc = subprocess.run(["git", "-C", str(cwd), *args], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"git {args}: {proc.stderr}"
+    return proc.stdout
+
+
+def make_repo(path: Path, files: dict[str, str], plan: str) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        (path / name).write_text(text)
+    (path / "plan.yaml").write_text(plan)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+def snapshot(repo: Path) -> dict:
+    """The user's files, index, HEAD, config and status: what must never change."""
+    files = {str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(repo.rglob("*")) if p.is_file()
+             and p.relative_to(repo).parts[0] not in (".git", ".team", ".tasks")}
+    g = repo / ".git"
+    return {"files": files, "status": git(repo, "status", "--porcelain=v2", "--branch", "--untracked-files=all"),
+            "HEAD": (g / "HEAD").read_bytes(), "index": (g / "index").read_bytes(),
+            "config": (g / "config").read_bytes(), "tip": git(repo, "rev-parse", "HEAD")}
+
+
+def show(repo: Path, ref: str, name: str) -> str:
+    return git(repo, "show", f"{ref}:{name}")
+
+
+def tasks(root: Path) -> dict[str, dict]:
+    out = {}
+    for p in (root / ".tasks").glob("task_*.json"):
+        t = json.loads(p.read_text())
+        out[t["plan_task"]] = t
+    return out
+
+
+def branches(repo: Path) -> list[str]:
+    return git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()
+
+
+def test_parallel_tasks_land_dependents_see_them_and_the_user_checkout_is_untouched(tmp_path):
+    plan = "name: par\nworkers: 4\nisolation: worktree\ntasks:\n" + "".join(
+        f"  - id: edit-{i}\n    run: printf 'x = {i * 10}\\n' > m{i}.py && echo new > new{i}.txt\n"
+        for i in range(4)) + (
+        "  - id: check\n    needs: [edit-0, edit-1, edit-2, edit-3]\n"
+        "    run: cat m0.py m1.py m2.py m3.py new0.txt > seen.txt\n")
+    repo = make_repo(tmp_path / "repo", {f"m{i}.py": f"x = {i}\n" for i in range(4)}, plan)
+    before = snapshot(repo)
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    b = "team/par/integration"
+    for i in range(4):
+        assert show(repo, b, f"m{i}.py") == f"x = {i * 10}\n"
+    assert show(repo, b, "seen.txt") == "x = 0\nx = 10\nx = 20\nx = 30\nnew\n"  # `check` saw all four
+    assert snapshot(repo) == before
+    assert branches(repo) == ["main", b]  # merged task branches are gone
+    assert not (repo / ".team/worktrees/par").exists() or \
+        sorted(p.name for p in (repo / ".team/worktrees/par").iterdir()) == [".lock"]
+    merged = git(repo, "log", "--first-parent", "--format=%s", b).splitlines()[:5]
+    assert sorted(merged) == sorted(f"team: merge {t} into par" for t in
+                                    ["edit-0", "edit-1", "edit-2", "edit-3", "check"])
+    summary = r.stdout[r.stdout.index("result: branch"):].splitlines()
+    assert summary == [
+        f"result: branch {b} (10 commits ahead of your HEAD; 5 tasks merged)",
+        "to review and take the result into your current branch:",
+        f"  git log --oneline --first-parent HEAD..{b}",
+        f"  git diff HEAD...{b}",
+        f"  git merge {b}",
+    ]
+    t = tasks(repo)
+    assert {k: (v["status"], v["branch"], v.get("worktree")) for k, v in t.items()} == {
+        k: ("completed", b, None) for k in ["edit-0", "edit-1", "edit-2", "edit-3", "check"]}
+    again = run_team(repo, "run", "plan.yaml")  # resume: nothing to do, the summary still says where
+    assert again.returncode == 0
+    assert "plan par: nothing to run, all 5 tasks already completed (--fresh starts over)\n" in again.stdout
+    assert f"result: branch {b} (10 commits ahead of your HEAD; 5 tasks merged)" in again.stdout
+
+
+def test_same_lines_conflict_fails_one_task_keeps_its_branch_and_keep_going_continues(tmp_path):
+    plan = ("name: clash\nworkers: 3\nisolation: worktree\ntasks:\n"
+            "  - id: a\n    run: printf 'v = \"a\"\\n' > settings.py\n"
+            "  - id: b\n    run: printf 'v = \"b\"\\n' > settings.py\n"
+            "  - id: other\n    run: echo ok > other.txt\n"
+            "  - id: after-a\n    needs: [a]\n    run: echo after > after-a.txt\n"
+            "  - id: after-b\n    needs: [b]\n    run: echo after > after-b.txt\n")
+    repo = make_repo(tmp_path / "repo", {"settings.py": "v = 0\n"}, plan)
+    before = snapshot(repo)
+    r = run_team(repo, "run", "plan.yaml", "--keep-going")
+    assert r.returncode == 1, r.stdout + r.stderr
+    t = tasks(repo)
+    statuses = {k: v["status"] for k, v in t.items()}
+    loser = "a" if statuses["a"] == "failed" else "b"
+    winner = "b" if loser == "a" else "a"
+    assert statuses == {winner: "completed", loser: "failed", "other": "completed",
+                        f"after-{winner}": "completed", f"after-{loser}": "cancelled"}
+    wt = tmp_path / "repo/.team/worktrees/clash" / loser
+    assert t[loser]["error"] == (
+        f"merge conflict: task '{loser}' (team/clash/{loser}) conflicts with team/clash/integration in "
+        f"settings.py; nothing was merged, the branch and its worktree {wt} are kept for inspection "
+        f"(resolve by hand, or re-run the task from a fresh worktree)")
+    assert f"FAILED #{t[loser]['id']} {loser}: merge conflict: task '{loser}'" in r.stdout
+    assert (t[loser]["branch"], t[loser]["worktree"]) == (f"team/clash/{loser}", str(wt))
+    assert (wt / "settings.py").read_text() == f'v = "{loser}"\n'
+    assert branches(repo) == ["main", f"team/clash/{loser}", "team/clash/integration"]
+    assert show(repo, "team/clash/integration", "settings.py") == f'v = "{winner}"\n'
+    assert "not merged (branches kept): " + loser in r.stdout
+    assert snapshot(repo) == before
+
+
+def test_conflict_resolved_by_hand_is_merged_by_the_next_run_without_rerunning(tmp_path):
+    plan = ("name: fix\nworkers: 2\nisolation: worktree\ntasks:\n"
+            "  - id: a\n    run: printf 'v = 1\\n' > s.py && echo a >> ran.log\n"
+            "  - id: b\n    run: printf 'v = 2\\n' > s.py && echo b >> ran.log\n")
+    repo = make_repo(tmp_path / "repo", {"s.py": "v = 0\n", "ran.log": ""}, plan)
+    assert run_team(repo, "run", "plan.yaml", "-k").returncode == 1
+    loser = next(k for k, v in tasks(repo).items() if v["status"] == "failed")
+    wt = repo / ".team/worktrees/fix" / loser
+    subprocess.run(["git", "-C", str(wt), "merge", "-q", "team/fix/integration"], capture_output=True,
+                   env={**os.environ, **USER_ID})
+    (wt / "s.py").write_text("v = 3\n")
+    (wt / "ran.log").write_text("a\nb\n")
+    git(wt, "commit", "-q", "-am", "resolved")
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert show(repo, "team/fix/integration", "s.py") == "v = 3\n"
+    assert show(repo, "team/fix/integration", "ran.log") == "a\nb\n"  # the task was not run again
+    assert tasks(repo)[loser]["result"] == f"merged the work an earlier attempt committed on team/fix/{loser}"
+    assert sorted(Worktrees(repo, "fix").merged_tasks()) == ["a", "b"]
+
+
+def test_fresh_resets_branches_and_a_root_in_a_subfolder_maps_to_it(tmp_path):
+    plan = ("name: sub\nisolation: worktree\ntasks:\n"
+            "  - id: t\n    run: echo changed >> app.txt && pwd > where.txt\n")
+    repo = make_repo(tmp_path / "repo", {"top.txt": "top\n"}, "")
+    svc = repo / "svc"
+    svc.mkdir()
+    (svc / "app.txt").write_text("app\n")
+    (svc / "plan.yaml").write_text(plan)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "svc")
+    for _ in range(2):  # the second run is --fresh: one merge again, not two
+        r = run_team(svc, "run", "plan.yaml", "--fresh")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert Worktrees(svc, "sub").merged_tasks() == ["t"]
+    assert show(repo, "team/sub/integration", "svc/app.txt") == "app\nchanged\n"
+    where = show(repo, "team/sub/integration", "svc/where.txt").strip()
+    assert where == str(svc / ".team/worktrees/sub/t/svc")
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_no_git_repository_is_a_clear_error_before_any_state(tmp_path):
+    (tmp_path / "plan.yaml").write_text("name: nogit\nisolation: worktree\ntasks:\n  - id: t\n    run: 'true'\n")
+    r = run_team(tmp_path, "run", "plan.yaml")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        f"UserError: isolation: worktree needs a git repository at {tmp_path} (run `git init && git add -A && "
+        f"git commit -m init` there, or set `isolation: none` in the plan)")
+    assert not (tmp_path / ".tasks").exists()
+
+
+# ---------------------------------------------------------------- kill -9 and resume
+def kill_and_resume(tmp_path: Path, kills: int) -> None:
+    n = 8
+    ledger = tmp_path / "ledger"  # outside the repository: the user's checkout must stay as it was
+    plan = f"name: crash\nworkers: 4\nisolation: worktree\ndefaults:\n  env: {{LEDGER: {ledger}}}\ntasks:\n" + "".join(
+        f"  - id: t{i}\n    run: echo {i} > f{i}.txt && echo t{i} >> \"$LEDGER\"\n"
+        + (f"    needs: [t{i - 4}]\n" if i >= 4 else "") for i in range(n)) + (
+        "  - id: last\n    needs: [t4, t5, t6, t7]\n    run: cat f*.txt > all.txt\n")
+    repo = make_repo(tmp_path / "repo", {"README": "r\n"}, plan)
+    before = snapshot(repo)
+    seed = int(os.environ.get("CRASH_SEED", time.time_ns() % 1_000_000))
+    rnd = random.Random(seed)
+    events = repo / ".tasks/events.jsonl"
+
+    def lines() -> int:
+        return events.read_bytes().count(b"\n") if events.exists() else 0
+
+    for _ in range(kills):
+        target = lines() + rnd.randint(1, 12)
+        lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=repo,
+                                env=team_env(repo), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_until(lambda t=target, p=lead: lines() >= t or p.poll() is not None, timeout=60, interval=0.002,
+                   what=f"progress (seed {seed})")
+        if lead.poll() is None:
+            lead.send_signal(signal.SIGKILL)
+        lead.wait()
+        lead.stderr.close()
+    final = run_team(repo, "run", "plan.yaml", timeout=120)
+    assert final.returncode == 0, f"seed {seed}: {final.stdout}\n{final.stderr}"
+    ids = [f"t{i}" for i in range(n)] + ["last"]
+    b = "team/crash/integration"
+    merged = Counter(Worktrees(repo, "crash").merged_tasks())
+    assert merged == Counter({t: 1 for t in ids}), f"seed {seed}: {merged}"
+    assert show(repo, b, "all.txt") == "".join(f"{i}\n" for i in range(n)), f"seed {seed}"
+    t = tasks(repo)
+    assert {k: v["status"] for k, v in t.items()} == {k: "completed" for k in ids}
+    finished = Counter(json.loads(line)["task"] for line in events.read_text().splitlines()
+                       if '"to":"completed"' in line.replace(" ", ""))
+    assert set(finished.values()) == {1}, f"seed {seed}: completed twice: {finished}"
+    assert branches(repo) == ["main", b], f"seed {seed}"
+    wts = git(repo, "worktree", "list", "--porcelain")
+    assert wts.count("worktree ") == 1, f"seed {seed}: {wts}"  # only the user's own checkout is left
+    assert snapshot(repo) == before, f"seed {seed}"
+    assert set(ledger.read_text().split()) == set(ids[:-1])  # every task ran (at least once)
+
+
+def test_kill_nine_mid_run_and_mid_merge_then_resume_sampled(tmp_path):
+    kill_and_resume(tmp_path, kills=3)
+
+
+@pytest.mark.chaos
+def test_kill_nine_mid_run_and_mid_merge_then_resume_soak(tmp_path):
+    for i in range(10):
+        kill_and_resume(tmp_path / str(i), kills=6)

@@ -1,0 +1,225 @@
+"""Background jobs: real shell processes, real process groups, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from util import wait_until
+
+from orchestrator.errors import UnknownRef, UserError
+from orchestrator.jobs import JobManager, JobRecord
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def read_pid(path: Path) -> int:
+    return int(wait_until(lambda: path.exists() and path.read_text().strip(), what=f"{path}"))
+
+
+@pytest.fixture
+def mgr(tmp_path):
+    m = JobManager(tmp_path, grace=0.5)
+    yield m
+    m.shutdown()
+
+
+def one(mgr: JobManager, owner: str = "lead"):
+    notes = mgr.wait(owner, timeout=30)
+    assert len(notes) == 1, notes
+    return notes[0]
+
+
+def test_completed_job_record_log_and_notification(mgr, tmp_path):
+    rec = mgr.start("echo out; echo err >&2", task=7)
+    assert rec.status == "running" and rec.pgid == rec.pid
+    note = one(mgr)
+    assert (note.job_id, note.status, note.exit_code, note.task) == (rec.id, "completed", 0, 7)
+    assert note.tail == "out\nerr\n"
+    assert (tmp_path / note.log).read_text() == "out\nerr\n"
+    on_disk = json.loads((tmp_path / ".team" / "jobs" / f"{rec.id}.json").read_text())
+    assert on_disk["status"] == "completed" and on_disk["exit_code"] == 0
+    assert on_disk["command"] == "echo out; echo err >&2"
+    assert mgr.get(rec.id).finished_at >= rec.started_at
+    assert mgr.drain("lead") == []  # returned exactly once
+
+
+def test_failed_job_exit_code_env_and_cwd(mgr, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    mgr.start('pwd; echo "$GREETING $TEAM_JOB_ID"; exit 3', cwd=work, env={"GREETING": "hi"})
+    note = one(mgr)
+    assert (note.status, note.exit_code) == ("failed", 3)
+    assert note.tail == f"{work}\nhi {note.job_id}\n"
+
+
+def test_missing_cwd_is_a_user_error(mgr, tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        mgr.start("true", cwd=tmp_path / "nope")
+
+
+def test_notifications_go_to_their_owner(mgr):
+    a = mgr.start("echo a", owner="alice")
+    b = mgr.start("echo b", owner="bob")
+    assert [n.job_id for n in mgr.wait("alice", timeout=30)] == [a.id]
+    assert [n.job_id for n in mgr.wait("bob", timeout=30)] == [b.id]
+    assert mgr.drain("lead") == []
+
+
+def test_concurrent_drains_return_each_notification_once(mgr):
+    ids = {mgr.start("true").id for _ in range(30)}
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def drainer():
+        while True:
+            with lock:
+                if len(got) >= len(ids):
+                    return
+            notes = mgr.wait("lead", timeout=0.05)
+            with lock:
+                got.extend(n.job_id for n in notes)
+
+    threads = [threading.Thread(target=drainer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(got) == sorted(ids)
+
+
+def test_timeout_kills_the_whole_process_group(mgr, tmp_path):
+    # A background child that ignores SIGTERM forces the SIGKILL escalation.
+    cmd = f"(trap '' TERM; sleep 300) & echo $! > {tmp_path}/child.pid; sleep 300"
+    rec = mgr.start(cmd, timeout=0.3)
+    child = read_pid(tmp_path / "child.pid")
+    note = one(mgr)
+    assert note.status == "timeout"
+    assert note.exit_code in (-signal.SIGTERM, -signal.SIGKILL)
+    assert mgr.get(rec.id).status == "timeout"
+    wait_until(lambda: not pid_alive(child), timeout=10, what="background child killed")
+    assert not pid_alive(rec.pid)
+
+
+def test_children_left_behind_by_a_finished_job_are_killed(mgr, tmp_path):
+    rec = mgr.start(f"sleep 300 & echo $! > {tmp_path}/child.pid")
+    child = read_pid(tmp_path / "child.pid")
+    assert one(mgr).status == "completed"
+    wait_until(lambda: not pid_alive(child), timeout=10, what="leftover child killed")
+    assert mgr.get(rec.id).status == "completed"
+
+
+def test_50mb_of_output_leaves_a_bounded_tail_and_the_full_log(mgr, tmp_path):
+    size = 50 * 1024 * 1024
+    mgr.start(f"yes 0123456789 | head -c {size}; echo; echo THE-END")
+    note = one(mgr)
+    assert note.status == "completed"
+    assert (tmp_path / note.log).stat().st_size == size + len("\nTHE-END\n")
+    assert len(note.tail.encode()) <= mgr.tail_bytes + 200
+    assert note.tail.startswith("0123456789\n0123")
+    assert note.tail.endswith("THE-END\n")
+    assert "bytes omitted" in note.tail
+
+
+def test_kill_in_process(mgr, tmp_path):
+    rec = mgr.start(f"sleep 300 & echo $! > {tmp_path}/child.pid; wait")
+    child = read_pid(tmp_path / "child.pid")
+    final = mgr.kill(rec.id)
+    assert final.status == "killed"
+    assert one(mgr).status == "killed"
+    wait_until(lambda: not pid_alive(child), timeout=10, what="child killed")
+    assert mgr.kill(rec.id).status == "killed"  # idempotent
+
+
+def test_kill_from_another_process(mgr, tmp_path):
+    rec = mgr.start(f"sleep 300 & echo $! > {tmp_path}/child.pid; wait")
+    child = read_pid(tmp_path / "child.pid")
+    code = f"from orchestrator.jobs import JobManager; print(JobManager({str(tmp_path)!r}).kill({rec.id!r}).status)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "killed"
+    note = one(mgr)
+    assert (note.job_id, note.status) == (rec.id, "killed")
+    wait_until(lambda: not pid_alive(child), timeout=10, what="child killed")
+
+
+def test_job_started_from_a_short_lived_thread_outlives_it(mgr):
+    box = []
+    t = threading.Thread(target=lambda: box.append(mgr.start("sleep 0.3; echo survived")))
+    t.start()
+    t.join()
+    note = one(mgr)
+    assert (note.status, note.tail) == ("completed", "survived\n")
+
+
+def test_shutdown_kills_running_jobs(tmp_path):
+    m = JobManager(tmp_path, grace=0.5)
+    rec = m.start("sleep 300")
+    m.shutdown()
+    assert m.get(rec.id).status == "killed"
+    assert not pid_alive(rec.pid)
+
+
+def test_unknown_and_malformed_job_ids(mgr):
+    with pytest.raises(UnknownRef, match="no job 'j000000'"):
+        mgr.get("j000000")
+    with pytest.raises(UnknownRef):
+        mgr.kill("../config")
+
+
+def test_list_shows_jobs_from_disk(mgr, tmp_path):
+    a = mgr.start("true")
+    one(mgr)
+    b = mgr.start("sleep 300")
+    other = JobManager(tmp_path)  # a second manager sees the same records
+    assert [(r.id, r.status) for r in other.list()] == [(a.id, "completed"), (b.id, "running")]
+
+
+MANAGER_SCRIPT = """
+import sys, time
+from orchestrator.jobs import JobManager
+m = JobManager(sys.argv[1])
+r = m.start("sleep 300 & echo $! > " + sys.argv[1] + "/child.pid; wait")
+print(r.id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_reap_orphans_after_the_manager_is_sigkilled(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", MANAGER_SCRIPT, str(tmp_path)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    job_id = proc.stdout.readline().strip()
+    child = read_pid(tmp_path / "child.pid")
+    lead = JobManager(tmp_path)
+    assert lead.reap_orphans() == []  # the manager is alive: nothing to reap
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    rec = lead.get(job_id)
+    assert rec.status == "running"  # the record still says running: only a reaper can know
+    reaped = lead.reap_orphans()
+    assert [(r.id, r.status) for r in reaped] == [(job_id, "lost")]
+    assert lead.get(job_id).status == "lost"
+    wait_until(lambda: not pid_alive(child), timeout=10, what="orphaned child killed")
+    assert lead.reap_orphans() == []
+
+
+def test_record_round_trips_through_json(tmp_path):
+    rec = JobRecord(id="j1", command="true", owner="lead", pid=1, pgid=1, status="running",
+                    exit_code=None, started_at=1.0, finished_at=None, log=".team/jobs/j1.log",
+                    cwd=None, timeout=None, task=None, manager_pid=os.getpid())
+    assert JobRecord.model_validate_json(rec.model_dump_json()) == rec

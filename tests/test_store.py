@@ -1,0 +1,177 @@
+"""TaskStore on real files: formats, refs, cycles, compare-and-set, leases, repairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.errors import (
+    ConflictError,
+    CorruptFile,
+    CycleError,
+    InvalidName,
+    UnknownRef,
+    UserError,
+)
+from orchestrator.models import Status
+from orchestrator.store import TaskStore
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store(tmp_path):
+    return TaskStore(tmp_path)
+
+
+def snapshot(store: TaskStore) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(store.dir.iterdir()) if p.is_file() and p.name != ".lock"}
+
+
+def test_a_seed_written_store_opens_as_is(tmp_path):
+    (tmp_path / ".tasks").mkdir()
+    seed = {"id": 1, "subject": "Write spec", "description": "", "status": "completed", "blockedBy": [], "owner": ""}
+    (tmp_path / ".tasks" / "task_1.json").write_text(json.dumps(seed, indent=2))
+    (tmp_path / ".tasks" / "task_2.json").write_text(
+        json.dumps({**seed, "id": 2, "subject": "Build", "status": "pending", "blockedBy": [1]})
+    )
+    store = TaskStore(tmp_path)
+    assert [(t.id, t.subject, t.status, t.blockedBy) for t in store.all()] == [
+        (1, "Write spec", Status.completed, []),
+        (2, "Build", Status.pending, [1]),
+    ]
+    t3 = store.create("Ship", blocked_by=[2])  # no .next_id yet: the counter comes from the files
+    assert t3.id == 3
+    assert store.claim(2, "w").owner == "w"
+
+
+def test_create_writes_seed_keys_first_and_resolves_names(store):
+    a = store.create("Set up", name="setup")
+    b = store.create("Build", "compile it", blocked_by=["setup"], owner="bob")
+    data = json.loads(store.path(b.id).read_text())
+    assert list(data)[:6] == ["id", "subject", "description", "status", "blockedBy", "owner"]
+    assert (data["blockedBy"], data["owner"]) == ([a.id], "bob")
+    assert store.resolve("setup") == store.resolve("#1") == store.resolve("1") == 1
+    with pytest.raises(UnknownRef, match="no task named 'nope'"):
+        store.resolve("nope")
+    with pytest.raises(UnknownRef, match="no task #9"):
+        store.create("x", blocked_by=[9])
+    with pytest.raises(UserError, match="already exists"):
+        store.create("again", name="setup")
+    with pytest.raises(InvalidName):
+        store.create("bad", name="a/b")
+    assert store.ids() == [1, 2]
+
+
+def test_cycle_is_refused_with_the_cycle_and_nothing_written(store):
+    for i in range(1, 5):
+        store.create(f"t{i}", blocked_by=[i - 1] if i > 1 else [])
+    before = snapshot(store)
+    with pytest.raises(CycleError) as e:
+        store.update(1, add_blocked_by=[4], status="completed")
+    assert str(e.value) == "dependency cycle: #1 → #4 → #3 → #2 → #1"
+    assert e.value.cycle == [1, 4, 3, 2, 1]
+    with pytest.raises(CycleError, match="#2 cannot depend on itself: #2 → #2"):
+        store.update(2, add_blocked_by=["2"])
+    with pytest.raises(UserError, match="invalid status 'done'"):
+        store.update(2, status="done")
+    assert snapshot(store) == before
+
+
+def test_completion_rewrites_no_other_file(store):
+    store.create("a")
+    store.create("b", blocked_by=[1])
+    store.create("c", blocked_by=[1])
+    b_before, c_before = store.path(2).read_bytes(), store.path(3).read_bytes()
+    t = store.claim(1, "w")
+    store.finish(1, t.epoch, "completed", result="ok")
+    assert (store.path(2).read_bytes(), store.path(3).read_bytes()) == (b_before, c_before)
+    assert [x.id for x in store.claim_many([2, 3], "v")] == [2, 3]
+
+
+def test_claim_is_compare_and_set_and_epochs_guard_finish(tmp_path):
+    clock = Clock()
+    store = TaskStore(tmp_path, clock=clock)
+    store.create("dep")
+    store.create("main", blocked_by=[1])
+    with pytest.raises(ConflictError, match=r"#2 is blocked by \[1\]"):
+        store.claim(2, "a")
+    first = store.claim(1, "a", lease=10)
+    assert store.try_claim(1, "b") is None
+    with pytest.raises(ConflictError, match="in_progress, not pending"):
+        store.claim(1, "b")
+    clock.now += 11
+    assert [t.id for t in store.reclaim_expired()] == [1]
+    again = store.claim(1, "b", lease=10)
+    assert (again.epoch, again.attempts, again.owner) == (2, 2, "b")
+    with pytest.raises(ConflictError, match="attempt 1 is stale"):
+        store.finish(1, first.epoch, "completed")
+    store.finish(1, again.epoch, "completed")
+    assert store.get(1).status == Status.completed
+    assert store.claim(2, "a").status == Status.in_progress
+    events = [(e["task"], e["event"], e.get("from"), e.get("to")) for e in store.events()[0]]
+    assert events == [
+        (1, "created", None, "pending"),
+        (2, "created", None, "pending"),
+        (1, "claimed", "pending", "in_progress"),
+        (1, "lease_expired", "in_progress", "pending"),
+        (1, "claimed", "pending", "in_progress"),
+        (1, "status", "in_progress", "completed"),
+        (2, "claimed", "pending", "in_progress"),
+    ]
+
+
+def test_reclaim_skips_a_corrupt_file_and_all_names_it(tmp_path):
+    clock = Clock()
+    store = TaskStore(tmp_path, clock=clock)
+    store.create("a")
+    store.create("b")
+    store.claim(1, "w", lease=5)
+    store.path(2).write_text("{not json")
+    clock.now += 6
+    assert [t.id for t in store.reclaim_expired()] == [1]
+    with pytest.raises(CorruptFile, match=r"task_2\.json: .*team doctor"):
+        store.all()
+
+
+def test_a_dependency_on_a_deleted_task_can_be_removed(store):
+    store.create("a")
+    store.create("b", blocked_by=[1])
+    store.path(1).unlink()
+    with pytest.raises(UnknownRef):
+        store.update(2, remove_blocked_by=["7"])
+    assert store.update(2, remove_blocked_by=["#1"]).blockedBy == []
+
+
+def test_lost_name_index_is_rebuilt_before_a_new_name_is_checked(store):
+    store.create("a", name="alpha")
+    store.names_path.unlink()
+    with pytest.raises(UserError, match="'alpha' already exists"):
+        store.create("b", name="alpha")
+    assert store.resolve("alpha") == 1
+
+
+def test_stale_counter_never_reuses_an_id(store):
+    for i in range(3):
+        store.create(f"t{i}")
+    store.counter_path.write_text("2")
+    assert store.create("next").id == 4
+    store.counter_path.write_text("garbage")
+    assert store.create("after").id == 5
+    assert store.repair_counter() == 6
+
+
+def test_unwritable_root_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    from orchestrator.errors import NotWritable
+
+    with pytest.raises(NotWritable, match="pass a writable --root"):
+        TaskStore(blocker).create("x")
