@@ -269,6 +269,35 @@ def check_counter(ctx: Context) -> list[Finding]:
     ]
 
 
+def check_orphan_worktrees(ctx: Context) -> list[Finding]:
+    """Worktrees/branches of ``isolation: worktree`` plans that no unfinished task needs (worktree.py)."""
+    base = team_dir(ctx.root) / "worktrees"
+    if not base.is_dir():
+        return []  # isolation never ran here: no git call
+    from .errors import UserError
+    from .worktree import Worktrees
+
+    out = []
+    for plan_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task
+                and t.status in (Status.pending, Status.in_progress, Status.failed)}
+        try:
+            orphans = Worktrees(ctx.root, plan_dir.name).orphans(live)
+        except UserError as e:
+            out.append(Finding("orphan-worktree", f"cannot check {ctx.rel(plan_dir)}: {e}", path=ctx.rel(plan_dir)))
+            continue
+        for o in orphans:
+            hint = {"merge-in-progress": "the next `team run` of the plan repairs it",
+                    "stale-lock": "the next `team run` of the plan repairs it",
+                    "stray-dir": "git does not know it: remove the directory",
+                    "stale-entry": "run `git worktree prune`"}.get(
+                o.kind, "inspect it (`git log` of the branch), then `git worktree remove --force PATH` and "
+                        "`git branch -D BRANCH`")
+            out.append(Finding("orphan-worktree", f"plan {plan_dir.name}: {o.kind} {o.name}: {o.detail}",
+                               hint=hint, path=ctx.rel(plan_dir / o.name)))
+    return out
+
+
 CHECKS: list[Check] = [
     check_unreadable,
     check_missing_deps,
@@ -278,6 +307,7 @@ CHECKS: list[Check] = [
     check_duplicate_names,
     check_name_index,
     check_counter,
+    check_orphan_worktrees,
 ]
 """The registry: append a function ``(Context) -> list[Finding]`` to add a check."""
 

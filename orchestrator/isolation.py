@@ -37,6 +37,7 @@ worktree lock), off the scheduler's thread; prepares run on another.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import queue
 import threading
 from pathlib import Path
@@ -45,6 +46,8 @@ from .errors import TeamError, WorkFailed
 from .executors import DoneCallback, Executor, Outcome
 from .models import Task
 from .worktree import MergeConflict, Summary, Worktrees
+
+log = logging.getLogger("orchestrator.isolation")
 
 
 def slug_of(task: Task) -> str:
@@ -88,12 +91,16 @@ class Isolation:
             item = q.get()
             if item is None:
                 return
+            attempt = item[0]
             try:
                 fn(*item)
             except TeamError as e:  # git failed, a bad cwd, ...: that task fails, the run goes on
-                attempt = item[0]
                 attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed", error=f"{type(e).__name__}: {e}",
                                      fields=self._kept(attempt.task)))
+            except Exception as e:  # our bug: log it loudly, fail the task, never hang the scheduler
+                log.exception("worktree isolation crashed on task #%s", attempt.task.id)
+                attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed",
+                                     error=f"internal error in worktree isolation: {type(e).__name__}: {e}"))
 
     def _kept(self, task: Task) -> dict:
         slug = slug_of(task)

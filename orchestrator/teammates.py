@@ -30,6 +30,17 @@ agent loop (agent.py) over its own conversation and transcript::
 * Choosing a teammate for a task (``assign``): the task's ``assignee``
   (spawned if absent), else an idle teammate of the task's role, else a new
   one named ``<role>-<n>``. A name reused after a crash resumes its transcript.
+* Autonomous claiming (autoclaim.py, ``autoclaim=True``): an idle teammate
+  with nothing queued claims a ready non-plan task matching its name/role
+  (store CAS) and records its end with ``TaskStore.finish`` and the claim's
+  epoch; the runtime's heartbeat renews those leases.
+* Protocols (protocols.py): ``_protocol`` sees every fetched message before
+  the model. An idle teammate approves a ``shutdown_request`` itself and its
+  thread ends; a busy one leaves it to the model (``respond_shutdown``). A
+  ``plan_approval_response`` approving the pending plan switches a plan-mode
+  teammate (``ctx.mode == "plan"``: write/execute tools refused) to normal.
+* Worktree isolation: an ``Assignment`` may carry a ``workspace`` (the task's
+  worktree); the tools work there for that attempt.
 * ``team spawn`` reaches a running lead through control.py (``serve_control``).
 * Subagents (``SubagentRunner``): a fresh agent with an empty conversation,
   no inbox, no jobs, no teammates and no subagent tool (no nesting); its
@@ -353,15 +364,17 @@ class TeamRuntime:
             mate.thread.start()
             return mate
 
-    def assign(self, task: Task, epoch: int, done: Done) -> None:
-        """Queue a task attempt on the right teammate; failures to place it go to ``done``."""
+    def assign(self, task: Task, epoch: int, done: Done, *, workspace: Path | None = None) -> None:
+        """Queue a task attempt on the right teammate; failures to place it go to ``done``.
+
+        ``workspace``: where this attempt's tools work (its git worktree), else the runtime's."""
         try:
             mate = self._choose(task)
         except UserError as e:
             done(RunResult("failed", "", f"cannot start task #{task.id}: {e}"))
             return
         with self.lock:
-            mate.queue.append(Assignment(task, epoch, done))
+            mate.queue.append(Assignment(task, epoch, done, workspace))
 
     def _choose(self, task: Task) -> Teammate:
         with self.lock:

@@ -258,3 +258,54 @@ def test_kill_nine_mid_run_and_mid_merge_then_resume_sampled(tmp_path):
 def test_kill_nine_mid_run_and_mid_merge_then_resume_soak(tmp_path):
     for i in range(10):
         kill_and_resume(tmp_path / str(i), kills=6)
+
+
+def test_agent_tasks_work_in_their_own_worktree_and_are_merged(tmp_path):
+    """Real CLI + openai client against the scripted server: the agent's tools act in its worktree."""
+    from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
+
+    plan = ("name: ag\nworkers: 2\nisolation: worktree\nteam:\n  - {name: ada, role: coder}\ntasks:\n"
+            "  - id: write\n    assignee: ada\n    prompt: Put hello in greet.txt.\n"
+            "  - id: after\n    needs: [write]\n    run: cat greet.txt > copy.txt\n")
+    repo = make_repo(tmp_path / "repo", {"README": "r\n"}, plan)
+    before = snapshot(repo)
+    seen: list[str] = []
+
+    def finish(body: dict) -> Reply:
+        seen.append(json.dumps(body["messages"]))
+        return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed", "result": "wrote it"})])
+
+    script = {"ada": [Reply(tool_calls=[tool_call("write_file", {"path": "greet.txt", "content": "hello\n"})]),
+                      finish]}
+    with ScriptedServer(script) as srv:
+        r = run_team(repo, "run", "plan.yaml", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY="sk-local",
+                     TEAM_MODEL="gpt-4o-mini", TEAM_LLM_BACKOFF_BASE="0")
+        assert r.returncode == 0, r.stdout + r.stderr
+        srv.assert_complete()
+    wt = repo / ".team/worktrees/ag/write"
+    assert f"Your workspace for this task is {wt}, a git worktree on branch team/ag/write" in seen[0]
+    assert show(repo, "team/ag/integration", "greet.txt") == "hello\n"
+    assert show(repo, "team/ag/integration", "copy.txt") == "hello\n"  # the shell task saw the agent's work
+    assert snapshot(repo) == before and not (repo / "greet.txt").exists()
+
+
+def test_doctor_reports_orphaned_worktrees_but_not_a_failed_tasks_kept_branch(tmp_path):
+    plan = ("name: doc\nworkers: 2\nisolation: worktree\ntasks:\n"
+            "  - id: a\n    run: echo a > s.txt\n  - id: b\n    run: echo b > s.txt\n")
+    repo = make_repo(tmp_path / "repo", {"s.txt": "0\n"}, plan)
+    assert run_team(repo, "run", "plan.yaml", "-k").returncode == 1  # one of them conflicts: kept, not orphaned
+    ok = run_team(repo, "doctor")
+    assert (ok.returncode, ok.stdout) == (0, f"team doctor: {repo}\nOK: no problems found.\n")
+    git(repo, "branch", "team/doc/ghost", "HEAD")
+    (repo / ".team/worktrees/doc/junk").mkdir()
+    r = run_team(repo, "doctor")
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[1:] == [
+        "  problem [orphan-worktree] plan doc: task ghost: branch team/doc/ghost (0 unmerged commits)",
+        "          → inspect it (`git log` of the branch), then `git worktree remove --force PATH` and "
+        "`git branch -D BRANCH`",
+        f"  problem [orphan-worktree] plan doc: stray-dir junk: {repo}/.team/worktrees/doc/junk is not a "
+        "registered worktree",
+        "          → git does not know it: remove the directory",
+        "2 problem(s) remain; 2 need a human.",
+    ]

@@ -1,9 +1,143 @@
-"""CLI commands (being built; see the issue that owns this module)."""
+"""``team chat [--resume] [--model M] [--root DIR]``: the interactive lead.
+
+The session itself (router, goal, the lead's loop) is orchestrator/chat.py;
+this module owns the terminal: read a line, hand it to the session, print
+what comes back. On a terminal there is a prompt and line editing
+(readline), and the lead's answer is printed as it streams in, with one
+``· tool {args}`` line per tool call. Piped stdin works the same without
+the prompt, for scripts. Ctrl-D or ``/quit`` leaves cleanly (teammates shut
+down, the lock is released); Ctrl-C interrupts the lead's turn, or at the
+prompt just clears the line.
+
+The model and key are resolved before anything starts (exit 2 when one is
+missing), and so is the lead lock (exit 2 naming the lead that holds it).
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+from typing import IO, Annotated, Any
+
 import typer
+
+from .common import RootOpt, root_of
+
+PROMPT = "you> "
+TOOL_ARGS_SHOWN = 100
+
+
+class Console:
+    """Streams text and keeps track of whether the cursor is at a line start."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream, self.at_start = stream, True
+
+    def text(self, chunk: str) -> None:
+        if chunk:
+            self.stream.write(chunk)
+            self.stream.flush()
+            self.at_start = chunk.endswith("\n")
+
+    def end_line(self) -> None:
+        if not self.at_start:
+            self.text("\n")
+
+    def line(self, text: str = "") -> None:
+        self.end_line()
+        self.text(text + "\n")
+
+    def tool(self, name: str, arguments: str) -> None:
+        args = " ".join(arguments.split())
+        if len(args) > TOOL_ARGS_SHOWN:
+            args = args[:TOOL_ARGS_SHOWN] + "…"
+        self.line(f"  · {name} {args}")
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def chat_cmd(
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the last lead session (and its teammates).")] = False,
+    model: Annotated[str | None, typer.Option("--model", help="Model for the lead and its teammates (else $TEAM_MODEL).")] = None,
+    root: RootOpt = None,
+) -> None:
+    """Talk to the lead: it plans, spawns teammates and delegates; /help lists the local commands."""
+    from ..agent_executor import max_steps_from_env
+    from ..chat import ChatSession
+    from ..llm import LLMClient, LLMConfig
+    from ..transcript import register_secret
+
+    config = LLMConfig.resolve(None, model)
+    register_secret(config.api_key.get_secret_value())
+    max_steps = max_steps_from_env()
+    console = Console(sys.stdout)
+    clients: dict[str, Any] = {}
+
+    def model_for(role: Any) -> LLMClient:
+        name = role.model or config.model
+        if name not in clients:
+            clients[name] = LLMClient(config.model_copy(update={"model": name}),
+                                      on_retry=lambda e: console.line(f"({e})"))
+        return clients[name]
+
+    session = ChatSession(root_of(root), model_for=model_for, resume=resume, max_steps=max_steps,
+                          on_text=console.text, on_tool=console.tool)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        session.open()
+        _loop(session, console, config.model)
+    finally:
+        session.close()
+        for client in clients.values():
+            client.close()
+
+
+def _loop(session: Any, console: Console, model: str) -> None:
+    tty = sys.stdin.isatty()
+    if tty:
+        import readline  # noqa: F401  (line editing and history for input())
+    console.line(f"team chat · lead of team {session.agent.team_name} · model {model} · "
+                 "/help for commands, /quit or Ctrl-D to leave")
+    for note in session.notes:
+        console.line(f"({note})")
+    if session.goal.text:
+        console.line(f"({session.goal.describe()})")
+    shown = None
+    while True:
+        notice = session.pending()
+        if notice and notice != shown:
+            console.line(f"({notice})")
+        shown = notice
+        try:
+            line = input(PROMPT if tty else "")
+        except EOFError:
+            console.end_line()
+            return
+        except KeyboardInterrupt:
+            console.line("^C (Ctrl-D or /quit to leave)")
+            continue
+        try:
+            resp = session.handle(line)
+        except KeyboardInterrupt:
+            console.line("(interrupted: the lead stopped this turn)")
+            continue
+        if resp.text:
+            console.line(resp.text)
+        if line.strip().lower() == "/inbox":
+            shown = session.pending()  # just shown in full: no notice about the same messages
+        r = resp.result
+        if r is not None:
+            console.end_line()
+            if r.status == "failed":
+                console.line(f"error: {r.error}")
+            elif r.status == "interrupted":
+                console.line(f"(interrupted: {r.error})")
+        if resp.quit:
+            return
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``team chat`` to ``app``."""
+    app.command("chat")(chat_cmd)

@@ -32,7 +32,7 @@ def run_cmd(
     root: RootOpt = None,
 ) -> None:
     """Run a plan: every unblocked task in parallel, resumable after a crash."""
-    from .. import progress
+    from .. import progress, usage
     from ..plan import load_plan
 
     lp = load_plan(plan_file, model=model)
@@ -65,10 +65,13 @@ def run_cmd(
     finally:
         sink.close()
     summary = progress.summarise(result, workers or lp.plan.workers, state_root)
+    tokens = usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
+    if tokens is not None:
+        summary["usage"] = tokens
     if json_out:
         sink({"event": "summary", **summary})
     else:
-        for line in progress.render_summary(summary):
+        for line in progress.render_summary(summary) + usage.render(tokens or {}, "tokens this run"):
             out(line)
     if not result.ok:
         raise typer.Exit(code=1)

@@ -1,43 +1,24 @@
 """``team send|broadcast|inbox|status`` and ``team jobs [show|kill]``.
 
-Formatting only: the roster and liveness come from team.py, messages from
-inbox.py, jobs from jobs.py, task counts from the store. ``team inbox NAME``
+Formatting only: what the team looks like comes from overview.py (roster and
+liveness, task counts, jobs, the lead, token usage per agent and per task). ``team inbox NAME``
 drains (fetch + ack) unless ``--peek``. ``team spawn`` lives in another module.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from .. import overview
 from ..inbox import Bus
-from ..jobs import JobManager, JobRecord
-from ..lead import lead_info
-from ..models import MESSAGE_TYPES, Message, Status
-from ..store import TaskStore
-from ..team import Team
+from ..jobs import JobManager
+from ..models import MESSAGE_TYPES
 from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 jobs_app = typer.Typer(help="Background shell jobs (.team/jobs/): list, show, kill.")
-
-
-def age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _message_line(m: Message) -> str:
-    when = time.strftime("%H:%M:%S", time.localtime(m.timestamp))
-    kind = "" if m.type == "message" else f" [{m.type}{' ' + m.request_id if m.request_id else ''}]"
-    return f"{when} {m.sender}{kind}: {m.content}"
 
 
 def send_cmd(
@@ -77,79 +58,16 @@ def inbox_cmd(
     elif not messages:
         out(f"no unread messages for {name}")
     else:
-        out("\n".join(_message_line(m) for m in messages))
-
-
-def _status_data(root) -> dict[str, Any]:
-    team = Team(root)
-    bus = Bus(root, team=team)
-    roster = team.load()
-    members = []
-    for s in team.states():
-        data = s.model_dump(exclude_none=True)
-        data["unread"] = len(bus.peek(s.name))
-        members.append(data)
-    tasks, bad = TaskStore(root).scan()
-    counts = {s.value: 0 for s in Status}
-    for t in tasks:
-        counts[t.status.value] += 1
-    done = {t.id for t in tasks if t.status == Status.completed}
-    ready = sum(1 for t in tasks if t.status == Status.pending and set(t.blockedBy) <= done)
-    jobs = JobManager(root).list()
-    running = [j for j in jobs if j.status == "running"]
-    lead = lead_info(root)
-    return {
-        "team_name": roster.team_name,
-        "lead": {"alive": lead is not None, **(lead or {})},
-        "members": members,
-        "tasks": {"total": len(tasks), **counts, "ready": ready, "unreadable": len(bad)},
-        "jobs": {"total": len(jobs), "running": [j.model_dump(exclude_none=True) for j in running]},
-    }
+        out("\n".join(overview.message_line(m) for m in messages))
 
 
 def status_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    """Roster with working/idle/dead/shutdown, task counts, running jobs, lead alive?"""
-    data = _status_data(root_of(root))
+    """Roster with working/idle/dead/shutdown, task counts, running jobs, lead alive?, token usage."""
+    data = overview.status_data(root_of(root))
     if as_json:
         print_json(data)
         return
-    lead = data["lead"]
-    lead_text = f"running (pid {lead.get('pid')})" if lead["alive"] else "not running"
-    out(f"team: {data['team_name']}   lead: {lead_text}")
-    if data["members"]:
-        out("members:")
-        width = max(len(m["name"]) for m in data["members"])
-        for m in data["members"]:
-            bits = [f"heartbeat {age(m.get('heartbeat_age'))} ago" if "heartbeat_age" in m else "no heartbeat"]
-            if m.get("task"):
-                bits.append(f"task #{m['task']}")
-            if m["unread"]:
-                bits.append(f"{m['unread']} unread")
-            if m["reason"] and m["liveness"] == "dead":
-                bits.append(m["reason"])
-            out(f"  {m['name']:<{width}}  {m['role']:<10} {m['liveness']:<9} {' · '.join(dict.fromkeys(bits))}")
-    else:
-        out("members: none (add one with `team spawn NAME --role ROLE`)")
-    t = data["tasks"]
-    if t["total"]:
-        parts = [f"{t[s.value]} {s.value}" for s in Status if t[s.value]]
-        extra = f" ({t['ready']} ready)" if t["pending"] else ""
-        bad = f" · {t['unreadable']} unreadable (run `team doctor`)" if t["unreadable"] else ""
-        out(f"tasks: {' · '.join(parts)}{extra}{bad}")
-    else:
-        out("tasks: none")
-    running = data["jobs"]["running"]
-    out(f"jobs: {len(running)} running, {data['jobs']['total']} in total")
-    now = time.time()
-    for j in running:
-        out(f"  {j['id']}  {j['owner']}  {age(now - j['started_at'])}  {j['command']}")
-
-
-def _job_line(j: JobRecord, now: float) -> str:
-    code = "" if j.exit_code is None else f" (exit {j.exit_code})"
-    took = age((j.finished_at or now) - j.started_at)
-    task = f" task #{j.task}" if j.task else ""
-    return f"{j.id}  {j.status + code:<18} {j.owner:<8} {took:>5}{task}  {j.command}"
+    out("\n".join(overview.status_lines(data)))
 
 
 @jobs_app.callback(invoke_without_command=True)
@@ -164,7 +82,7 @@ def jobs_list(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None
         out("no jobs yet")
     else:
         now = time.time()
-        out("\n".join(_job_line(j, now) for j in jobs))
+        out("\n".join(overview.job_line(j, now) for j in jobs))
 
 
 @jobs_app.command("show")
@@ -178,7 +96,7 @@ def jobs_show(
     if as_json:
         print_json(j.model_dump(exclude_none=True))
         return
-    out(_job_line(j, time.time()))
+    out(overview.job_line(j, time.time()))
     out(f"  pid {j.pid} · pgid {j.pgid} · manager pid {j.manager_pid} · log {j.log}")
     if j.cwd:
         out(f"  cwd {j.cwd}")
