@@ -140,6 +140,7 @@ class ShellExecutor:
     """``kind: shell``: each attempt is a background job in its own process group."""
 
     kind = "shell"
+    inline_start = True  # start() only enqueues: safe inside store.commit's on_visible
 
     def __init__(self, ctx: Context):
         from .jobs import JobManager

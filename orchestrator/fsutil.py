@@ -33,6 +33,7 @@ TMP_PREFIX = ".tmp-"
 
 
 def fsync_dir(path: Path) -> None:
+    """fsync a directory (its entries) or, as well, any existing file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -187,6 +187,7 @@ class _Isolated:
     def __init__(self, inner: Executor, iso: Isolation):
         self.inner, self.iso = inner, iso
         self.kind = inner.kind
+        self.inline_start = getattr(inner, "inline_start", False)  # start() only enqueues either way
         reap = getattr(inner, "reap_orphans", None)
         if reap is not None:
             self.reap_orphans = reap

@@ -17,8 +17,10 @@ The loop sleeps on one event queue fed by every executor's ``done`` callback
 (shell jobs: ``JobManager.wait`` in the executor's pump thread), so a
 dependent is claimed and started as soon as its last dependency's
 notification is handled — there is no polling. All outcomes queued at that
-moment are handled as one batch: one ``finish_many`` store write, then one
-``claim_many`` for what became ready.
+moment are handled as one batch: one ``store.commit`` that records the
+finished attempts and claims what became ready. Shell jobs of the batch are
+started as soon as its files are renamed into place and its event lines
+written, overlapping the batch's last fsyncs (``commit(on_visible=...)``).
 
 A failed attempt with retries left goes back to ``pending`` (``release``)
 and waits ``retry_delay * 2**(n-1)`` seconds. A final failure cancels
@@ -251,8 +253,18 @@ class Scheduler:
             picked = [heapq.heappop(self.ready)[2] for _ in range(min(free, len(self.ready)))]
         if not finals and not picked:
             return
+        early: set[int] = set()
+
+        def start_early(claimed: list[Task]) -> None:
+            # Executors that only enqueue (shell jobs) start while the batch's
+            # last fsyncs run: the claim is already on disk (store.commit).
+            for task in claimed:
+                if getattr(self.executors[task.kind], "inline_start", False):
+                    self._start(task)
+                    early.add(task.id)
+
         written, claimed = self.store.commit(finals, picked, self.opts.owner, lease=self.opts.lease,
-                                             actor=self.opts.owner)
+                                             actor=self.opts.owner, on_visible=start_early)
         done = {t.id: t for t in written}
         for tid, epoch, status, fields in finals:
             run = self.runs[tid]
@@ -272,15 +284,21 @@ class Scheduler:
         for tid in picked:
             if tid not in won:
                 self.unclaimable[tid] = self._why_unclaimable(tid)
-        now = self.clock()
         for task in claimed:
-            self.tasks[task.id] = task
-            self.running[task.id] = (task.epoch, now)
-            self._leases[task.id] = task.epoch
+            if task.id not in early:
+                self._start(task)
+        for task in claimed:
             run = self.runs[task.id]
-            run.status, run.attempts, run.started = "running", task.attempts, now
             self.emit({"event": "started", "task": task.id, "name": run.name, "attempt": task.attempts})
-            self.executors[task.kind].start(task, task.epoch, self.events.put)
+
+    def _start(self, task: Task) -> None:
+        now = self.clock()
+        self.tasks[task.id] = task
+        self.running[task.id] = (task.epoch, now)
+        self._leases[task.id] = task.epoch
+        run = self.runs[task.id]
+        run.status, run.attempts, run.started = "running", task.attempts, now
+        self.executors[task.kind].start(task, task.epoch, self.events.put)
 
     def _why_unclaimable(self, tid: int) -> str:
         try:

@@ -663,8 +663,18 @@ class TaskStore:
         *,
         lease: float | None = None,
         actor: str | None = None,
+        on_visible: Callable[[list[Task]], None] | None = None,
     ) -> tuple[list[Task], list[Task]]:
         """End attempts and claim tasks in one locked, durable batch.
+
+        ``on_visible(claimed)`` is called once every file of the batch is
+        renamed into place and its event lines are written, before the final
+        directory and event-log fsyncs: a caller may start the claimed work
+        there, overlapping those syncs. A SIGKILL at any point after it sees
+        exactly what a later one would (the page cache survives the process);
+        only a power loss in that window can forget the claim, and then the
+        task simply runs again (at-least-once). It must not block or take the
+        store lock.
 
         ``finishes``: ``(id, epoch, status, fields)``; a stale epoch skips that
         item. ``claims``: ids claimed under the same rule as ``claim`` (a
@@ -708,7 +718,8 @@ class TaskStore:
                 claimed.append(task)
                 records.append(self._event_record(task, "claimed", actor or owner, before, owner=owner,
                                                   epoch=task.epoch, attempt=task.attempts))
-            self._write_batch(finished + claimed, records)
+            self._write_batch(finished + claimed, records,
+                              on_visible=(lambda: on_visible(claimed)) if on_visible else None)
         return finished, claimed
 
     def _event_record(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> dict:
@@ -723,7 +734,8 @@ class TaskStore:
         if records:
             append_line(self.events_path, "\n".join(dumps(r) for r in records), durable=self.durable)
 
-    def _write_batch(self, tasks: list[Task], records: list[dict[str, Any]] = ()) -> None:
+    def _write_batch(self, tasks: list[Task], records: list[dict[str, Any]] = (),
+                     on_visible: Callable[[], None] | None = None) -> None:
         """Atomic per file, durable as a batch, then the batch's event lines.
 
         Temp files are fsynced in parallel (the kernel merges them into one
@@ -745,8 +757,16 @@ class TaskStore:
             list(_io_pool().map(lambda pd: atomic_write(pd[0], pd[1], sync_dir=False), payloads))
         if not self.durable:
             self._events_batch(list(records))
+            if on_visible is not None:
+                on_visible()
             return
-        pending = _io_pool().submit(self._events_batch, list(records)) if records else None
+        if on_visible is not None:
+            if records:
+                append_line(self.events_path, "\n".join(dumps(r) for r in records), durable=False)
+            on_visible()
+            pending = _io_pool().submit(fsync_dir, self.events_path) if records else None
+        else:
+            pending = _io_pool().submit(self._events_batch, list(records)) if records else None
         fsync_dir(self.dir)
         if pending is not None:
             pending.result()
