@@ -33,6 +33,7 @@ from typing import Protocol
 
 from .errors import PlanError
 from .models import Task
+from .transcript import secret_env_names
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,11 @@ class ShellExecutor:
                     done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
                     continue
                 try:
+                    # The model API key (a registered secret) is not handed to shell tasks
+                    # unless the plan sets it for the task.
+                    unset = [n for n in secret_env_names(dict(os.environ)) if n not in task.env]
                     record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
-                                             timeout=task.timeout, task=task.id)
+                                             timeout=task.timeout, task=task.id, unset=unset)
                 except OSError as e:
                     done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
                     continue

@@ -60,7 +60,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Literal
@@ -277,10 +277,11 @@ class JobManager:
     # -- start --------------------------------------------------------------
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
               env: dict[str, str] | None = None, timeout: float | None = None,
-              task: int | None = None) -> JobRecord:
+              task: int | None = None, unset: Iterable[str] = ()) -> JobRecord:
         """Start ``command`` in the background; returns once it has been exec'd.
 
-        ``env`` entries are added to the inherited environment.
+        ``env`` entries are added to the inherited environment; names in
+        ``unset`` are removed from it (secrets a job must not see).
         """
         if cwd is not None and not Path(cwd).is_dir():
             raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
@@ -296,6 +297,8 @@ class JobManager:
             except FileExistsError:
                 continue
         child_env = dict(os.environ)
+        for name in unset:
+            child_env.pop(name, None)
         if env:
             child_env.update(env)
         child_env[JOB_ENV] = job_id

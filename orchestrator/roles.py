@@ -32,7 +32,7 @@ from typing import Any
 from .errors import UserError
 from .models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode")
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -47,6 +47,7 @@ class Role:
     model: str | None = None
     path: Path | None = None
     builtin: bool = False
+    plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -109,7 +110,10 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     model = _text_field(meta, "model", path, required=False)
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
-    return Role(name, description, tuple(tools), body, model, path, builtin)
+    plan_mode = meta.get("plan_mode", False)
+    if not isinstance(plan_mode, bool):
+        raise UserError(f"{path}: 'plan_mode' must be true or false, got {plan_mode!r}")
+    return Role(name, description, tuple(tools), body, model, path, builtin, plan_mode)
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:

@@ -210,8 +210,7 @@ class Scheduler:
             task = self.tasks[out.task_id]
             if out.ok:
                 result = out.result if out.result is not None else out.tail[-500:]
-                fields = {"log": out.log, "result": result, **({"usage": out.usage} if out.usage else {}),
-                          **(out.fields or {})}
+                fields = {"log": out.log, "result": result, **self._usage(task, out), **(out.fields or {})}
                 finals.append((out.task_id, out.epoch, "completed", fields))
                 self._unlock_dependents(out.task_id)
                 continue
@@ -221,8 +220,11 @@ class Scheduler:
             run.error = reason
             if n <= task.retries and not self.stopped:
                 delay = self.opts.retry_delay.get(out.task_id, 1.0) * 2 ** (n - 1)
-                self.store.release(out.task_id, out.epoch, reason=f"attempt {task.attempts} {reason}; retrying",
-                                   actor=self.opts.owner, failures=n, log=out.log, **(out.fields or {}))
+                released = self.store.release(out.task_id, out.epoch,
+                                              reason=f"attempt {task.attempts} {reason}; retrying",
+                                              actor=self.opts.owner, failures=n, log=out.log,
+                                              **self._usage(task, out), **(out.fields or {}))
+                self.tasks[out.task_id] = released
                 heapq.heappush(self.delayed, (now + delay, out.task_id))
                 run.status = "retrying"
                 self.emit({"event": "retry", "task": out.task_id, "name": run.name, "error": reason,
@@ -231,10 +233,22 @@ class Scheduler:
             finals.append((out.task_id, out.epoch, "failed",
                            {"log": out.log, "error": reason, "failures": n,
                             "result": out.result if out.result is not None else out.tail[-2000:],
-                            **({"usage": out.usage} if out.usage else {}), **(out.fields or {})}))
+                            **self._usage(task, out), **(out.fields or {})}))
             if not self.opts.keep_going and not self.stopped:
                 self.stopped = f"#{out.task_id} ({run.name}) failed"
         return finals
+
+    @staticmethod
+    def _usage(task: Task, out: Outcome) -> dict[str, Any]:
+        """Token usage summed over every attempt of the task (retries included)."""
+        if not out.usage:
+            return {}
+        from .pricing import Usage
+
+        total = Usage.model_validate(out.usage)
+        if task.usage:
+            total = Usage.model_validate(task.usage) + total
+        return {"usage": total.model_dump()}
 
     def _unlock_dependents(self, tid: int) -> None:
         for dep in self.dependents[tid]:

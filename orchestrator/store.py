@@ -532,6 +532,22 @@ class TaskStore:
             self._write(task)
             return task
 
+    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task:
+        """Pass a running attempt to ``owner`` (the lead claims, a teammate works).
+
+        Epoch-checked like ``finish``: the attempt, lease and epoch stay the
+        same; only who holds it changes, so ``task blocked`` can say who runs it.
+        """
+        with self.locked():
+            task = self.read(self.resolve(ref))
+            self._check_epoch(task, epoch)
+            if task.owner != owner:
+                previous, task.owner = task.owner, owner
+                self._write(task)
+                self._event(task, "handed_over", actor or previous or owner, None, owner=owner,
+                            previous_owner=previous, epoch=epoch)
+            return task
+
     def renew_many(self, leases: dict[int, int], lease: float) -> list[int]:
         """Renew several leases (id -> epoch) under one lock; returns the ids renewed."""
         renewed = []

@@ -242,6 +242,12 @@ class Teammate:
         if a.workspace is not None:
             self.ctx.workspace = Path(a.workspace).resolve()
         self._set(status="working", task=task.id)
+        if task.owner != self.name:
+            try:  # the store says who runs it (`team task list`, `task blocked`)
+                self.rt.store.hand_over(task.id, a.epoch, self.name)
+                task.owner = self.name
+            except ConflictError as e:  # reclaimed meanwhile: the attempt's end will be refused too
+                log.warning("teammate %s: task #%s was not handed over: %s", self.name, task.id, e)
         resumed = bool(agent.last_task and agent.last_task.get("task") == task.id and agent.resumed)
         agent.transcript.add_task(task.id, a.epoch)
         label = f"#{task.id}" + (f" {task.name}" if task.name else "") + f": {task.subject}"
@@ -356,6 +362,7 @@ class TeamRuntime:
                 return mate
             r = get_role(role, self.workspace)
             check_tools(r, self.registry.names())
+            plan_mode = plan_mode or r.plan_mode
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode)
             mate = Teammate(self, name, r, self.model_for(r), prompt, plan_mode)

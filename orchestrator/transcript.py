@@ -39,6 +39,13 @@ def register_secret(value: str | None) -> None:
             _SECRETS.add(value)
 
 
+def secret_env_names(env: dict[str, str]) -> list[str]:
+    """Names of variables in ``env`` whose value is a registered secret."""
+    with _SECRETS_LOCK:
+        secrets = set(_SECRETS)
+    return [name for name, value in env.items() if value in secrets]
+
+
 def scrub(text: str) -> str:
     if not _SECRETS:
         return text

@@ -166,3 +166,17 @@ def test_a_teammate_killed_mid_task_resumes_from_its_transcript(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "n\n"
     lines = [json.loads(x) for x in (tmp_path / ".team" / "transcripts" / "alice.jsonl").read_text().splitlines()]
     assert [x["task"] for x in lines if x["kind"] == "task"] == [1, 1]
+
+
+def test_a_retried_agent_task_keeps_the_usage_of_every_attempt(tmp_path):
+    (tmp_path / "plan.yaml").write_text(ONE_TASK + "    retries: 1\n    retry_delay: 0.01\n")
+    look = tool_call("glob", {"pattern": "*.yaml"})
+    # attempt 1 hits the one-step limit mid-work; attempt 2 answers at once
+    script = {"alice": [Reply(tool_calls=[look]), Reply(content="done on the second try")]}
+    with ScriptedServer(script) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", TEAM_AGENT_MAX_STEPS="1", **llm_env(srv))
+        assert r.returncode == 0, r.stdout + r.stderr
+        srv.assert_complete()
+    task = tasks_by_name(tmp_path)["work"]
+    assert (task["status"], task["attempts"], task["result"]) == ("completed", 2, "done on the second try")
+    assert task["usage"]["calls"] == 2

@@ -110,6 +110,8 @@ def test_two_teammates_in_parallel_message_each_other_and_use_a_background_job(t
         "check": ("completed", "alice says greet.py is ready"),
         "review": ("completed", "LGTM: greet.py prints hi."),
     }
+    # the teammate that ran each task holds it in the store, not the lead that claimed it
+    assert {k: t["owner"] for k, t in tasks.items()} == {"build": "alice", "check": "bob", "review": "reviewer-1"}
     assert tasks["build"]["usage"]["calls"] == 4 and tasks["build"]["usage"]["prompt_tokens"] > 0
     assert tasks["check"]["usage"]["calls"] == 2 and tasks["review"]["usage"]["calls"] == 1
     assert (root / "greet.py").read_text() == "print('hi')\n"
@@ -144,3 +146,21 @@ def test_team_spawn_without_a_lead_exits_2(tmp_path):
     assert r.returncode == 2
     assert r.stderr == (f"UserError: no lead is running on {tmp_path}: `team spawn` asks the running lead "
                         "(`team run PLAN`) to do it; start one first\n")
+
+
+def test_shell_tasks_of_an_agent_plan_do_not_inherit_the_model_key(tmp_path):
+    (tmp_path / "plan.yaml").write_text(
+        "name: mixed\ntasks:\n"
+        "  - id: think\n    prompt: Say done.\n"
+        "  - id: dump\n    run: env | sort\n    needs: [think]\n"
+    )
+    with ScriptedServer({"coder-1": [Reply(content="done")]}) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
+        assert r.returncode == 0, r.stdout + r.stderr
+    dump = tasks_by_name(tmp_path)["dump"]
+    log = (tmp_path / dump["log"]).read_text()
+    assert "TEAM_PLAN=mixed" in log  # the job's environment really is in its log
+    assert "OPENAI_API_KEY" not in log and KEY not in log
+    for f in [*tmp_path.joinpath(".team").rglob("*"), *tmp_path.joinpath(".tasks").rglob("*")]:
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f

@@ -16,6 +16,7 @@ from util import wait_until
 
 from orchestrator import protocols
 from orchestrator.agent import RunResult
+from orchestrator.errors import UserError
 from orchestrator.protocols import ProtocolTimeout
 from orchestrator.store import TaskStore
 from orchestrator.teammates import TeamRuntime
@@ -183,5 +184,26 @@ def test_shutdown_request_and_review_tools_need_a_request_id_on_the_wire(tmp_pat
         protocols.review_plan(rt.bus, "ada", rid, False, "no")
         (r,) = rt.bus.peek("ada")
         assert (r.type, r.request_id, r.approve, r.content) == ("plan_approval_response", rid, False, "no")
+    finally:
+        rt.close()
+
+
+def test_a_role_can_put_its_teammates_in_plan_mode(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "agents").mkdir(parents=True)
+    (ws / "agents" / "architect.md").write_text(
+        "---\nname: architect\ndescription: plans before it writes\n"
+        "tools: [read_file, write_file]\nplan_mode: true\n---\nPlan first.\n")
+    (ws / "agents" / "sloppy.md").write_text(
+        "---\nname: sloppy\ndescription: bad flag\ntools: [read_file]\nplan_mode: sometimes\n---\nHi.\n")
+    model = FakeModel(lambda messages, n: say("ok"))
+    rt = TeamRuntime(tmp_path, model_for=lambda role: model, workspace=ws, idle_slice=0.01)
+    try:
+        mate = rt.spawn("ari", "architect")
+        assert mate.ctx.mode == "plan" and member(rt, "ari").plan_mode is True
+        obs = rt.registry.call("write_file", json.dumps({"path": "x.txt", "content": "x"}), mate.ctx, "c1")
+        assert obs.is_error and "plan mode" in obs.content and not (ws / "x.txt").exists()
+        with pytest.raises(UserError, match=r"sloppy\.md: 'plan_mode' must be true or false"):
+            rt.spawn("sam", "sloppy")
     finally:
         rt.close()

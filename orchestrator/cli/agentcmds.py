@@ -21,6 +21,7 @@ def spawn_cmd(
     role: Annotated[str, typer.Option("--role", "-r", help="Role: coder, tester, reviewer or agents/ROLE.md.")] = "coder",
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="First instruction (else it starts idle).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the lead's answer.")] = 15.0,
+    plan_mode: Annotated[bool, typer.Option("--plan-mode", help="Writes wait until the lead approves its plan.")] = False,
     json_out: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -29,11 +30,14 @@ def spawn_cmd(
     from ..team import check_name
 
     check_name(name)
-    reply = request(root_of(root), "spawn", {"name": name, "role": role, "prompt": prompt}, timeout=timeout)
+    reply = request(root_of(root), "spawn", {"name": name, "role": role, "prompt": prompt, "plan_mode": plan_mode},
+                    timeout=timeout)
     if json_out:
         print_json(reply)
         return
     what = "working on its prompt" if prompt else "idle, waiting for messages and tasks"
+    if plan_mode:
+        what += "; in plan mode until the lead approves its plan"
     out(f"spawned {reply['name']} ({reply['role']}) in the lead (pid {reply['pid']}): {what}")
 
 

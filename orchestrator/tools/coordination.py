@@ -101,8 +101,8 @@ def background_run(call: Call) -> str:
     """Start a long-running shell command in the background and go on working. When it ends,
     a notification with its exit code and output tail arrives before your next step."""
     a, ctx = call.args, call.ctx
-    secrets = {k: "" for k in os.environ if SECRET_NAME.search(k)}
-    rec = ctx.require("jobs").start(a.command, owner=ctx.agent, cwd=ctx.workspace, env=secrets,
+    secrets = [k for k in os.environ if SECRET_NAME.search(k)]
+    rec = ctx.require("jobs").start(a.command, owner=ctx.agent, cwd=ctx.workspace, unset=secrets,
                                     timeout=a.timeout, task=ctx.task_id)
     return f"started background job {rec.id}: {a.command}\nfull log: {rec.log}; check it with check_background"
 
