@@ -118,6 +118,22 @@ class LockTimeout(TimeoutError):
     """The lock was not acquired within the timeout."""
 
 
+def flock_fd(fd: int, path: Path, timeout: float | None = None) -> None:
+    """Take an exclusive flock on an open ``fd`` (see ``file_lock`` for ``timeout``)."""
+    if timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"{path} is held by another process") from None
+            time.sleep(0.001)
+
+
 @contextmanager
 def file_lock(path: Path, timeout: float | None = None) -> Iterator[int]:
     """Hold an exclusive lock on ``path`` (created if missing) for the block.
@@ -127,18 +143,7 @@ def file_lock(path: Path, timeout: float | None = None) -> Iterator[int]:
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if timeout is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        else:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise LockTimeout(f"{path} is held by another process") from None
-                    time.sleep(0.001)
+        flock_fd(fd, path, timeout)
         yield fd
     finally:
         os.close(fd)  # closing the last descriptor releases the flock

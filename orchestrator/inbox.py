@@ -55,7 +55,6 @@ is created (no phantom inboxes).
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import json
 import os
@@ -69,7 +68,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from .errors import ConflictError, UserError
-from .fsutil import LockTimeout, atomic_write, dumps, file_lock, fsync_dir
+from .fsutil import LockTimeout, atomic_write, dumps, file_lock, flock_fd, fsync_dir
 from .models import MESSAGE_TYPES, PROTOCOL_TYPES, Message
 from .paths import team_dir
 from .team import Team, check_name
@@ -367,14 +366,9 @@ class Bus:
 
 
 def _flock(fd: int, path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise ConflictError(
-                    f"{path.name}: another reader holds this inbox; wait for it or use `team inbox --peek`"
-                ) from LockTimeout(str(path))
-            time.sleep(0.001)
+    try:
+        flock_fd(fd, path, timeout)
+    except LockTimeout as e:
+        raise ConflictError(
+            f"{path.name}: another reader holds this inbox; wait for it or use `team inbox --peek`"
+        ) from e

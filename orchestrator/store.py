@@ -506,7 +506,8 @@ class TaskStore:
         if waiting:
             raise ConflictError(f"task #{task.id} is blocked by {waiting}")
 
-    def _claim_locked(self, task: Task, owner: str, lease: float | None, actor: str) -> Task:
+    def _mark_claimed(self, task: Task, owner: str, lease: float | None) -> Status:
+        """The claim itself (a new attempt and epoch); returns the status before."""
         before = task.status
         task.owner = owner
         task.epoch += 1
@@ -514,6 +515,10 @@ class TaskStore:
         self._apply_status(task, Status.in_progress)
         task.lease_expires = (self.clock() + lease) if lease else None
         task.error = None
+        return before
+
+    def _claim_locked(self, task: Task, owner: str, lease: float | None, actor: str) -> Task:
+        before = self._mark_claimed(task, owner, lease)
         self._write(task)
         self._event(task, "claimed", actor, before, owner=owner, epoch=task.epoch, attempt=task.attempts)
         return task
@@ -724,13 +729,7 @@ class TaskStore:
                     self._check_claimable(task, overlay)
                 except (ConflictError, UnknownRef):
                     continue
-                before = task.status
-                task.owner = owner
-                task.epoch += 1
-                task.attempts += 1
-                self._apply_status(task, Status.in_progress)
-                task.lease_expires = (self.clock() + lease) if lease else None
-                task.error = None
+                before = self._mark_claimed(task, owner, lease)
                 claimed.append(task)
                 records.append(self._event_record(task, "claimed", actor or owner, before, owner=owner,
                                                   epoch=task.epoch, attempt=task.attempts))

@@ -18,24 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
 
 from orchestrator.errors import InvalidName, UserError
 from orchestrator.worktree import GitError, MergeConflict, Worktrees
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "refactor"
-USER_ID = {"GIT_AUTHOR_NAME": "User", "GIT_AUTHOR_EMAIL": "user@example.com",
-           "GIT_COMMITTER_NAME": "User", "GIT_COMMITTER_EMAIL": "user@example.com"}
-
-
-@pytest.fixture(autouse=True)
-def no_git_identity(tmp_path_factory, monkeypatch):
-    home = tmp_path_factory.mktemp("home")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var in [*USER_ID, "EMAIL", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"]:
-        monkeypatch.delenv(var, raising=False)
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
