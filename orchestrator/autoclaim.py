@@ -22,6 +22,10 @@ as it runs an assigned one and records the end itself with
 someone else reclaimed it); an interrupted attempt is released to
 ``pending`` for someone else.
 
+``AutoClaimer.claim`` returns the claimed task with the callback that records
+its end (the runtime wraps both in an ``Assignment``); until then the claim
+is in ``claims`` and ``renew`` (the runtime's heartbeat) extends its lease.
+
 Scanning costs a directory read, so a teammate rescans only when the event
 log changed since its last scan (every create/claim/finish appends to it)
 or ``rescan_every`` seconds passed.
@@ -29,14 +33,21 @@ or ``rescan_every`` seconds passed.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from .errors import ConflictError, UnknownRef
 from .models import Status, Task
 from .store import TaskStore
+
+if TYPE_CHECKING:
+    from .agent import RunResult
+
+log = logging.getLogger("orchestrator.teammates")
 
 
 def claimable(task: Task, member: str, role: str) -> bool:
@@ -63,6 +74,7 @@ class AutoClaimer:
         self.store, self.lease, self.rescan_every = store, lease, rescan_every
         self._seen: dict[str, tuple[tuple[int, int] | None, float]] = {}
         self._lock = threading.Lock()
+        self.claims: dict[int, int] = {}  # claimed task -> epoch, until its end is recorded
 
     def _mark(self) -> tuple[int, int] | None:
         try:
@@ -86,3 +98,33 @@ class AutoClaimer:
             except (ConflictError, UnknownRef):
                 continue  # another teammate (or the scheduler) got it first
         return None
+
+    def claim(self, member: str, role: str) -> tuple[Task, Callable[[RunResult], None]] | None:
+        """Claim the next task for ``member``: the task and the callback recording its end."""
+        task = self.next_for(member, role)
+        if task is None:
+            return None
+        with self._lock:
+            self.claims[task.id] = task.epoch
+        return task, lambda r: self._finish(task, member, r)
+
+    def renew(self) -> None:
+        """Extend the leases of every claim still running (the runtime's heartbeat calls this)."""
+        with self._lock:
+            claims = dict(self.claims)
+        if claims:
+            self.store.renew_many(claims, self.lease)
+
+    def _finish(self, task: Task, member: str, r: RunResult) -> None:
+        with self._lock:
+            self.claims.pop(task.id, None)
+        try:
+            if r.status == "interrupted":
+                self.store.release(task.id, task.epoch, reason=f"{member}: {r.error}", actor=member)
+                return
+            ok = r.status == "completed"
+            self.store.finish(task.id, task.epoch, "completed" if ok else "failed", result=r.result or None,
+                              error=None if ok else (r.error or f"ended with {r.status}"), actor=member,
+                              log=r.log, **({"usage": r.usage.model_dump()} if r.usage.calls else {}))
+        except ConflictError as e:  # the lease expired and someone else has the task now
+            log.warning("teammate %s: the end of task #%s was not recorded: %s", member, task.id, e)

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import graph
+from . import graph, render
 from .fsutil import TMP_PREFIX, file_lock, read_jsonl
 from .models import Status, Task
 from .paths import team_dir
@@ -133,7 +133,7 @@ def check_cycles(ctx: Context) -> list[Finding]:
     return [
         Finding(
             "cycle",
-            f"dependency cycle {graph.format_ids(cyc)}: none of these tasks can ever start",
+            f"dependency cycle {render.format_ids(cyc)}: none of these tasks can ever start",
             hint=f"break it with `team task update {cyc[0]} --remove-blocked-by {cyc[1]}` (or another edge)",
         )
         for cyc in graph.find_cycles(ctx.tasks)

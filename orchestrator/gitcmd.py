@@ -11,6 +11,9 @@
 * When the repository has no author identity (a fresh CI box), commits are made
   as ``team <team@localhost>`` through ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` in our
   environment only: git config is never written.
+* A few read-only queries every caller needs (``rev``, ``is_ancestor``,
+  ``dirty``, ``gitdir``, ``worktrees``) answer in plain values: a missing
+  ref is ``None``, not an error.
 * A failure raises ``GitError`` (a ``WorkFailed``, exit 1) carrying the command,
   the directory and git's stderr.
 """
@@ -63,3 +66,34 @@ class Git:
             if self("config", f"user.{var.lower()}", check=False).returncode:
                 self.env.setdefault(f"GIT_AUTHOR_{var}", value)
                 self.env.setdefault(f"GIT_COMMITTER_{var}", value)
+
+    # -- queries ------------------------------------------------------------------
+    def rev(self, ref: str, cwd: Path | None = None) -> str | None:
+        """The commit ``ref`` names, or None when there is none."""
+        proc = self("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=cwd, check=False)
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return self("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+    def dirty(self, path: Path) -> bool:
+        """Uncommitted changes (untracked files included) in the worktree at ``path``; False if none there."""
+        if not (path / ".git").exists():
+            return False
+        return bool(self("status", "--porcelain", "--untracked-files=all", cwd=path).stdout.strip())
+
+    def gitdir(self, path: Path) -> Path | None:
+        """The private git directory of the linked worktree at ``path``, or None."""
+        if not (path / ".git").is_file():
+            return None
+        proc = self("rev-parse", "--absolute-git-dir", cwd=path, check=False)
+        return Path(proc.stdout.strip()) if proc.returncode == 0 else None
+
+    def worktrees(self) -> dict[Path, dict[str, str]]:
+        """Registered worktrees: resolved path -> porcelain attributes (branch, locked, ...)."""
+        out: dict[Path, dict[str, str]] = {}
+        for block in self("worktree", "list", "--porcelain").stdout.split("\n\n"):
+            attrs = dict((line.split(" ", 1) + [""])[:2] for line in block.splitlines() if line)
+            if "worktree" in attrs:
+                out[Path(attrs["worktree"]).resolve()] = attrs
+        return out

@@ -13,6 +13,10 @@ Lifecycle::
                        ├──► killed      ``kill()`` from this or any process
                        └──► lost        its manager process died (``reap_orphans``)
 
+Modules: the record and notification (``jobrecords``), the process handle,
+exit fd and spawner thread (``jobspawn``), jobs this manager does not watch
+(``joborphans``, mixed into ``JobManager``), and here the manager itself.
+
 * One watcher thread per manager waits on every job's pidfd with epoll (no
   polling; no thread start on the ``start()`` path: ~1 ms is fork+exec).
   A pidfd turns readable when the leader exits but does not reap it, so the
@@ -29,17 +33,12 @@ Lifecycle::
   under a lock, so each notification is returned exactly once; ``wait``
   sleeps on a ``threading.Condition``.
 * Crash safety: like ``make``, a SIGKILLed manager's jobs run on to their
-  end by default; ``reap_orphans`` (run by every restarted lead)
-  finds records still ``running`` whose manager is gone, kills what is left
-  of their group and marks them ``lost``. A manager is identified by pid +
-  ``/proc`` start time, a job's processes by the ``TEAM_JOB_ID`` variable
-  they inherit (procs.py), never by a bare pid that may have been reused.
-  (A command that wipes its environment, ``env -i``, cannot be found that
-  way.) ``JobManager(pdeathsig=True)`` also gives the direct child
-  ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies with a killed
-  manager; it costs an extra exec (~0.9 ms a job) and a hop to one
-  long-lived spawner thread, because the signal follows the *thread* that
-  forked.
+  end by default; ``reap_orphans`` (run by every restarted lead) marks them
+  ``lost`` (see ``joborphans``). ``JobManager(pdeathsig=True)`` also gives
+  the direct child ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies
+  with a killed manager; it costs an extra exec (~0.9 ms a job) and a hop to
+  one long-lived spawner thread, because the signal follows the *thread*
+  that forked.
 * On normal interpreter exit (``atexit``) a manager kills its running jobs.
 
 Notifications are in-process; another process sees jobs through their
@@ -50,10 +49,8 @@ from __future__ import annotations
 
 import atexit
 import os
-import queue
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import threading
@@ -61,153 +58,28 @@ import time
 import weakref
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from . import procs
 from .errors import CorruptFile, UnknownRef, UserError
-from .fsutil import file_lock
+from .joborphans import UnwatchedJobs
+from .jobrecords import (
+    FINAL,
+    JOB_ENV,
+    JobRecord,
+    JobStatus,
+    Notification,
+    job_leader_alive,
+    read_tail,
+)
+from .jobspawn import SETPRIV, WatchedJob, exit_fd_of, in_spawner
 from .models import NAME_RE
 from .paths import team_dir
 
-JobStatus = Literal["running", "completed", "failed", "timeout", "killed", "lost"]
-FINAL = frozenset({"completed", "failed", "timeout", "killed", "lost"})
-JOB_ENV = "TEAM_JOB_ID"
-
-
-class JobRecord(BaseModel):
-    """``.team/jobs/<id>.json``: one background job."""
-
-    id: str = Field(description="Job id, unique under the root.")
-    command: str = Field(description="The shell command (run by /bin/sh -c).")
-    owner: str = Field("lead", description="Who gets the completion notification.")
-    pid: int | None = Field(None, description="Pid of the job's main process (/bin/sh).")
-    pgid: int | None = Field(None, description="Process group (== pid: own session).")
-    status: JobStatus = Field("running", description="running|completed|failed|timeout|killed|lost.")
-    exit_code: int | None = Field(None, description="Exit status; -N when ended by signal N.")
-    started_at: float = Field(description="Unix time the job started.")
-    finished_at: float | None = Field(None, description="Unix time the job ended.")
-    log: str = Field(description="Full output log, relative to the state root.")
-    cwd: str | None = Field(None, description="Working directory of the command.")
-    timeout: float | None = Field(None, description="Seconds before the group is killed.")
-    task: int | None = Field(None, description="Task this job runs, if any.")
-    manager_pid: int = Field(description="Process whose JobManager watches the job.")
-    manager_start: int | None = Field(None, description="Manager's /proc start time (pid reuse guard).")
-    tail: str | None = Field(None, description="Bounded head+tail of the output, once finished.")
-
-
-class Notification(BaseModel):
-    """Queued for ``owner`` when a job ends."""
-
-    job_id: str
-    owner: str
-    status: str
-    exit_code: int | None
-    tail: str = Field(description="Bounded head+tail of the output.")
-    log: str = Field(description="Full output log, relative to the state root.")
-    duration: float
-    task: int | None = None
-
-
-def job_leader_alive(record: JobRecord) -> bool:
-    """The job's main process still runs and is really this job's (not a reused pid)."""
-    return procs.alive(record.pid) and procs.has_env(record.pid, JOB_ENV, record.id)
-
-
-def read_tail(path: Path, limit: int) -> str:
-    """The whole file if it fits in ``limit`` bytes, else its head and tail."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size <= limit:
-                return f.read().decode(errors="replace")
-            head_n = limit // 4
-            head = f.read(head_n)
-            f.seek(size - (limit - head_n))
-            tail = f.read()
-    except FileNotFoundError:
-        return ""
-    omitted = size - len(head) - len(tail)
-    return (
-        head.decode(errors="replace")
-        + f"\n... [{omitted} bytes omitted; full log: {path.name}] ...\n"
-        + tail.decode(errors="replace")
-    )
-
-
-class _Job:
-    """In-memory state of a job this manager watches."""
-
-    __slots__ = ("record", "proc", "exit_fd", "reason", "deadline", "escalated", "done", "lock", "reaped")
-
-    def __init__(self, record: JobRecord, proc: subprocess.Popen, exit_fd: int):
-        self.record = record
-        self.proc = proc
-        self.exit_fd = exit_fd  # readable once the leader has exited (pidfd or pipe)
-        self.reason: str | None = None  # "timeout" | "killed"
-        self.deadline: float | None = None  # monotonic time of the next escalation
-        self.escalated = False  # SIGTERM already sent by the watcher
-        self.done = threading.Event()
-        self.lock = threading.Lock()
-        self.reaped = False
-
-    def signal(self, sig: int) -> None:
-        """Signal the job's group unless the leader was reaped (its pgid may be reused)."""
-        with self.lock:
-            if not self.reaped:
-                procs.killpg(self.record.pgid, sig)
-
-
-def _exit_fd(proc: subprocess.Popen) -> int:
-    """An fd that becomes readable when ``proc`` exits, without reaping it."""
-    try:
-        return os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        pass
-    r, w = os.pipe()
-
-    def waiter() -> None:
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-        os.close(w)
-
-    threading.Thread(target=waiter, name=f"team-job-wait-{proc.pid}", daemon=True).start()
-    return r
-
-
-_spawn_queue: queue.SimpleQueue | None = None
-_spawn_lock = threading.Lock()
-_SETPRIV = shutil.which("setpriv")
-
-
-def _spawn_loop(q: queue.SimpleQueue) -> None:
-    while True:
-        fn, future = q.get()
-        try:
-            future.set_result(fn())
-        except BaseException as e:  # handed back to the caller, re-raised there
-            future.set_exception(e)
-
-
-def _in_spawner(fn: Callable):
-    """Run ``fn`` (a fork) on the main thread or on one long-lived spawner thread.
-
-    The parent-death signal fires when the *thread* that forked exits, so a
-    job must never be forked by a short-lived worker thread.
-    """
-    global _spawn_queue
-    if threading.current_thread() is threading.main_thread():
-        return fn()
-    with _spawn_lock:
-        if _spawn_queue is None:
-            _spawn_queue = queue.SimpleQueue()
-            threading.Thread(target=_spawn_loop, args=(_spawn_queue,), name="team-job-spawner",
-                             daemon=True).start()
-    future: Future = Future()
-    _spawn_queue.put((fn, future))
-    return future.result()
+__all__ = ["FINAL", "JOB_ENV", "JobManager", "JobRecord", "JobStatus", "Notification", "job_leader_alive",
+           "read_tail"]
 
 
 def _shutdown_at_exit(ref: weakref.ref) -> None:
@@ -216,7 +88,7 @@ def _shutdown_at_exit(ref: weakref.ref) -> None:
         manager.shutdown()
 
 
-class JobManager:
+class JobManager(UnwatchedJobs):
     """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
 
     def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
@@ -227,13 +99,13 @@ class JobManager:
         self.clock = clock
         self.grace = grace
         self.pdeathsig = pdeathsig
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, WatchedJob] = {}
         self._cond = threading.Condition()
         self._queues: dict[str, deque[Notification]] = defaultdict(deque)
         self._pid = os.getpid()
         self._pid_start = procs.start_ticks(self._pid)
         self._rel = str(self.dir.relative_to(self.root))
-        self._by_fd: dict[int, _Job] = {}
+        self._by_fd: dict[int, WatchedJob] = {}
         self._epoll: select.epoll | None = None
         self._wake_r = self._wake_w = -1
         self._ready = False
@@ -308,9 +180,9 @@ class JobManager:
                                     cwd=cwd, env=child_env, start_new_session=True)
 
         try:
-            if self.pdeathsig and _SETPRIV:
-                argv = [_SETPRIV, "--pdeathsig", "KILL", *argv]
-                proc = _in_spawner(spawn)
+            if self.pdeathsig and SETPRIV:
+                argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
+                proc = in_spawner(spawn)
             else:
                 proc = spawn()
         finally:
@@ -321,7 +193,7 @@ class JobManager:
             cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
             manager_pid=self._pid, manager_start=self._pid_start)
         self._save(record)
-        job = _Job(record, proc, _exit_fd(proc))
+        job = WatchedJob(record, proc, exit_fd_of(proc))
         if timeout is not None:
             job.deadline = time.monotonic() + timeout
         with self._cond:
@@ -373,7 +245,7 @@ class JobManager:
                     job.deadline = None
                     job.signal(signal.SIGKILL)
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: WatchedJob) -> None:
         # The leader is a zombie: its pid (== pgid) cannot be reused yet, so
         # killing the group hits only what the job left behind.
         with job.lock:
@@ -442,41 +314,7 @@ class JobManager:
         record = self.get(job_id)
         if record.status != "running":
             return record
-        if not procs.alive(record.manager_pid, record.manager_start):
-            return self._finalise_orphan(record, "killed")
-        (self.dir / f"{job_id}.kill").touch()  # tells the watching manager why it died
-        if job_leader_alive(record):
-            procs.killpg(record.pgid, signal.SIGTERM)
-            if not self._wait_final(job_id, self.grace) and job_leader_alive(record):
-                procs.killpg(record.pgid, signal.SIGKILL)
-        if self._wait_final(job_id, self.grace + 1.0):
-            return self.get(job_id)
-        # Nobody finalised it: the manager is gone. Do it ourselves.
-        return self._finalise_orphan(record, "killed")
-
-    def _wait_final(self, job_id: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.get(job_id).status == "running":
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
-
-    def _finalise_orphan(self, record: JobRecord, status: str) -> JobRecord:
-        """Kill what is left of an unwatched job's group and write its final record."""
-        with file_lock(self.dir / ".lock"):
-            current = self.get(record.id)
-            if current.status != "running":
-                return current
-            if job_leader_alive(current):
-                procs.killpg(current.pgid, signal.SIGKILL)
-            for pid in procs.group_members(current.pgid, JOB_ENV, current.id):
-                procs.kill(pid, signal.SIGKILL)
-            current.status = status
-            current.finished_at = self.clock()
-            current.tail = read_tail(self.root / current.log, self.tail_bytes)
-            self._save(current)
-            return current
+        return self._kill_unwatched(job_id, record)
 
     def shutdown(self) -> None:
         """Kill every job this manager runs (TERM, grace, KILL) and wait for their records."""
@@ -491,18 +329,3 @@ class JobManager:
                 job.signal(signal.SIGKILL)
         for job in jobs:
             job.done.wait(5.0)
-
-    def reap_orphans(self) -> list[JobRecord]:
-        """Mark ``lost`` every running job whose manager process is dead, killing its leftovers."""
-        lost = []
-        for record in self.list():
-            if record.status != "running":
-                continue
-            if record.manager_pid == self._pid and record.manager_start == self._pid_start:
-                continue
-            if procs.alive(record.manager_pid, record.manager_start):
-                continue
-            final = self._finalise_orphan(record, "lost")
-            if final.status == "lost":
-                lost.append(final)
-        return lost

@@ -30,8 +30,11 @@ stream with ``tool_choice="auto"``) gets it again non-streaming, and later
 requests with tools from this client go non-streaming. A server that never
 sends usage gives ``Usage`` with zero tokens and ``cost=None``.
 
-Configuration (``LLMConfig.resolve``): model from ``--model``, else the
-plan's ``model:``, else ``$TEAM_MODEL``; ``$OPENAI_BASE_URL`` and
+The records (``LLMConfig``, ``ToolCall``, ``Completion``, ``RetryEvent``,
+``ChatModel``) and the backoff arithmetic live in ``llmtypes.py``, which
+needs no SDK; they are re-exported here. Configuration
+(``LLMConfig.resolve``): model from ``--model``, else the plan's
+``model:``, else ``$TEAM_MODEL``; ``$OPENAI_BASE_URL`` and
 ``$OPENAI_API_KEY``; optional ``$TEAM_LLM_TIMEOUT``,
 ``$TEAM_LLM_MAX_RETRIES``, ``$TEAM_LLM_BACKOFF_BASE``,
 ``$TEAM_LLM_BACKOFF_MAX``, ``$TEAM_LLM_STREAM=0``. The key is a ``SecretStr``: never serialized,
@@ -40,151 +43,28 @@ never in a repr, and scrubbed from every error message we build.
 
 from __future__ import annotations
 
-import email.utils
 import http
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from typing import Any
 
 from . import pricing
-from .errors import ModelError, UserError
-from .pricing import Usage
+from .errors import ModelError
+from .llmtypes import (
+    ChatModel,
+    Completion,
+    LLMConfig,
+    RetryEvent,
+    ToolCall,
+    Usage,
+    backoff_delay,
+    retry_after_seconds,
+)
 
 __all__ = ["ChatModel", "Completion", "LLMClient", "LLMConfig", "RetryEvent", "ToolCall", "Usage"]
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-
-class LLMConfig(BaseModel):
-    """How to reach the model service. ``api_key`` never leaves this object."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model: str = Field(description="Model name sent to the server.")
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint; None = api.openai.com.")
-    api_key: SecretStr = Field(exclude=True, repr=False, description="Bearer token; any non-empty value for local servers.")
-    timeout: float = Field(120.0, gt=0, description="Seconds per HTTP request (connect/read).")
-    max_retries: int = Field(4, ge=0, description="Retries after the first attempt on transient failures.")
-    backoff_base: float = Field(1.0, ge=0, description="First backoff delay in seconds; doubles per retry.")
-    backoff_max: float = Field(30.0, ge=0, description="Upper bound of one backoff delay in seconds.")
-    retry_after_max: float = Field(120.0, ge=0, description="Longest Retry-After we wait; longer fails at once.")
-    stream: bool = Field(True, description="Stream answers; False sends every request non-streaming.")
-    stream_usage: bool = Field(True, description="Ask for usage in the stream (stream_options.include_usage).")
-
-    @property
-    def endpoint(self) -> str:
-        return (self.base_url or DEFAULT_BASE_URL).rstrip("/")
-
-    @classmethod
-    def resolve(
-        cls,
-        plan_model: str | None = None,
-        cli_model: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> LLMConfig:
-        """Build the config from ``--model`` > plan ``model:`` > ``$TEAM_MODEL`` and the env."""
-        env = os.environ if env is None else env
-        model = (cli_model or plan_model or env.get("TEAM_MODEL") or "").strip()
-        if not model:
-            raise UserError("no model configured: pass --model, or set TEAM_MODEL or model: in the plan")
-        key = env.get("OPENAI_API_KEY", "").strip()
-        if not key:
-            raise UserError("no API key: set OPENAI_API_KEY (any non-empty value for local servers)")
-        extra: dict[str, Any] = {}
-        stream_env = env.get("TEAM_LLM_STREAM", "").strip().lower()
-        if stream_env:
-            if stream_env not in ("0", "1", "false", "true", "no", "yes"):
-                raise UserError(f"TEAM_LLM_STREAM={stream_env!r}: use 1 or 0")
-            extra["stream"] = stream_env in ("1", "true", "yes")
-        for var, field, kind in (
-            ("TEAM_LLM_TIMEOUT", "timeout", float),
-            ("TEAM_LLM_MAX_RETRIES", "max_retries", int),
-            ("TEAM_LLM_BACKOFF_BASE", "backoff_base", float),
-            ("TEAM_LLM_BACKOFF_MAX", "backoff_max", float),
-        ):
-            raw = env.get(var, "").strip()
-            if raw:
-                try:
-                    value = kind(raw)
-                except ValueError:
-                    raise UserError(f"{var}={raw!r} is not a number: unset it or give a {kind.__name__}") from None
-                if value < 0:
-                    raise UserError(f"{var}={raw!r} must not be negative")
-                extra[field] = value
-        return cls(
-            model=model,
-            base_url=env.get("OPENAI_BASE_URL", "").strip() or None,
-            api_key=SecretStr(key),
-            **extra,
-        )
-
-
-class ToolCall(BaseModel):
-    """One tool call asked for by the model; ``arguments`` is the raw JSON text."""
-
-    id: str
-    name: str
-    arguments: str
-
-    def to_message(self) -> dict[str, Any]:
-        """The OpenAI wire form, as it goes into an assistant message."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-class Completion(BaseModel):
-    """One model answer."""
-
-    content: str | None = None
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    finish_reason: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-    model: str = ""
-
-    def to_message(self) -> dict[str, Any]:
-        """The assistant message to append to the conversation.
-
-        ``content`` is ``""`` rather than null with tool calls: llama-cpp-python's
-        server rejects a null assistant content (500); OpenAI accepts both.
-        """
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
-        if self.tool_calls:
-            msg["tool_calls"] = [tc.to_message() for tc in self.tool_calls]
-        return msg
-
-
-@dataclass(frozen=True)
-class RetryEvent:
-    """A failed attempt that will be retried after ``delay`` seconds."""
-
-    attempt: int
-    max_attempts: int
-    delay: float
-    reason: str
-    status: int | None = None
-    discarded_output: bool = False
-    """True when text of the failed attempt already went to ``on_text``."""
-
-    def __str__(self) -> str:
-        return f"retrying in {self.delay:.1f} s ({self.reason}), attempt {self.attempt + 1} of {self.max_attempts}"
-
-
-class ChatModel(Protocol):
-    """What the agent loop needs from a model."""
-
-    def complete(
-        self,
-        messages: list[dict],
-        tools: list[dict] | None = None,
-        *,
-        stream: bool = True,
-        on_text: Callable[[str], None] | None = None,
-    ) -> Completion: ...
 
 
 class _Incomplete(Exception):
@@ -422,7 +302,7 @@ class LLMClient:
                 f"{status} {phrase}",
                 status,
                 status in (408, 409, 429) or status >= 500,
-                _retry_after(exc.response.headers, self._clock()),
+                retry_after_seconds(exc.response.headers, self._clock()),
                 _detail(exc),
             )
         if isinstance(exc, openai.APITimeoutError):
@@ -455,11 +335,7 @@ class LLMClient:
         return text.replace(key, "***") if len(key) >= 6 else text
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return max(0.0, retry_after)
-        cfg = self.config
-        step = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
-        return step * (0.5 + 0.5 * self._rng())
+        return backoff_delay(self.config, attempt, retry_after, 0.0 if retry_after is not None else self._rng())
 
 
 def _detail(exc: Any) -> str:
@@ -470,25 +346,3 @@ def _detail(exc: Any) -> str:
     if isinstance(body, str) and body.strip():
         return body.strip()
     return str(getattr(exc, "message", "") or "")
-
-
-def _retry_after(headers: Mapping[str, str], now: float) -> float | None:
-    """Seconds the server asked us to wait: retry-after-ms, Retry-After seconds or HTTP date."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass  # fall through to Retry-After
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass  # not seconds: an HTTP date
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)

@@ -121,7 +121,7 @@ def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
 
 def task_lines(root: Path) -> list[str]:
     """``team task list`` as text."""
-    from .graph import list_line
+    from .render import list_line
 
     tasks, bad = TaskStore(root).scan()
     by_id = {t.id: t for t in tasks}

@@ -1,4 +1,4 @@
-"""``plan.yaml``: parse, validate whole, analyse. Pure: nothing is written here.
+"""``plan.yaml``: parse and validate whole. Pure: nothing is written here.
 
 Parsing keeps YAML node marks: the document is composed into nodes, turned
 into plain data while recording the line of every key and value, then
@@ -16,124 +16,28 @@ Paths: a task's ``cwd`` (or the plan's ``defaults.cwd``) is resolved against
 the directory holding the plan file; without one, tasks run in that
 directory. So a plan and the project it drives can be moved together.
 
-Analysis (``analyse``): topological waves, the critical path weighted by
-``estimate`` (1 when absent) and the widest wave (max useful parallelism).
+The format (pydantic models, JSON Schema) is plan_model.py; the analysis
+(``analyse``: waves, critical path) is plan_analysis.py. Both are importable
+from here.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from .errors import PlanError
-from .models import NAME_RE
+from .plan_analysis import Analysis, analyse, find_cycle, topo_order
+from .plan_model import Defaults, LoadedPlan, Loc, Plan, PlanTask, TeamMember, json_schema
 
-Loc = tuple[Any, ...]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def _env_values(value: Any) -> Any:
-    """Allow ``DEBUG: 1`` in env maps: numbers and booleans become strings."""
-    if isinstance(value, dict):
-        return {k: (str(v).lower() if isinstance(v, bool) else str(v)) if isinstance(v, (int, float, bool)) else v
-                for k, v in value.items()}
-    return value
-
-
-class Defaults(_Strict):
-    """Values every task inherits unless it sets its own."""
-
-    timeout: float | None = Field(None, gt=0, description="Seconds before an attempt is killed.")
-    retries: int = Field(0, ge=0, description="Extra attempts after a failure.")
-    retry_delay: float = Field(1.0, ge=0, description="Seconds before the first retry; doubles each time.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
-    cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
-
-    _env = field_validator("env", mode="before")(_env_values)
-
-
-class TeamMember(_Strict):
-    """A named teammate for agent tasks."""
-
-    name: str = Field(pattern=NAME_RE.pattern, description="Teammate name (a slug).")
-    role: str = Field("coder", description="Role, e.g. coder, tester, reviewer.")
-    plan_mode: bool = Field(False, description="Write tools refused until the lead approves its plan.")
-
-
-class PlanTask(_Strict):
-    """One task: a shell command (``run``) or an agent prompt (``prompt``)."""
-
-    id: str = Field(pattern=NAME_RE.pattern, description="Unique slug within the plan.")
-    run: str | None = Field(None, description="Shell command (a shell task).")
-    prompt: str | None = Field(None, description="Instruction for an LLM teammate (an agent task).")
-    needs: list[str] = Field(default_factory=list, description="Ids of tasks that must complete first.")
-    description: str = Field("", description="What done means.")
-    assignee: str | None = Field(None, description="Teammate an agent task goes to.")
-    role: str | None = Field(None, description="Role an agent task wants.")
-    estimate: float | None = Field(None, gt=0, description="Expected seconds (weights the critical path).")
-    timeout: float | None = Field(None, gt=0, description="Seconds before an attempt is killed.")
-    retries: int | None = Field(None, ge=0, description="Extra attempts after a failure.")
-    retry_delay: float | None = Field(None, ge=0, description="Seconds before the first retry.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
-    cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
-    isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation.")
-
-    _env = field_validator("env", mode="before")(_env_values)
-
-    @field_validator("needs", mode="before")
-    @classmethod
-    def _one_need(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(dict.fromkeys(value))
-        return value
-
-    @property
-    def kind(self) -> str:
-        return "agent" if self.prompt is not None else "shell"
-
-
-class Plan(_Strict):
-    """A ``plan.yaml`` file: ``team run`` turns it into tasks."""
-
-    name: str = Field(pattern=NAME_RE.pattern, description="Plan name; keys its tasks in the store.")
-    description: str = Field("", description="What the plan does.")
-    workers: int = Field(4, ge=1, le=1024, description="Max tasks running at once.")
-    model: str | None = Field(None, description="Model for agent tasks (else --model or $TEAM_MODEL).")
-    isolation: Literal["none", "worktree"] = Field("none", description="none, or a git worktree per task.")
-    defaults: Defaults = Field(default_factory=Defaults, description="Values every task inherits.")
-    team: list[TeamMember] = Field(default_factory=list, description="Named teammates.")
-    tasks: list[PlanTask] = Field(min_length=1, description="The tasks.")
-
+__all__ = ["Analysis", "Defaults", "LoadedPlan", "Loc", "Plan", "PlanTask", "TeamMember", "analyse", "find_cycle",
+           "json_schema", "load_plan", "topo_order"]
 
 _MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults}
-
-
-@dataclass
-class LoadedPlan:
-    """A validated plan plus where it came from."""
-
-    plan: Plan
-    path: Path
-    base: Path
-    model: str | None
-    lines: dict[Loc, int] = field(default_factory=dict)
-
-    def task_cwd(self, task: PlanTask) -> Path:
-        rel = task.cwd or self.plan.defaults.cwd
-        return (self.base / rel).resolve() if rel else self.base
-
-    def store_name(self, task: PlanTask) -> str:
-        return f"{self.plan.name}.{task.id}"
 
 
 # ---------------------------------------------------------------- YAML with marks
@@ -313,107 +217,3 @@ def _check(lp: LoadedPlan, where: str) -> list[str]:
         err(("tasks", i, "prompt"), "agent tasks need a model: set `model:` in the plan, pass --model or set "
             f"$TEAM_MODEL (agent tasks: {', '.join(t.id for t in agents)})")
     return errors
-
-
-def find_cycle(needs: dict[str, list[str]]) -> list[str] | None:
-    """A cycle ``[a, b, ..., a]`` following ``needs`` edges, or None (iterative DFS)."""
-    state: dict[str, int] = {}  # 1 = on stack, 2 = done
-    for start in needs:
-        if start in state:
-            continue
-        stack: list[tuple[str, int]] = [(start, 0)]
-        path = [start]
-        state[start] = 1
-        while stack:
-            node, k = stack[-1]
-            deps = needs.get(node, [])
-            if k < len(deps):
-                stack[-1] = (node, k + 1)
-                nxt = deps[k]
-                if state.get(nxt) == 1:
-                    return path[path.index(nxt):] + [nxt]
-                if nxt not in state:
-                    state[nxt] = 1
-                    stack.append((nxt, 0))
-                    path.append(nxt)
-            else:
-                state[node] = 2
-                stack.pop()
-                path.pop()
-    return None
-
-
-# ---------------------------------------------------------------- analysis
-@dataclass
-class Analysis:
-    waves: list[list[str]]
-    critical_path: list[str]
-    critical_length: float
-    total_work: float
-    max_parallelism: int
-    remaining: dict[str, float]
-
-
-def analyse(plan: Plan) -> Analysis:
-    """Waves (ASAP levels), critical path by estimate, widest wave, path-to-end per task."""
-    weight = {t.id: t.estimate or 1.0 for t in plan.tasks}
-    needs = {t.id: t.needs for t in plan.tasks}
-    order = topo_order(needs)
-    level: dict[str, int] = {}
-    for tid in order:
-        level[tid] = 1 + max((level[d] for d in needs[tid]), default=-1)
-    waves: list[list[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
-    for t in plan.tasks:
-        waves[level[t.id]].append(t.id)
-    dependents: dict[str, list[str]] = {tid: [] for tid in needs}
-    for tid, deps in needs.items():
-        for d in deps:
-            dependents[d].append(tid)
-    remaining: dict[str, float] = {}
-    nxt: dict[str, str | None] = {}
-    for tid in reversed(order):
-        best = max(dependents[tid], key=lambda d: remaining[d], default=None)
-        remaining[tid] = weight[tid] + (remaining[best] if best else 0.0)
-        nxt[tid] = best
-    start = max(reversed(order), key=lambda t: remaining[t]) if order else None
-    path = []
-    while start is not None:
-        path.append(start)
-        start = nxt[start]
-    return Analysis(
-        waves=waves,
-        critical_path=path,
-        critical_length=remaining[path[0]] if path else 0.0,
-        total_work=sum(weight.values()),
-        max_parallelism=max((len(w) for w in waves), default=0),
-        remaining=remaining,
-    )
-
-
-def topo_order(needs: dict[str, list[str]]) -> list[str]:
-    """Kahn's order, stable in declaration order; the graph must be acyclic."""
-    indeg = {tid: len(set(deps)) for tid, deps in needs.items()}
-    dependents: dict[str, list[str]] = {tid: [] for tid in needs}
-    for tid, deps in needs.items():
-        for d in set(deps):
-            dependents[d].append(tid)
-    ready = [tid for tid, n in indeg.items() if n == 0]
-    out = []
-    while ready:
-        nxt = []
-        for tid in ready:
-            out.append(tid)
-            for dep in dependents[tid]:
-                indeg[dep] -= 1
-                if indeg[dep] == 0:
-                    nxt.append(dep)
-        ready = nxt
-    return out
-
-
-def json_schema() -> dict[str, Any]:
-    """The plan's JSON Schema (``team plan schema``)."""
-    schema = Plan.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "team plan"
-    return schema

@@ -4,18 +4,8 @@ A real HTTP server (``ThreadingHTTPServer`` in a thread, port 0) that serves
 ``POST /v1/chat/completions`` — streaming (SSE ``data:`` chunks, then
 ``data: [DONE]``) and non-streaming — and ``GET /v1/models``. What it
 answers comes from a *script*: a list of steps consumed one per request.
-
-    Reply(content=..., tool_calls=[tool_call(name, args), ...])   an answer
-    Fault(status=429, retry_after=1)                              an HTTP error
-    Reply(..., cut_after=N)         close the connection after N chunks, no [DONE]
-    Reply(..., delay=s)             wait s seconds before answering
-    tool_call("x", '{"a": ')        arguments are sent verbatim: malformed JSON too
-    fn(request_json) -> step        computed step (Reply, Fault, dict or str)
-
-Streams split text and each argument string into ``chunk_size`` pieces; the
-first delta of a tool call carries its ``id`` and ``name`` (``interleave``
-round-robins the calls' deltas). Usage is sent when the request asks for it
-(``stream_options.include_usage``) unless the step says ``usage=False``.
+The steps (``Reply``, ``Fault``, ``tool_call``, a callable) and the JSON
+they become live in ``scripted_steps.py`` and are re-exported here.
 
 Several agents can talk to one server: pass ``{"alice": [...], "bob":
 [...]}``. A request goes to the script named by its ``X-Scripted-Agent``
@@ -44,55 +34,26 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .scripted_steps import (
+    Fault,
+    Reply,
+    Step,
+    ToolCallSpec,
+    step_from_dict,
+    stream_chunks,
+    tool_call,
+    whole_body,
+)
+
+__all__ = ["CHAT_PATH", "Fault", "RecordedRequest", "Reply", "ScriptedServer", "Step", "ToolCallSpec", "main",
+           "step_from_dict", "tool_call"]
+
 CHAT_PATH = "/v1/chat/completions"
-
-
-@dataclass
-class ToolCallSpec:
-    name: str
-    arguments: str
-    id: str | None = None
-
-
-def tool_call(name: str, arguments: str | Mapping[str, Any] = "{}", id: str | None = None) -> ToolCallSpec:
-    """A scripted tool call; a dict is JSON-encoded, a string is sent verbatim."""
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return ToolCallSpec(name, args, id)
-
-
-@dataclass
-class Reply:
-    """A scripted answer: text and/or tool calls."""
-
-    content: str | None = None
-    tool_calls: list[ToolCallSpec] = field(default_factory=list)
-    finish_reason: str | None = None  # default: "tool_calls" if calls else "stop"; "": never sent
-    usage: dict[str, int] | bool | None = None  # None: estimated; False: never sent
-    delay: float = 0.0
-    cut_after: int | None = None  # close the connection after this many chunks
-    empty_stream: bool = False  # a streamed answer with no chunks at all, as llama.cpp gives for tools
-    chunk_size: int = 8
-    interleave: bool = False
-    model: str | None = None
-
-
-@dataclass
-class Fault:
-    """A scripted HTTP error answer."""
-
-    status: int = 500
-    retry_after: float | str | None = None
-    retry_after_ms: float | None = None
-    message: str | None = None
-    delay: float = 0.0
-
-
-Step = Reply | Fault | Callable[[dict], Any]
 
 
 @dataclass
@@ -103,24 +64,6 @@ class RecordedRequest:
     body: Any
     agent: str | None
     auth: bool
-
-
-def step_from_dict(d: Any) -> Reply | Fault:
-    """A step from its JSON form (also what a callable step may return)."""
-    if isinstance(d, (Reply, Fault)):
-        return d
-    if isinstance(d, str):
-        return Reply(content=d)
-    if not isinstance(d, dict):
-        raise TypeError(f"a script step is a dict, str, Reply or Fault, not {type(d).__name__}")
-    d = dict(d)
-    if "status" in d:
-        return Fault(**d)
-    d["tool_calls"] = [
-        tc if isinstance(tc, ToolCallSpec) else tool_call(tc["name"], tc.get("arguments", "{}"), tc.get("id"))
-        for tc in d.get("tool_calls", [])
-    ]
-    return Reply(**d)
 
 
 class ScriptedServer:
@@ -268,51 +211,6 @@ def _last_user(body: dict) -> str:
     return _text_of(users[-1].get("content"))[:120] if users else ""
 
 
-def _pieces(text: str, size: int) -> list[str]:
-    size = max(1, size)
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
-
-
-def _usage(reply: Reply, body: dict) -> dict[str, Any]:
-    u = reply.usage if isinstance(reply.usage, dict) else {}
-    prompt = u.get("prompt_tokens", len(json.dumps(body.get("messages", []))) // 4)
-    out_text = (reply.content or "") + "".join(tc.name + tc.arguments for tc in reply.tool_calls)
-    completion = u.get("completion_tokens", max(1, len(out_text) // 4))
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": u.get("cached_tokens", 0)},
-    }
-
-
-def _chunks(reply: Reply, body: dict, ids: list[str]) -> list[dict]:
-    """The ``choices`` deltas of a streamed reply, then the usage chunk."""
-    deltas: list[dict] = [{"role": "assistant", "content": ""}]
-    if reply.content:
-        deltas += [{"content": p} for p in _pieces(reply.content, reply.chunk_size)]
-    per_call = []
-    for i, tc in enumerate(reply.tool_calls):
-        first = {"index": i, "id": ids[i], "type": "function", "function": {"name": tc.name, "arguments": ""}}
-        rest = [{"index": i, "function": {"arguments": p}} for p in _pieces(tc.arguments, reply.chunk_size)]
-        per_call.append([first, *rest])
-    if reply.interleave:
-        while any(per_call):
-            for q in per_call:
-                if q:
-                    deltas.append({"tool_calls": [q.pop(0)]})
-    else:
-        deltas += [{"tool_calls": [d]} for q in per_call for d in q]
-    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-    out = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    if reply.finish_reason != "":
-        out.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-    wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    if wants_usage and reply.usage is not False:
-        out.append({"choices": [], "usage": _usage(reply, body)})
-    return out
-
-
 def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -398,7 +296,7 @@ def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             base = {"id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion.chunk",
                     "created": int(time.time()), "model": reply.model or body.get("model", "scripted")}
-            for n, chunk in enumerate([] if reply.empty_stream else _chunks(reply, body, self._ids(reply))):
+            for n, chunk in enumerate([] if reply.empty_stream else stream_chunks(reply, body, self._ids(reply))):
                 if reply.cut_after is not None and n >= reply.cut_after:
                     self.close_connection = True
                     self.wfile.flush()
@@ -413,19 +311,7 @@ def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
         def _whole(self, reply: Reply, body: dict) -> None:
-            ids = self._ids(reply)
-            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-            if reply.tool_calls:
-                message["tool_calls"] = [
-                    {"id": ids[i], "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
-                    for i, tc in enumerate(reply.tool_calls)
-                ]
-            finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-            obj = {"id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
-                   "model": reply.model or body.get("model", "scripted"),
-                   "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
-            if reply.usage is not False:
-                obj["usage"] = _usage(reply, body)
+            obj = whole_body(reply, body, self._ids(reply), f"chatcmpl-{len(server.requests)}", int(time.time()))
             if reply.cut_after is not None:  # promise the whole body, send half, hang up
                 data = json.dumps(obj).encode()
                 self.send_response(200)

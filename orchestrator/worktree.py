@@ -40,6 +40,7 @@ commit is found by its trailer is "up-to-date" too. ``prepare`` likewise
 reuses a healthy worktree, and rebuilds a half-created one (``git worktree
 add`` killed mid-checkout leaves it ``locked initializing``) or a stray dir;
 a ``.removing-<task>`` marker makes an interrupted removal finish next time.
+Leftovers nobody will come back for (``team doctor``) are worktree_doctor.py's.
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import worktree_doctor
 from .errors import InvalidName, UserError, WorkFailed
 from .fsutil import LockTimeout, atomic_write, file_lock
 from .gitcmd import Git, GitError
+from .worktree_doctor import Orphan
 
 __all__ = ["GitError", "MergeConflict", "MergeResult", "Orphan", "Summary", "Worktrees"]
 
@@ -82,13 +85,6 @@ class MergeResult:
     status: str  # "merged" | "up-to-date" (already merged, or nothing to merge)
     commit: str | None = None  # the new merge commit
     recovered: tuple[str, ...] = ()  # repairs done first (a dead merger's leftovers)
-
-
-@dataclass(frozen=True)
-class Orphan:
-    kind: str  # task | stray-dir | stale-entry | merge-in-progress | stale-lock
-    name: str
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -124,8 +120,8 @@ class Worktrees:
     def __init__(self, root: str | os.PathLike, plan: str):
         self.plan = check_slug(plan, "plan name")
         self.root = Path(root).absolute()
-        self._git = Git(self.root)
-        probe = self._git("rev-parse", "--show-prefix", "--git-common-dir", cwd=self.root, check=False) \
+        self.git = Git(self.root)
+        probe = self.git("rev-parse", "--show-prefix", "--git-common-dir", cwd=self.root, check=False) \
             if self.root.is_dir() else None
         if probe is None or probe.returncode:
             raise UserError(f"isolation: worktree needs a git repository at {self.root} "
@@ -133,7 +129,7 @@ class Worktrees:
                             f"or set `isolation: none` in the plan)")
         self.prefix, common = probe.stdout.splitlines()[:2]
         self.common_dir = (self.root / common).resolve()
-        self._git.ensure_identity()
+        self.git.ensure_identity()
         self.base_dir = self.root / ".team" / "worktrees" / self.plan
         self.integration = f"team/{self.plan}/{INTEGRATION}"
         self.integration_dir = self.base_dir / "_integration"
@@ -165,8 +161,8 @@ class Worktrees:
     # -- the scheduler's API --------------------------------------------------
     def ensure_integration(self) -> list[str]:
         """Create (or repair) the integration branch and its worktree now; the repairs made."""
-        with self._locked() as fd:
-            return self._ensure_integration(fd)
+        with self.locked() as fd:
+            return self.setup_integration(fd)
 
     def prepare(self, task: str, fresh: bool = False) -> Path:
         """Create (or reuse, or repair) the task's worktree; return its ``workdir``.
@@ -176,55 +172,55 @@ class Worktrees:
         whose work is already merged and whose worktree is clean is re-forked too.
         """
         branch, path = self.branch(task), self.path(task)
-        with self._locked() as fd:
-            self._ensure_integration(fd)
+        with self.locked() as fd:
+            self.setup_integration(fd)
             self._finish_removal(task, fd)
-            tip = self._rev(self.integration)
-            if self._rev(branch) is not None:
-                stale = self._rev(branch) != tip and self._is_ancestor(branch, tip)
-                if fresh or (stale and not self._dirty(path)):
-                    self._remove(task, fd)
+            tip = self.git.rev(self.integration)
+            if self.git.rev(branch) is not None:
+                stale = self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
+                if fresh or (stale and not self.git.dirty(path)):
+                    self.remove_task(task, fd)
             self._ensure_checkout(path, branch, tip, fd)
         return self.workdir(task)
 
     def commit(self, task: str, message: str) -> str | None:
         """Commit everything the task changed (``git add -A``); the new sha, or None if clean."""
         path = self.path(task)
-        if path.resolve() not in self._worktrees():
+        if path.resolve() not in self.git.worktrees():
             raise UserError(f"task '{task}' has no worktree at {path}; call prepare() first")
-        self._git("add", "-A", cwd=path)
-        if self._git("diff", "--cached", "--quiet", cwd=path, check=False).returncode == 0:
+        self.git("add", "-A", cwd=path)
+        if self.git("diff", "--cached", "--quiet", cwd=path, check=False).returncode == 0:
             return None
-        self._git("commit", "-q", "--no-verify", "-m", message, cwd=path)
-        return self._rev("HEAD", cwd=path)
+        self.git("commit", "-q", "--no-verify", "-m", message, cwd=path)
+        return self.git.rev("HEAD", cwd=path)
 
     def merge(self, task: str) -> MergeResult:
         """Merge the task's branch into integration (serialised); see the module docstring."""
         branch, path = self.branch(task), self.path(task)
-        with self._locked() as fd:
-            recovered = tuple(self._ensure_integration(fd) + self._finish_removal(task, fd))
-            tip = self._rev(branch)
+        with self.locked() as fd:
+            recovered = tuple(self.setup_integration(fd) + self._finish_removal(task, fd))
+            tip = self.git.rev(branch)
             if tip is None:
                 if task in self.merged_tasks():
                     return MergeResult(task, branch, "up-to-date", None, recovered)
                 raise UserError(f"task '{task}' has no branch {branch} to merge; call prepare() first")
-            if self._dirty(path):
+            if self.git.dirty(path):
                 raise UserError(f"task '{task}' has uncommitted changes in {path}; call commit() first")
             commit = None
-            if not self._is_ancestor(tip, self.integration):
+            if not self.git.is_ancestor(tip, self.integration):
                 msg = f"team: merge {task} into {self.plan}\n\n{TRAILER}: {task}\n"
-                proc = self._git("merge", "--no-ff", "--no-edit", "-m", msg, tip,
+                proc = self.git("merge", "--no-ff", "--no-edit", "-m", msg, tip,
                                  cwd=self.integration_dir, check=False, fd=fd)
                 if proc.returncode:
-                    files = self._git("diff", "--name-only", "--diff-filter=U",
+                    files = self.git("diff", "--name-only", "--diff-filter=U",
                                       cwd=self.integration_dir, fd=fd).stdout.split()
                     self._recover_integration(fd)
                     if files:
                         raise MergeConflict(task, branch, self.integration, files, path)
                     raise GitError(["merge", branch], self.integration_dir, proc.returncode,
                                    proc.stderr + proc.stdout)
-                commit = self._rev(self.integration)
-            self._remove(task, fd)
+                commit = self.git.rev(self.integration)
+            self.remove_task(task, fd)
         return MergeResult(task, branch, "merged" if commit else "up-to-date", commit, recovered)
 
     def finish(self, task: str, message: str) -> MergeResult:
@@ -233,7 +229,7 @@ class Worktrees:
         return self.merge(task)
 
     def has_branch(self, task: str) -> bool:
-        return self._rev(self.branch(task)) is not None
+        return self.git.rev(self.branch(task)) is not None
 
     def committed_work(self, task: str) -> int:
         """Commits on the task's branch not in integration, when its worktree is clean (else 0).
@@ -242,104 +238,61 @@ class Worktrees:
         work whose merge did not happen (the lead died, or a conflict was resolved by hand).
         """
         branch = self.branch(task)
-        if self._rev(branch) is None or self._rev(self.integration) is None or self._dirty(self.path(task)):
+        if self.git.rev(branch) is None or self.git.rev(self.integration) is None or self.git.dirty(self.path(task)):
             return 0
-        return int(self._git("rev-list", "--count", f"{self.integration}..{branch}").stdout)
+        return int(self.git("rev-list", "--count", f"{self.integration}..{branch}").stdout)
 
     def merged_tasks(self) -> list[str]:
         """Task slugs merged into integration, oldest first, from the merge trailers."""
-        if self._rev(self.integration) is None:
+        if self.git.rev(self.integration) is None:
             return []
-        out = self._git("log", "--first-parent", "--merges", "--reverse",
+        out = self.git("log", "--first-parent", "--merges", "--reverse",
                         f"--format=%(trailers:key={TRAILER},valueonly)%x00", self.integration).stdout
         return [t.strip() for t in out.split("\0") if t.strip()]
 
     def task_branches(self) -> list[str]:
         """Slugs of the task branches that exist (work not merged, or in flight)."""
-        out = self._git("for-each-ref", "--format=%(refname)", f"refs/heads/team/{self.plan}/").stdout
+        out = self.git("for-each-ref", "--format=%(refname)", f"refs/heads/team/{self.plan}/").stdout
         names = [r.rsplit("/", 1)[1] for r in out.split()]
         return [n for n in names if n != INTEGRATION]
 
     def summary(self) -> Summary:
         """Where the result is and the exact commands to take it into the user's branch."""
-        if self._rev(self.integration) is None:
+        if self.git.rev(self.integration) is None:
             raise UserError(f"plan '{self.plan}' has no integration branch {self.integration} yet")
-        base = self._git("merge-base", "HEAD", self.integration).stdout.strip()
-        ahead = int(self._git("rev-list", "--count", f"HEAD..{self.integration}").stdout)
+        base = self.git("merge-base", "HEAD", self.integration).stdout.strip()
+        ahead = int(self.git("rev-list", "--count", f"HEAD..{self.integration}").stdout)
         b = self.integration
         cmds = [f"git log --oneline --first-parent HEAD..{b}", f"git diff HEAD...{b}", f"git merge {b}"]
         return Summary(self.plan, b, base, ahead, self.merged_tasks(), self.task_branches(), cmds)
 
-    # -- doctor ---------------------------------------------------------------
+    # -- doctor (worktree_doctor.py) ---------------------------------------------
     def orphans(self, live: Iterable[str] = ()) -> list[Orphan]:
-        """Leftovers: task branches/worktrees not in ``live``, stray dirs, stale entries,
-        and (when no merge holds the lock) a half-done merge in the integration worktree."""
-        live, out = set(live), []
-        wts = self._worktrees()
-        for task in sorted(self._task_names(wts) - live):
-            detail = []
-            if self._rev(self.branch(task)) is not None:
-                n = int(self._git("rev-list", "--count", f"{self.integration}..{self.branch(task)}").stdout)
-                detail.append(f"branch {self.branch(task)} ({n} unmerged commits)")
-            if self.path(task).resolve() in wts:
-                detail.append(f"worktree {self.path(task)}")
-            out.append(Orphan("task", task, ", ".join(detail)))
-        if self.base_dir.is_dir():
-            for p in sorted(self.base_dir.iterdir()):
-                if p.is_dir() and p.resolve() not in wts:
-                    out.append(Orphan("stray-dir", p.name, f"{p} is not a registered worktree"))
-        for p, info in wts.items():
-            if "prunable" in info or not p.exists():
-                out.append(Orphan("stale-entry", p.name, f"git worktree entry for missing {p}"))
-        if not self.base_dir.is_dir():
-            return out
-        try:
-            with self._locked(timeout=0):
-                gitdir = self._gitdir(self.integration_dir)
-                if gitdir and (gitdir / "MERGE_HEAD").exists():
-                    out.append(Orphan("merge-in-progress", "_integration",
-                                      f"MERGE_HEAD left in {self.integration_dir}"))
-                for lock in sorted(gitdir.glob("*.lock")) if gitdir else ():
-                    out.append(Orphan("stale-lock", lock.name, f"{lock} left by a killed git"))
-        except LockTimeout:
-            pass  # a merge is running right now: its MERGE_HEAD and locks are live
-        return out
+        """Leftovers of tasks not in ``live`` and of killed git commands (worktree_doctor.orphans)."""
+        return worktree_doctor.orphans(self, live)
 
     def cleanup(self, live: Iterable[str] = (), timeout: float = 30) -> list[str]:
-        """Remove what ``orphans(live)`` reports (unmerged orphan branches included)."""
-        live, done = set(live), []
-        with self._locked(timeout=timeout) as fd:
-            done += self._ensure_integration(fd) if self._rev(self.integration) else []
-            for o in self.orphans(live):
-                if o.kind == "task":
-                    self._remove(o.name, fd)
-                    done.append(f"removed task {o.name}: {o.detail}")
-                elif o.kind == "stray-dir" and o.name != "_integration":
-                    shutil.rmtree(self.base_dir / o.name)
-                    done.append(f"removed stray directory {self.base_dir / o.name}")
-            for p, info in self._worktrees().items():
-                if "prunable" in info or not p.exists():
-                    self._git("worktree", "remove", "-f", "-f", str(p), fd=fd)
-                    done.append(f"removed the git worktree entry for missing {p}")
-        return done
+        """Remove what ``orphans(live)`` reports (worktree_doctor.cleanup); what was done."""
+        return worktree_doctor.cleanup(self, live, timeout)
 
     def release(self) -> None:
         """Remove the integration worktree (the branch stays) so the user can check it out."""
-        with self._locked() as fd:
+        with self.locked() as fd:
             self._drop_worktree(self.integration_dir, fd)
 
     def reset(self) -> None:
         """Delete every worktree and branch of the plan, integration included (``--fresh``)."""
-        with self._locked() as fd:
-            for task in self._task_names(self._worktrees()):
-                self._remove(task, fd)
+        with self.locked() as fd:
+            for task in self.task_names(self.git.worktrees()):
+                self.remove_task(task, fd)
             self._drop_worktree(self.integration_dir, fd)
-            if self._rev(self.integration) is not None:
-                self._git("branch", "-D", self.integration, fd=fd)
+            if self.git.rev(self.integration) is not None:
+                self.git("branch", "-D", self.integration, fd=fd)
 
-    # -- internals --------------------------------------------------------------
+    # -- internals (worktree_doctor.py uses locked, task_names, setup_integration, remove_task) --
     @contextmanager
-    def _locked(self, timeout: float | None = None) -> Iterator[int]:
+    def locked(self, timeout: float | None = None) -> Iterator[int]:
+        """Hold the plan's flock (its fd, for git children to inherit); ``UserError`` on timeout."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         try:
             with file_lock(self.base_dir / ".lock", timeout=timeout) as fd:
@@ -350,7 +303,7 @@ class Worktrees:
             raise UserError(f"another process holds {self.base_dir / '.lock'} (a `team run` "
                             f"merging?); wait for it to finish and retry") from None
 
-    def _task_names(self, wts: dict[Path, dict[str, str]]) -> set[str]:
+    def task_names(self, wts: dict[Path, dict[str, str]]) -> set[str]:
         """Tasks with a branch, a registered worktree or an interrupted removal."""
         base = self.base_dir.resolve()
         names = set(self.task_branches()) | {p.name for p in wts if p.parent == base}
@@ -358,89 +311,62 @@ class Worktrees:
             names |= {p.name[len(".removing-"):] for p in self.base_dir.glob(".removing-*")}
         return names - {"_integration"}
 
-    def _rev(self, ref: str, cwd: Path | None = None) -> str | None:
-        proc = self._git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=cwd, check=False)
-        return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-    def _is_ancestor(self, a: str, b: str) -> bool:
-        return self._git("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
-
-    def _dirty(self, path: Path) -> bool:
-        if not (path / ".git").exists():
-            return False
-        return bool(self._git("status", "--porcelain", "--untracked-files=all", cwd=path).stdout.strip())
-
-    def _gitdir(self, path: Path) -> Path | None:
-        if not (path / ".git").is_file():
-            return None
-        proc = self._git("rev-parse", "--absolute-git-dir", cwd=path, check=False)
-        return Path(proc.stdout.strip()) if proc.returncode == 0 else None
-
-    def _worktrees(self) -> dict[Path, dict[str, str]]:
-        """Registered worktrees: resolved path -> porcelain attributes (branch, locked, ...)."""
-        out: dict[Path, dict[str, str]] = {}
-        for block in self._git("worktree", "list", "--porcelain").stdout.split("\n\n"):
-            attrs = dict((line.split(" ", 1) + [""])[:2] for line in block.splitlines() if line)
-            if "worktree" in attrs:
-                out[Path(attrs["worktree"]).resolve()] = attrs
-        return out
-
-    def _ensure_integration(self, fd: int) -> list[str]:
+    def setup_integration(self, fd: int) -> list[str]:
         """Create the integration branch and worktree if missing; repair a dead merger's state."""
         self._exclude()
-        if self._rev(self.integration) is None:
-            head = self._rev("HEAD")
+        if self.git.rev(self.integration) is None:
+            head = self.git.rev("HEAD")
             if head is None:
                 raise UserError(f"isolation: worktree needs at least one commit in {self.root} "
                                 f"(commit your files first)")
-            self._git("branch", self.integration, head, fd=fd)
+            self.git("branch", self.integration, head, fd=fd)
         self._ensure_checkout(self.integration_dir, self.integration, None, fd)
         return self._recover_integration(fd)
 
     def _recover_integration(self, fd: int) -> list[str]:
         notes, wt = [], self.integration_dir
-        gitdir = self._gitdir(wt)
+        gitdir = self.git.gitdir(wt)
         ref_lock = self.common_dir / "refs" / "heads" / f"{self.integration}.lock"
         for lock in [*sorted(gitdir.glob("*.lock")), ref_lock]:
             if lock.exists():  # every git writing here holds our flock: its holder is dead
                 lock.unlink()
                 notes.append(f"removed stale {lock.name}")
         if (gitdir / "MERGE_HEAD").exists():
-            self._git("merge", "--abort", cwd=wt, check=False, fd=fd)
+            self.git("merge", "--abort", cwd=wt, check=False, fd=fd)
             notes.append("aborted an unfinished merge")
-        if self._dirty(wt) or (gitdir / "MERGE_HEAD").exists():
-            self._git("reset", "-q", "--hard", "HEAD", cwd=wt, fd=fd)
-            self._git("clean", "-q", "-ffdx", cwd=wt, fd=fd)
+        if self.git.dirty(wt) or (gitdir / "MERGE_HEAD").exists():
+            self.git("reset", "-q", "--hard", "HEAD", cwd=wt, fd=fd)
+            self.git("clean", "-q", "-ffdx", cwd=wt, fd=fd)
             notes.append("reset the integration worktree to its branch")
         return notes
 
     def _ensure_checkout(self, path: Path, branch: str, base: str | None, fd: int) -> None:
-        info = self._worktrees().get(path.resolve())
+        info = self.git.worktrees().get(path.resolve())
         healthy = (info is not None and info.get("branch") == f"refs/heads/{branch}"
                    and "locked" not in info and (path / ".git").is_file())
         if healthy:
             return
         self._drop_worktree(path, fd)
-        if self._rev(branch) is None:
-            self._git("branch", branch, base, fd=fd)
+        if self.git.rev(branch) is None:
+            self.git("branch", branch, base, fd=fd)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._git("worktree", "add", "-q", str(path), branch, fd=fd)
+        self.git("worktree", "add", "-q", str(path), branch, fd=fd)
 
     def _drop_worktree(self, path: Path, fd: int) -> None:
-        if path.resolve() in self._worktrees():
-            self._git("worktree", "remove", "-f", "-f", str(path), fd=fd)
+        if path.resolve() in self.git.worktrees():
+            self.git("worktree", "remove", "-f", "-f", str(path), fd=fd)
         if path.is_dir() and not path.is_symlink():  # a directory git does not know: ours
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
 
-    def _remove(self, task: str, fd: int) -> None:
+    def remove_task(self, task: str, fd: int) -> None:
         """Discard the task's worktree and branch; a marker makes a killed removal resumable."""
         marker = self._removing(task)
         marker.touch()
         self._drop_worktree(self.path(task), fd)
-        if self._rev(self.branch(task)) is not None:
-            self._git("branch", "-D", self.branch(task), fd=fd)
+        if self.git.rev(self.branch(task)) is not None:
+            self.git("branch", "-D", self.branch(task), fd=fd)
         marker.unlink()
 
     def _removing(self, task: str) -> Path:
@@ -448,7 +374,7 @@ class Worktrees:
 
     def _finish_removal(self, task: str, fd: int) -> list[str]:
         if self._removing(task).exists():
-            self._remove(task, fd)
+            self.remove_task(task, fd)
             return [f"finished removing task {task}'s worktree"]
         return []
 

@@ -1,10 +1,10 @@
-"""Graph queries on hand-built task lists: whole outputs asserted."""
+"""Graph queries and their renderings on hand-built task lists: whole outputs asserted."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from orchestrator import graph
+from orchestrator import graph, render
 from orchestrator.models import Task
 
 
@@ -43,7 +43,7 @@ def test_blocked_chains_show_every_path_and_what_each_root_does():
         (8, [[8, 99]]),
         (10, [[10, 9]]),
     ]
-    assert graph.render_chains(chains, DEMO) == "\n".join(
+    assert render.render_chains(chains, DEMO) == "\n".join(
         [
             "#2 build waits on:",
             "  #2 → #1   #1 setup: running by alice",
@@ -83,7 +83,7 @@ def test_ready_root_and_long_chain_is_elided_in_the_middle():
     (chain,) = graph.blocked_chains(tasks, 30)
     assert chain.paths == [[30, 29, 28, 27, 26, 25, 5, 4, 3, 2, 1]]
     assert chain.elided == [19]
-    assert graph.render_chains([chain], tasks) == (
+    assert render.render_chains([chain], tasks) == (
         "#30 t30 waits on:\n"
         "  #30 → #29 → #28 → #27 → #26 → #25 → … 19 more … → #5 → #4 → #3 → #2 → #1"
         "   #1 first: ready but not started"
@@ -142,7 +142,7 @@ def test_critical_path_by_count_and_by_estimate():
 
 def test_list_line_keeps_the_seed_shape():
     by_id = graph.index(DEMO)
-    assert [graph.list_line(t, by_id) for t in DEMO] == [
+    assert [render.list_line(t, by_id) for t in DEMO] == [
         "[>] #1: setup (alice)",
         "[ ] #2: build (blocked by: [1])",
         "[!] #3: lint",
@@ -160,7 +160,7 @@ SMALL = [T(1, "setup", "completed"), T(2, "a", "in_progress", [1], owner="bob"),
 
 
 def test_render_tree():
-    assert graph.render_tree(SMALL) == "\n".join(
+    assert render.render_tree(SMALL) == "\n".join(
         [
             "[x] #1 setup",
             "├── [>] #2 a (bob)",
@@ -172,7 +172,7 @@ def test_render_tree():
 
 
 def test_render_mermaid():
-    assert graph.render_mermaid(SMALL + [T(5, deps=[77])]).splitlines()[:12] == [
+    assert render.render_mermaid(SMALL + [T(5, deps=[77])]).splitlines()[:12] == [
         "flowchart TD",
         '    t1["#1 setup"]:::completed',
         '    t2["#2 a (bob)"]:::in_progress',
@@ -189,7 +189,7 @@ def test_render_mermaid():
 
 
 def test_render_dot():
-    assert graph.render_dot(SMALL) == "\n".join(
+    assert render.render_dot(SMALL) == "\n".join(
         [
             "digraph tasks {",
             "    rankdir=LR;",
@@ -214,4 +214,4 @@ def test_queries_on_a_deep_chain_stay_linear():
     assert len(chains) == 4999 and chains[-1].elided == [5000 - 11]
     assert graph.critical_path(tasks).total == 5000
     assert len(graph.waves(tasks).waves) == 5000
-    assert len(graph.render_tree(tasks).splitlines()) == 5000
+    assert len(render.render_tree(tasks).splitlines()) == 5000

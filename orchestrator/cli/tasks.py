@@ -3,7 +3,8 @@
 Reads go through ``TaskStore.all()`` (a corrupt file stops the command with
 its name and a pointer to ``team doctor``); writes go through the store's
 locked, validated methods, so a refused change writes nothing. Queries are
-``graph`` functions; this module only formats and prints.
+``graph`` functions and their text comes from ``render``; this module only
+prints.
 
 ``task list`` is on the cold-start budget (≤ 0.3 s at 1,000 tasks): nothing
 here may import networkx, rich or yaml at module level.
@@ -16,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import graph
+from .. import graph, render
 from ..models import Status, Task
 from ..store import TaskStore, parse_status
 from .common import JsonOpt, RootOpt, out, print_json, root_of
@@ -71,7 +72,7 @@ def list_cmd(
     elif not shown:
         out(f"No tasks match these filters ({len(tasks)} tasks in total).")
     else:
-        out("\n".join(graph.list_line(t, by_id) for t in shown))
+        out("\n".join(render.list_line(t, by_id) for t in shown))
 
 
 @task_app.command("show")
@@ -213,7 +214,7 @@ def blocked_cmd(
         print_json([_chain_json(c) for c in chains])
         return
     if chains:
-        out(graph.render_chains(chains, tasks))
+        out(render.render_chains(chains, tasks))
     elif tid is not None:
         task = next(t for t in tasks if t.id == tid)
         by_id = {t.id: t for t in tasks}
@@ -253,8 +254,8 @@ def graph_cmd(
     if not tasks and fmt == Format.tree:
         out(EMPTY)
         return
-    render = {Format.tree: graph.render_tree, Format.mermaid: graph.render_mermaid, Format.dot: graph.render_dot}[fmt]
-    out(render(tasks))
+    draw = {Format.tree: render.render_tree, Format.mermaid: render.render_mermaid, Format.dot: render.render_dot}[fmt]
+    out(draw(tasks))
 
 
 @task_app.command("critical")

@@ -11,7 +11,7 @@ by the agent loop (agent.py) and the team runtime (teammates.py)::
     ctx.subagents  a runner               subagent (None inside a subagent: no nesting)
     ctx.extra["signals"]     agent.Signals  idle, compact, task_update on the current task
     ctx.extra["inbox_text"]  () -> str      read_inbox (the loop's own drain)
-    ctx.extra["protocol"]    teammates.Teammate  respond_shutdown, submit_plan (protocols.py)
+    ctx.extra["protocol"]    protocols.TeammateProtocols  respond_shutdown, submit_plan (protocols.py)
 
 A missing service is an error observation naming it (``ctx.require``).
 

@@ -1,0 +1,86 @@
+"""What a background job leaves on disk: its record, and its completion notice.
+
+``.team/jobs/<id>.json`` holds a ``JobRecord`` (written by ``jobs.JobManager``
+with an atomic rename, no fsync: the task store is the durable truth);
+``.team/jobs/<id>.log`` holds the job's whole output. When a job ends its
+record gets a bounded head+tail of that log (``read_tail``) and the owner
+is queued a ``Notification`` carrying the same.
+
+A job's processes carry ``TEAM_JOB_ID=<id>`` (``JOB_ENV``) in their
+environment, so ``job_leader_alive`` can tell the job's own leader from an
+unrelated process that reused its pid.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from . import procs
+
+JobStatus = Literal["running", "completed", "failed", "timeout", "killed", "lost"]
+FINAL = frozenset({"completed", "failed", "timeout", "killed", "lost"})
+JOB_ENV = "TEAM_JOB_ID"
+
+
+class JobRecord(BaseModel):
+    """``.team/jobs/<id>.json``: one background job."""
+
+    id: str = Field(description="Job id, unique under the root.")
+    command: str = Field(description="The shell command (run by /bin/sh -c).")
+    owner: str = Field("lead", description="Who gets the completion notification.")
+    pid: int | None = Field(None, description="Pid of the job's main process (/bin/sh).")
+    pgid: int | None = Field(None, description="Process group (== pid: own session).")
+    status: JobStatus = Field("running", description="running|completed|failed|timeout|killed|lost.")
+    exit_code: int | None = Field(None, description="Exit status; -N when ended by signal N.")
+    started_at: float = Field(description="Unix time the job started.")
+    finished_at: float | None = Field(None, description="Unix time the job ended.")
+    log: str = Field(description="Full output log, relative to the state root.")
+    cwd: str | None = Field(None, description="Working directory of the command.")
+    timeout: float | None = Field(None, description="Seconds before the group is killed.")
+    task: int | None = Field(None, description="Task this job runs, if any.")
+    manager_pid: int = Field(description="Process whose JobManager watches the job.")
+    manager_start: int | None = Field(None, description="Manager's /proc start time (pid reuse guard).")
+    tail: str | None = Field(None, description="Bounded head+tail of the output, once finished.")
+
+
+class Notification(BaseModel):
+    """Queued for ``owner`` when a job ends."""
+
+    job_id: str
+    owner: str
+    status: str
+    exit_code: int | None
+    tail: str = Field(description="Bounded head+tail of the output.")
+    log: str = Field(description="Full output log, relative to the state root.")
+    duration: float
+    task: int | None = None
+
+
+def job_leader_alive(record: JobRecord) -> bool:
+    """The job's main process still runs and is really this job's (not a reused pid)."""
+    return procs.alive(record.pid) and procs.has_env(record.pid, JOB_ENV, record.id)
+
+
+def read_tail(path: Path, limit: int) -> str:
+    """The whole file if it fits in ``limit`` bytes, else its head and tail."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= limit:
+                return f.read().decode(errors="replace")
+            head_n = limit // 4
+            head = f.read(head_n)
+            f.seek(size - (limit - head_n))
+            tail = f.read()
+    except FileNotFoundError:
+        return ""
+    omitted = size - len(head) - len(tail)
+    return (
+        head.decode(errors="replace")
+        + f"\n... [{omitted} bytes omitted; full log: {path.name}] ...\n"
+        + tail.decode(errors="replace")
+    )

@@ -1,0 +1,306 @@
+"""The attempt lifecycle of a task: claim, lease, hand over, finish, release.
+
+Mixed into ``store.TaskStore`` (``AttemptLifecycle``), whose lock, file and
+event primitives (``locked``, ``read``, ``resolve``, ``_write``, ``_event``,
+``_event_record``, ``_write_batch``) it uses; callers only ever see
+``TaskStore``.
+
+States and transitions::
+
+    pending ──claim──► in_progress ──finish──► completed | failed | cancelled
+       ▲                   │
+       └──release──────────┤  (a retry: owner cleared, attempt kept)
+       └──reclaim_expired──┘  (the lease ran out)
+
+Rules:
+
+* Every change runs under the one store lock. ``claim`` is a
+  compare-and-set: it succeeds only while the task is pending, unowned and
+  every dependency is completed; it starts a new attempt (``attempts + 1``)
+  with a new ``epoch``.
+* ``finish``/``renew``/``hand_over``/``release`` carry the claim's
+  ``epoch`` and are refused when it is stale (the lease expired and the task
+  was reclaimed by someone else).
+* ``commit`` is the run scheduler's batch: it ends attempts and claims
+  newly ready tasks in one locked, durable write (``store_batch``).
+* Status timestamps are set in one place, ``_apply_status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .errors import ConflictError, UnknownRef, UserError
+from .models import TERMINAL, Status, Task
+
+
+def parse_status(value: str | Status) -> Status:
+    try:
+        return Status(value)
+    except ValueError:
+        allowed = ", ".join(s.value for s in Status)
+        raise UserError(f"invalid status {value!r}: use one of {allowed}") from None
+
+
+class AttemptLifecycle:
+    """Claims, leases and the end of attempts (see the module docstring)."""
+
+    # ------------------------------------------------------------------ status
+    def _apply_status(self, task: Task, status: Status) -> None:
+        now = self.clock()
+        if status == Status.in_progress and task.status != Status.in_progress:
+            task.started_at = now
+        if status in TERMINAL:
+            task.finished_at = now
+        else:
+            task.finished_at = None
+        if status != Status.in_progress:
+            task.lease_expires = None
+        task.status = status
+
+    # ------------------------------------------------------------------ claim / lease
+    def claim(self, ref: int | str, owner: str, *, lease: float | None = None, actor: str | None = None) -> Task:
+        """Compare-and-set claim: pending, unowned, all dependencies completed.
+
+        Raises ``ConflictError`` saying why when the task is not claimable.
+        """
+        with self.locked():
+            task = self.read(self.resolve(ref))
+            self._check_claimable(task)
+            return self._claim_locked(task, owner, lease, actor or owner)
+
+    def try_claim(self, ref: int | str, owner: str, *, lease: float | None = None) -> Task | None:
+        try:
+            return self.claim(ref, owner, lease=lease)
+        except ConflictError:
+            return None
+
+    def claim_many(self, ids: Iterable[int], owner: str, *, lease: float | None = None) -> list[Task]:
+        """Claim every claimable task among ``ids`` under one lock; skip the others."""
+        won = []
+        with self.locked():
+            for tid in ids:
+                try:
+                    task = self.read(tid)
+                    self._check_claimable(task)
+                except (ConflictError, UnknownRef):
+                    continue
+                won.append(self._claim_locked(task, owner, lease, owner))
+        return won
+
+    def _check_claimable(self, task: Task, overlay: dict[int, Task] | None = None) -> None:
+        if task.status != Status.pending:
+            raise ConflictError(f"task #{task.id} is {task.status.value}, not pending")
+        if task.owner:
+            raise ConflictError(f"task #{task.id} is already owned by {task.owner}")
+        waiting = []
+        for dep in task.blockedBy:
+            try:
+                if ((overlay or {}).get(dep) or self.read(dep)).status != Status.completed:
+                    waiting.append(dep)
+            except UnknownRef:
+                waiting.append(dep)
+        if waiting:
+            raise ConflictError(f"task #{task.id} is blocked by {waiting}")
+
+    def _mark_claimed(self, task: Task, owner: str, lease: float | None) -> Status:
+        """The claim itself (a new attempt and epoch); returns the status before."""
+        before = task.status
+        task.owner = owner
+        task.epoch += 1
+        task.attempts += 1
+        self._apply_status(task, Status.in_progress)
+        task.lease_expires = (self.clock() + lease) if lease else None
+        task.error = None
+        return before
+
+    def _claim_locked(self, task: Task, owner: str, lease: float | None, actor: str) -> Task:
+        before = self._mark_claimed(task, owner, lease)
+        self._write(task)
+        self._event(task, "claimed", actor, before, owner=owner, epoch=task.epoch, attempt=task.attempts)
+        return task
+
+    def _check_epoch(self, task: Task, epoch: int) -> None:
+        if task.status != Status.in_progress or task.epoch != epoch:
+            raise ConflictError(
+                f"task #{task.id} attempt {epoch} is stale (task is {task.status.value}, epoch {task.epoch})"
+            )
+
+    def renew(self, ref: int | str, epoch: int, lease: float) -> Task:
+        with self.locked():
+            task = self.read(self.resolve(ref))
+            self._check_epoch(task, epoch)
+            task.lease_expires = self.clock() + lease
+            self._write(task)
+            return task
+
+    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task:
+        """Pass a running attempt to ``owner`` (the lead claims, a teammate works).
+
+        Epoch-checked like ``finish``: the attempt, lease and epoch stay the
+        same; only who holds it changes, so ``task blocked`` can say who runs it.
+        """
+        with self.locked():
+            task = self.read(self.resolve(ref))
+            self._check_epoch(task, epoch)
+            if task.owner != owner:
+                previous, task.owner = task.owner, owner
+                self._write(task)
+                self._event(task, "handed_over", actor or previous or owner, None, owner=owner,
+                            previous_owner=previous, epoch=epoch)
+            return task
+
+    def renew_many(self, leases: dict[int, int], lease: float) -> list[int]:
+        """Renew several leases (id -> epoch) under one lock; returns the ids renewed."""
+        renewed = []
+        with self.locked():
+            for tid, epoch in leases.items():
+                try:
+                    task = self.read(tid)
+                    self._check_epoch(task, epoch)
+                except (ConflictError, UnknownRef):
+                    continue
+                task.lease_expires = self.clock() + lease
+                self._write(task)
+                renewed.append(tid)
+        return renewed
+
+    def finish(
+        self,
+        ref: int | str,
+        epoch: int,
+        status: str | Status,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        actor: str | None = None,
+        **fields: Any,
+    ) -> Task:
+        """End an attempt (completed/failed/cancelled). Refused on a stale epoch."""
+        new = parse_status(status)
+        with self.locked():
+            task = self.read(self.resolve(ref))
+            self._check_epoch(task, epoch)
+            before = task.status
+            if result is not None:
+                task.result = result
+            if error is not None:
+                task.error = error
+            for key, value in fields.items():
+                setattr(task, key, value)
+            self._apply_status(task, new)
+            self._write(task)
+            self._event(task, "status", actor or task.owner, before, epoch=epoch, error=error)
+            return task
+
+    def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None, **fields: Any) -> Task:
+        """Give an attempt back: the task becomes pending and unowned (a retry)."""
+        with self.locked():
+            task = self.read(self.resolve(ref))
+            self._check_epoch(task, epoch)
+            before = task.status
+            task.owner = ""
+            task.error = reason
+            for key, value in fields.items():
+                setattr(task, key, value)
+            self._apply_status(task, Status.pending)
+            self._write(task)
+            self._event(task, "released", actor or "lead", before, reason=reason)
+            return task
+
+    def reclaim_expired(self, *, actor: str = "lead", owner_filter: Callable[[str], bool] | None = None) -> list[Task]:
+        """Return every in-progress task whose lease expired to pending (attempt kept)."""
+        now = self.clock()
+        out = []
+        with self.locked():
+            for task in self.scan()[0]:  # an unreadable file must not stall recovery of the rest
+                if task.status != Status.in_progress or task.lease_expires is None:
+                    continue
+                if task.lease_expires > now:
+                    continue
+                if owner_filter is not None and not owner_filter(task.owner):
+                    continue
+                before, prev_owner = task.status, task.owner
+                task.owner = ""
+                task.error = f"lease of {prev_owner or 'unknown'} expired (attempt {task.attempts})"
+                self._apply_status(task, Status.pending)
+                self._write(task)
+                self._event(task, "lease_expired", actor, before, previous_owner=prev_owner)
+                out.append(task)
+        return out
+
+    def cancel(self, ref: int | str, reason: str, *, actor: str = "lead") -> Task:
+        """Mark a task that can no longer run as cancelled, with the reason."""
+        with self.locked():
+            task = self.read(self.resolve(ref))
+            if task.status in TERMINAL:
+                return task
+            before = task.status
+            task.error = reason
+            self._apply_status(task, Status.cancelled)
+            self._write(task)
+            self._event(task, "status", actor, before, reason=reason)
+            return task
+
+    # ------------------------------------------------------------------ batches (the run scheduler)
+    def commit(
+        self,
+        finishes: list[tuple[int, int, str | Status, dict[str, Any]]] = (),
+        claims: Iterable[int] = (),
+        owner: str = "lead",
+        *,
+        lease: float | None = None,
+        actor: str | None = None,
+        on_visible: Callable[[list[Task]], None] | None = None,
+    ) -> tuple[list[Task], list[Task]]:
+        """End attempts and claim tasks in one locked, durable batch.
+
+        ``on_visible(claimed)`` is called once every file of the batch is
+        renamed into place and its event lines are written, before the final
+        directory and event-log fsyncs: a caller may start the claimed work
+        there, overlapping those syncs. A SIGKILL at any point after it sees
+        exactly what a later one would (the page cache survives the process);
+        only a power loss in that window can forget the claim, and then the
+        task simply runs again (at-least-once). It must not block or take the
+        store lock.
+
+        ``finishes``: ``(id, epoch, status, fields)``; a stale epoch skips that
+        item. ``claims``: ids claimed under the same rule as ``claim`` (a
+        dependency finished earlier in this batch counts as completed); the
+        unclaimable are skipped. Returns ``(finished, claimed)``. Cost: the
+        files are fsynced in parallel, renamed, then the directory and the
+        event log are synced once for the whole batch.
+        """
+        finished: list[Task] = []
+        claimed: list[Task] = []
+        records: list[dict[str, Any]] = []
+        with self.locked():
+            overlay: dict[int, Task] = {}
+            for tid, epoch, status, fields in finishes:
+                try:
+                    task = self.read(tid)
+                    self._check_epoch(task, epoch)
+                except (ConflictError, UnknownRef):
+                    continue
+                before = task.status
+                for key, value in fields.items():
+                    setattr(task, key, value)
+                self._apply_status(task, parse_status(status))
+                finished.append(task)
+                overlay[tid] = task
+                records.append(self._event_record(task, "status", actor or task.owner, before, epoch=epoch,
+                                                  error=fields.get("error")))
+            for tid in claims:
+                try:
+                    task = self.read(tid)
+                    self._check_claimable(task, overlay)
+                except (ConflictError, UnknownRef):
+                    continue
+                before = self._mark_claimed(task, owner, lease)
+                claimed.append(task)
+                records.append(self._event_record(task, "claimed", actor or owner, before, owner=owner,
+                                                  epoch=task.epoch, attempt=task.attempts))
+            self._write_batch(finished + claimed, records,
+                              on_visible=(lambda: on_visible(claimed)) if on_visible else None)
+        return finished, claimed
