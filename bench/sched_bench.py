@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _disk import durable_write_ms
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -101,22 +103,6 @@ def run_team(d: Path, workers: int) -> tuple[float, float]:
     if done != len([e for e in events if e["event"] == "started"]):
         raise SystemExit("bench: a task did not complete")
     return end - start, wall
-
-
-def durable_write_ms(n: int = 100) -> float:
-    """Median cost of one durable atomic write (fsync + rename + dir fsync) on
-    the bench's disk: every chain step needs at least one, make needs none."""
-    sys.path.insert(0, str(REPO))
-    from orchestrator.fsutil import atomic_write
-
-    with tempfile.TemporaryDirectory(prefix="sched-bench-fsync-") as tmp:
-        times = []
-        for i in range(n):
-            t0 = time.perf_counter()
-            atomic_write(Path(tmp) / f"t{i % 10}.json", '{"id": 1}')
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2] * 1000
 
 
 def main() -> None:

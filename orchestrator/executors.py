@@ -33,7 +33,7 @@ from typing import Protocol
 
 from .errors import PlanError
 from .models import Task
-from .transcript import secret_env_names
+from .redact import secret_env_names
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,9 @@ class ShellExecutor:
             if item is None:
                 return
             task, epoch, done = item
-            env = dict(task.env)
+            # ``$NAME`` in a value is taken from the lead's environment when the job
+            # starts, so a plan can pass a secret without it being stored in the task.
+            env = {k: os.path.expandvars(v) for k, v in task.env.items()}
             env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
                        TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
             cwd = Path(task.cwd) if task.cwd else None
@@ -181,8 +183,8 @@ class ShellExecutor:
                     done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
                     continue
                 try:
-                    # The model API key (a registered secret) is not handed to shell tasks
-                    # unless the plan sets it for the task.
+                    # The model key (and any registered secret) is not handed to shell
+                    # tasks unless the plan sets it for the task (redact.py).
                     unset = [n for n in secret_env_names(dict(os.environ)) if n not in task.env]
                     record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
                                              timeout=task.timeout, task=task.id, unset=unset)

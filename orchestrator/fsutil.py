@@ -2,7 +2,13 @@
 
 * ``atomic_write``: temp file in the same directory, fsync, ``os.replace``,
   fsync of the directory. A reader sees the old file or the new one, never a
-  torn one, and a completed call survives power loss.
+  torn one, and a completed call survives power loss. The new file keeps the
+  permission bits of the one it replaces (an edited ``build.sh`` stays
+  executable); a new file gets ``0o666 & ~umask`` like ``open(path, "w")``.
+  ``mkstemp`` creates 0600, so the temp file is ``fchmod``-ed before the
+  rename. The umask is read once at import (``UMASK``): ``os.umask`` can
+  only be read by setting it, which races with threads creating files, so
+  ``read_umask`` uses ``/proc/self/status`` where it exists.
 * ``append_line``: appends one JSON line to a log under an exclusive lock
   held by the caller. If a previous writer was killed mid-line the file does
   not end in ``\\n``; we first terminate that torn fragment so it becomes its
@@ -22,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,6 +37,28 @@ from pathlib import Path
 from typing import Any
 
 TMP_PREFIX = ".tmp-"
+
+
+def read_umask(status: str = "/proc/self/status") -> int:
+    """The process umask, read from ``status`` (Linux) without changing it.
+
+    Elsewhere it falls back to set-and-restore, which briefly changes the
+    process-global umask: call it before starting threads (we do, at import).
+    """
+    try:
+        with open(status) as f:
+            found = re.search(r"^Umask:\s*([0-7]+)$", f.read(), re.M)
+    except OSError:  # no procfs
+        found = None
+    if found:
+        return int(found.group(1), 8)
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+UMASK = read_umask()
+"""The umask at import; new files written by ``atomic_write`` get ``0o666 & ~UMASK``."""
 
 
 def fsync_dir(path: Path) -> None:
@@ -52,6 +81,11 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            try:
+                mode = os.stat(path).st_mode & 0o7777
+            except FileNotFoundError:
+                mode = 0o666 & ~UMASK
+            os.fchmod(fd, mode)
             f.write(data)
             if durable:
                 f.flush()

@@ -46,6 +46,7 @@ from .errors import CorruptFile, NotWritable, UnknownRef
 from .fsutil import append_line, atomic_write, dumps, file_lock, fsync_dir, read_jsonl
 from .models import Status, Task
 from .paths import tasks_dir
+from .redact import scrub
 from .store_attempts import AttemptLifecycle, parse_status
 from .store_batch import BatchWriter
 from .store_edits import TaskEdits, format_cycle
@@ -122,9 +123,14 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         except FileNotFoundError:
             raise UnknownRef(f"no task #{task_id}; `team task list` shows the tasks") from None
 
+    @staticmethod
+    def _serialize(task: Task) -> str:
+        """The file's bytes; known secrets never reach a task file (redact.py)."""
+        return scrub(dumps(task.to_json()))
+
     def _write(self, task: Task) -> None:
         task.updated_at = self.clock()
-        atomic_write(self.path(task.id), dumps(task.to_json()), durable=self.durable)
+        atomic_write(self.path(task.id), self._serialize(task), durable=self.durable)
 
     def ids(self) -> list[int]:
         if not self.dir.is_dir():
@@ -212,6 +218,11 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
 
     def _event(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
         append_line(self.events_path, self._event_record(task, event, actor, before, **extra), durable=self.durable)
+
+    def _save(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
+        """Write one task and its event line as one durable batch (``_write_batch``):
+        the directory and event-log syncs overlap, two waits instead of three."""
+        self._write_batch([task], [self._event_record(task, event, actor, before, **extra)])
 
     def events(self, offset: int = 0) -> tuple[list[dict], int]:
         """Events from byte ``offset``; returns them and the offset to resume from."""

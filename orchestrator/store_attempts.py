@@ -117,8 +117,7 @@ class AttemptLifecycle:
 
     def _claim_locked(self, task: Task, owner: str, lease: float | None, actor: str) -> Task:
         before = self._mark_claimed(task, owner, lease)
-        self._write(task)
-        self._event(task, "claimed", actor, before, owner=owner, epoch=task.epoch, attempt=task.attempts)
+        self._save(task, "claimed", actor, before, owner=owner, epoch=task.epoch, attempt=task.attempts)
         return task
 
     def _check_epoch(self, task: Task, epoch: int) -> None:
@@ -146,8 +145,7 @@ class AttemptLifecycle:
             self._check_epoch(task, epoch)
             if task.owner != owner:
                 previous, task.owner = task.owner, owner
-                self._write(task)
-                self._event(task, "handed_over", actor or previous or owner, None, owner=owner,
+                self._save(task, "handed_over", actor or previous or owner, None, owner=owner,
                             previous_owner=previous, epoch=epoch)
             return task
 
@@ -190,8 +188,7 @@ class AttemptLifecycle:
             for key, value in fields.items():
                 setattr(task, key, value)
             self._apply_status(task, new)
-            self._write(task)
-            self._event(task, "status", actor or task.owner, before, epoch=epoch, error=error)
+            self._save(task, "status", actor or task.owner, before, epoch=epoch, error=error)
             return task
 
     def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None, **fields: Any) -> Task:
@@ -205,8 +202,7 @@ class AttemptLifecycle:
             for key, value in fields.items():
                 setattr(task, key, value)
             self._apply_status(task, Status.pending)
-            self._write(task)
-            self._event(task, "released", actor or "lead", before, reason=reason)
+            self._save(task, "released", actor or "lead", before, reason=reason)
             return task
 
     def reclaim_expired(self, *, actor: str = "lead", owner_filter: Callable[[str], bool] | None = None) -> list[Task]:
@@ -225,8 +221,7 @@ class AttemptLifecycle:
                 task.owner = ""
                 task.error = f"lease of {prev_owner or 'unknown'} expired (attempt {task.attempts})"
                 self._apply_status(task, Status.pending)
-                self._write(task)
-                self._event(task, "lease_expired", actor, before, previous_owner=prev_owner)
+                self._save(task, "lease_expired", actor, before, previous_owner=prev_owner)
                 out.append(task)
         return out
 
@@ -239,8 +234,7 @@ class AttemptLifecycle:
             before = task.status
             task.error = reason
             self._apply_status(task, Status.cancelled)
-            self._write(task)
-            self._event(task, "status", actor, before, reason=reason)
+            self._save(task, "status", actor, before, reason=reason)
             return task
 
     # ------------------------------------------------------------------ batches (the run scheduler)

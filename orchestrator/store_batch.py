@@ -72,7 +72,7 @@ class BatchWriter:
         now = self.clock()
         for task in tasks:
             task.updated_at = now
-        payloads = [(self.path(t.id), dumps(t.to_json())) for t in tasks]
+        payloads = [(self.path(t.id), self._serialize(t)) for t in tasks]
         if len(payloads) == 1 or not self.durable:
             for path, data in payloads:
                 atomic_write(path, data, durable=self.durable, sync_dir=False)

@@ -14,7 +14,8 @@ the conversation it had. Lines carry a ``kind``:
 * ``task``    — the agent started working on a task (id, epoch).
 
 Secrets: every string written is scrubbed of known secret values (the API
-key and anything registered with ``register_secret``) before it reaches disk.
+key and anything registered with ``register_secret``, see redact.py) before
+it reaches disk.
 """
 
 from __future__ import annotations
@@ -27,32 +28,7 @@ from typing import Any
 
 from .fsutil import append_line, parse_jsonl
 from .paths import team_dir
-
-_SECRETS: set[str] = set()
-_SECRETS_LOCK = threading.Lock()
-
-
-def register_secret(value: str | None) -> None:
-    """Never write ``value`` to a transcript, log or task file."""
-    if value and len(value) >= 4:
-        with _SECRETS_LOCK:
-            _SECRETS.add(value)
-
-
-def secret_env_names(env: dict[str, str]) -> list[str]:
-    """Names of variables in ``env`` whose value is a registered secret."""
-    with _SECRETS_LOCK:
-        secrets = set(_SECRETS)
-    return [name for name, value in env.items() if value in secrets]
-
-
-def scrub(text: str) -> str:
-    if not _SECRETS:
-        return text
-    for secret in list(_SECRETS):
-        if secret in text:
-            text = text.replace(secret, "[REDACTED]")
-    return text
+from .redact import register_secret, scrub, secret_env_names  # noqa: F401  (re-exported)
 
 
 def transcript_path(root: Path, name: str) -> Path:

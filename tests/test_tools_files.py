@@ -215,3 +215,16 @@ def test_content_cache_is_bounded_and_large_files_are_tracked_by_hash(tmp_path):
     big.write_text("c" * 5000)
     with pytest.raises(Exception, match="too large to diff"):
         truth.check(big, "big.txt")
+
+
+def test_editing_an_executable_script_keeps_it_executable(h):
+    script = h.ws / "build.sh"
+    script.write_text("#!/bin/sh\necho building v1\n")
+    os.chmod(script, 0o755)
+    h.ok("read_file", {"path": "build.sh"})
+    h.ok("edit_file", {"path": "build.sh", "old_string": "v1", "new_string": "v2"})
+    assert os.stat(script).st_mode & 0o7777 == 0o755
+    assert h.ok("bash", {"command": "./build.sh"}) == "exit code: 0\nbuilding v2\n"
+    h.ok("write_file", {"path": "build.sh", "content": "#!/bin/sh\necho building v3\n"})
+    assert os.stat(script).st_mode & 0o7777 == 0o755
+    assert h.ok("bash", {"command": "./build.sh"}) == "exit code: 0\nbuilding v3\n"

@@ -1,0 +1,43 @@
+"""The model key never reaches a task file, and shell tasks do not inherit it."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_team
+
+KEY = "sk-shell-only-4c1f9a7e2d"
+
+
+def task_files(root):
+    return {json.loads(p.read_text())["plan_task"]: json.loads(p.read_text())
+            for p in (root / ".tasks").glob("task_*.json")}
+
+
+def test_a_shell_only_plan_does_not_hand_the_key_to_its_tasks(tmp_path):
+    (tmp_path / "plan.yaml").write_text(
+        "name: sec\ntasks:\n"
+        "  - id: dump\n    run: env | sort\n"
+        # a task may ask for the key by reference ($NAME is read when the job starts);
+        # it still never lands in a task file
+        "  - id: echo\n    run: echo \"key=$OPENAI_API_KEY\"\n"
+        "    env: {OPENAI_API_KEY: $OPENAI_API_KEY}\n"
+    )
+    r = run_team(tmp_path, "run", "plan.yaml", OPENAI_API_KEY=KEY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tasks = task_files(tmp_path)
+    dump_log = (tmp_path / tasks["dump"]["log"]).read_text()
+    assert "TEAM_PLAN=sec" in dump_log and "OPENAI_API_KEY" not in dump_log
+    assert KEY in (tmp_path / tasks["echo"]["log"]).read_text()  # asked for explicitly
+    assert tasks["echo"]["result"].strip() == "key=[REDACTED]"
+    for f in (tmp_path / ".tasks").rglob("*"):
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f
+
+
+def test_an_error_quoting_the_key_is_redacted_in_the_task_file(tmp_path):
+    r = run_team(tmp_path, "task", "create", f"rotate {KEY} today", "-d", f"old key {KEY}",
+                 OPENAI_API_KEY=KEY)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / ".tasks" / "task_1.json").read_text()
+    assert KEY not in text and "rotate [REDACTED] today" in text
