@@ -50,7 +50,7 @@ def request(root: Path, op: str, args: dict[str, Any], *, timeout: float = 15.0)
     info = lead_info(root)
     if info is None:
         raise UserError(f"no lead is running on {root}: `team {op}` asks the running lead "
-                        "(`team run PLAN`) to do it; start one first")
+                        "(`team run PLAN` or `team chat`) to do it; start one first")
     try:
         marker = json.loads(p["marker"].read_text())
     except (FileNotFoundError, ValueError):

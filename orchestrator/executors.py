@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .errors import PlanError
+from .errors import PlanError, TeamError
 from .models import Task
 from .redact import secret_env_names
 
@@ -150,7 +150,7 @@ class ShellExecutor:
         self.jobs = JobManager(ctx.root)
         self.owner = f"{ctx.owner}:{os.getpid()}"
         self._lock = threading.Lock()
-        self._running: dict[str, tuple[int, int, DoneCallback]] = {}  # job id -> (task, epoch, done)
+        self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}  # job id -> (task, epoch, done, timeout)
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
         self._starts: queue.SimpleQueue = queue.SimpleQueue()
@@ -188,10 +188,10 @@ class ShellExecutor:
                     unset = [n for n in secret_env_names(dict(os.environ)) if n not in task.env]
                     record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
                                              timeout=task.timeout, task=task.id, unset=unset)
-                except OSError as e:
+                except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
                     done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
                     continue
-                self._running[record.id] = (task.id, epoch, done)
+                self._running[record.id] = (task.id, epoch, done, task.timeout)
                 self._by_task[task.id] = record.id
 
     def _loop(self) -> None:
@@ -207,8 +207,10 @@ class ShellExecutor:
             for n, entry in items:
                 if entry is None:
                     continue  # a job this executor did not start
-                task_id, epoch, done = entry
-                done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail))
+                task_id, epoch, done, timeout = entry
+                error = (f"timed out after {timeout:g}s (process group killed)"
+                         if n.status == "timeout" and timeout else None)
+                done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail, error=error))
 
     def cancel(self, task_id: int) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .graph import PATH_HEAD, BlockedChain, dependents, index, open_blockers
-from .models import MARKERS, Status, Task
+from .models import MARKERS, TERMINAL, Status, Task
 
 
 def format_ids(ids: Sequence[int]) -> str:
@@ -29,7 +29,7 @@ def format_ids(ids: Sequence[int]) -> str:
 def list_line(task: Task, by_id: dict[int, Task]) -> str:
     """The seed's line: ``[ ] #5: subject (blocked by: [3, 4])``."""
     line = f"{MARKERS[task.status]} #{task.id}: {task.subject}"
-    if task.owner:
+    if task.owner and task.status not in TERMINAL:  # who runs it, or who it is assigned to
         line += f" ({task.owner})"
     waiting = open_blockers(task, by_id)
     if waiting:

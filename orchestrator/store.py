@@ -117,9 +117,17 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
             where = ".".join(str(p) for p in first.get("loc", ())) or "file"
             raise CorruptFile(path, f"{where}: {first.get('msg', 'invalid')}") from None
 
+    def _load_task(self, task_id: int) -> Task:
+        """``task_<id>.json``, checked to hold that id (a copied file would not)."""
+        path = self.path(task_id)
+        task = self._load_file(path)
+        if task.id != task_id:
+            raise CorruptFile(path, f"holds id {task.id}, not {task_id}")
+        return task
+
     def read(self, task_id: int) -> Task:
         try:
-            return self._load_file(self.path(task_id))
+            return self._load_task(task_id)
         except FileNotFoundError:
             raise UnknownRef(f"no task #{task_id}; `team task list` shows the tasks") from None
 
@@ -149,7 +157,7 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         tasks = []
         for tid in self.ids():
             try:
-                tasks.append(self._load_file(self.path(tid)))
+                tasks.append(self._load_task(tid))
             except FileNotFoundError:
                 continue  # deleted between listing and reading
         return tasks

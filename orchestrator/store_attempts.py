@@ -67,7 +67,7 @@ class AttemptLifecycle:
         """
         with self.locked():
             task = self.read(self.resolve(ref))
-            self._check_claimable(task)
+            self._check_claimable(task, owner=owner)
             return self._claim_locked(task, owner, lease, actor or owner)
 
     def try_claim(self, ref: int | str, owner: str, *, lease: float | None = None) -> Task | None:
@@ -83,16 +83,17 @@ class AttemptLifecycle:
             for tid in ids:
                 try:
                     task = self.read(tid)
-                    self._check_claimable(task)
+                    self._check_claimable(task, owner=owner)
                 except (ConflictError, UnknownRef):
                     continue
                 won.append(self._claim_locked(task, owner, lease, owner))
         return won
 
-    def _check_claimable(self, task: Task, overlay: dict[int, Task] | None = None) -> None:
+    def _check_claimable(self, task: Task, overlay: dict[int, Task] | None = None, owner: str | None = None) -> None:
+        """Pending, unowned (or already assigned to ``owner``), every dependency completed."""
         if task.status != Status.pending:
             raise ConflictError(f"task #{task.id} is {task.status.value}, not pending")
-        if task.owner:
+        if task.owner and task.owner != owner:
             raise ConflictError(f"task #{task.id} is already owned by {task.owner}")
         waiting = []
         for dep in task.blockedBy:
@@ -288,7 +289,7 @@ class AttemptLifecycle:
             for tid in claims:
                 try:
                     task = self.read(tid)
-                    self._check_claimable(task, overlay)
+                    self._check_claimable(task, overlay, owner)
                 except (ConflictError, UnknownRef):
                     continue
                 before = self._mark_claimed(task, owner, lease)

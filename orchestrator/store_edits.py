@@ -48,6 +48,13 @@ class TaskEdits:
             candidate = max(candidate + 1, (ids[-1] + 1) if ids else 1)
         return candidate
 
+    @staticmethod
+    def _check_owner(owner: str | None) -> None:
+        if owner and not NAME_RE.match(owner):
+            raise InvalidName(
+                f"invalid owner {owner!r}: use a member name (letters, digits, '.', '_' or '-'), or '' for none"
+            )
+
     def _check_name(self, name: str | None) -> None:
         if name is None:
             return
@@ -111,6 +118,7 @@ class TaskEdits:
                         deps.append(self.resolve(dep))
                 name = spec.get("name")
                 self._check_name(name)
+                self._check_owner(spec.get("owner"))
                 if name is not None:
                     if name in seen_names:
                         raise UserError(f"a task named {name!r} appears twice; names must be unique")
@@ -182,6 +190,7 @@ class TaskEdits:
     ) -> Task:
         """Change a task by hand (or by a tool). Dependency edits are checked."""
         new_status = parse_status(status) if status is not None else None
+        self._check_owner(owner)
         with self.locked():
             task = self.read(self.resolve(ref))
             before = task.status
@@ -205,6 +214,9 @@ class TaskEdits:
                 setattr(task, key, value)
             if new_status is not None and new_status != before:
                 self._apply_status(task, new_status)
+                if new_status == Status.pending and owner is None and task.owner:
+                    task.owner = ""  # re-opened: unassigned unless --owner says otherwise
+                    owner = ""
             self._write(task)
             changed = []
             if add or remove:

@@ -198,7 +198,7 @@ class Team:
         check_name(name, "recipient")
         if not self.is_recipient(name):
             known = ", ".join([LEAD, *self.names()])
-            raise UnknownRef(f"unknown recipient {name!r}: known are {known}; add a member with `team spawn`")
+            raise UnknownRef(f"unknown recipient {name!r}: known are {known}; add a member with `team spawn` while a lead runs (`team run` or `team chat`)")
         return name
 
     # -- heartbeats ---------------------------------------------------------

@@ -183,3 +183,45 @@ def test_root_option_and_env_agree(team, tmp_path):
     assert ok(team("--root", str(other), "task", "list")) == "[ ] #1: Here\n"
     assert ok(run_team(other, "task", "list")) == "[ ] #1: Here\n"
     assert ok(team("task", "list")).startswith("No tasks yet.")
+
+
+def test_reopening_a_finished_task_unassigns_it_so_it_can_be_claimed_again(team):
+    assert team("task", "create", "build").returncode == 0
+    from orchestrator.store import TaskStore
+
+    store = TaskStore(team.root)
+    t = store.claim(1, "lead")
+    store.finish(1, t.epoch, "completed")
+    r = team("task", "update", "1", "--status", "pending")
+    assert (r.returncode, r.stdout) == (0, "Updated task #1: build [pending]\n")
+    assert team("task", "list", "--ready").stdout == "[ ] #1: build\n"
+    assert store.claim(1, "bob").owner == "bob"
+    # an explicit --owner is kept, and that owner may claim it; nobody else can
+    store.finish(1, store.read(1).epoch, "failed")
+    assert team("task", "update", "1", "--status", "pending", "--owner", "carol").returncode == 0
+    assert store.try_claim(1, "dave") is None and store.claim(1, "carol").owner == "carol"
+    r = team("task", "update", "1", "--owner", "a b/c")
+    assert r.returncode == 2 and r.stderr.startswith("InvalidName: invalid owner 'a b/c'")
+
+
+def test_a_copied_task_file_is_refused_not_listed_twice(team):
+    assert team("task", "create", "one").returncode == 0
+    root = team.root / ".tasks"
+    (root / "task_2.json").write_text((root / "task_1.json").read_text())  # a hand copy, still id 1
+    r = team("task", "list")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == (f"CorruptFile: {root / 'task_2.json'}: holds id 1, not 2 (run `team doctor` to see "
+                        "what is wrong; fix or remove the file by hand)\n")
+
+
+def test_finished_tasks_do_not_show_an_owner_in_the_list(team):
+    from orchestrator.store import TaskStore
+
+    store = TaskStore(team.root)
+    for name in ("a", "b", "c"):
+        store.create(name)
+    for tid, status in ((1, "completed"), (2, "failed")):
+        t = store.claim(tid, "lead")
+        store.finish(tid, t.epoch, status)
+    store.claim(3, "alice")
+    assert team("task", "list").stdout == "[x] #1: a\n[!] #2: b\n[>] #3: c (alice)\n"

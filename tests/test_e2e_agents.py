@@ -145,7 +145,7 @@ def test_team_spawn_without_a_lead_exits_2(tmp_path):
     r = run_team(tmp_path, "spawn", "carol", "--role", "tester")
     assert r.returncode == 2
     assert r.stderr == (f"UserError: no lead is running on {tmp_path}: `team spawn` asks the running lead "
-                        "(`team run PLAN`) to do it; start one first\n")
+                        "(`team run PLAN` or `team chat`) to do it; start one first\n")
 
 
 def test_shell_tasks_of_an_agent_plan_do_not_inherit_the_model_key(tmp_path):

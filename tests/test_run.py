@@ -242,3 +242,21 @@ def test_quickstart_example_runs_offline(tmp_path):
     assert not any(p.suffix == ".pyc" or p.name == "__pycache__"
                    for p in (REPO / "examples" / "quickstart").rglob("*"))
     assert os.path.exists(tmp_path / "demo" / ".tasks")
+
+
+def test_a_task_whose_cwd_vanished_fails_instead_of_hanging_the_run(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "plan.yaml").write_text(
+        "name: gone\ntasks:\n"
+        "  - id: a\n    run: rmdir sub\n"
+        "  - id: b\n    run: 'true'\n    cwd: sub\n    needs: [a]\n"
+        "  - id: c\n    run: 'true'\n    needs: [b]\n"
+        "  - id: d\n    run: 'true'\n    needs: [a]\n"
+    )
+    r = run_team(tmp_path, "run", "plan.yaml", "--keep-going", timeout=30)
+    assert r.returncode == 1, r.stdout + r.stderr
+    tasks = {t.plan_task: t for t in TaskStore(tmp_path).all()}
+    assert tasks["b"].status.value == "failed"
+    assert tasks["b"].error.startswith("cannot start: job working directory") and "does not exist" in tasks["b"].error
+    assert (tasks["c"].status.value, tasks["c"].error) == ("cancelled", "needs #2 (b), which failed")
+    assert tasks["d"].status.value == "completed"  # the executor kept working after the failure
