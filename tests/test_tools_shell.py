@@ -53,6 +53,52 @@ DANGEROUS = [
     ("eval 'sudo ls'", "privilege"),
     ("echo ok\nsudo reboot", "privilege"),
     ("(cd /; rm -rf *) ; rm -rf /", "rm-root"),
+    # the state directories: tasks, team state and git history (data loss)
+    ("rm -rf .tasks", "state-dirs"),
+    ("rm -rf ./.git/", "state-dirs"),
+    ("rm .tasks/task_1.json", "state-dirs"),
+    ("> .tasks/task_1.json", "state-dirs"),
+    ("echo x > .team/config.json", "state-dirs"),
+    ("echo x >>.team/config.json", "state-dirs"),
+    ("cat new.json 2> err.log 1> .tasks/task_1.json", "state-dirs"),
+    ("mv .tasks /tmp/x", "state-dirs"),
+    ("mv x.json .tasks/task_1.json", "state-dirs"),
+    ("cp /tmp/t.json .tasks/task_1.json", "state-dirs"),
+    ("echo {} | tee .team/config.json", "state-dirs"),
+    ("sed -i 's/pending/done/' .tasks/task_1.json", "state-dirs"),
+    ("truncate -s 0 .git/index", "state-dirs"),
+    ("rm -rf /work/proj/.git", "state-dirs"),
+    ("rm -rf .t*", "state-dirs"),
+    ("rm -rf .[!.]*", "state-dirs"),
+    ("cd .tasks && rm -f task_1.json", "state-dirs"),
+    ("cd .team; echo x > config.json", "state-dirs"),
+    ("bash -c 'rm -rf .team'", "state-dirs"),
+    ("git clean -fdx", "git-clean"),
+    ("git clean -f -d -X", "git-clean"),
+    ("git -C sub clean -xf", "git-clean"),
+    ("git reset --hard", "git-reset-hard"),
+    ("git reset --hard origin/main", "git-reset-hard"),
+    ("find / -delete", "find-delete"),
+    ("find ~ -name '*.log' -exec rm -f {} +", "find-delete"),
+    ("find . -mindepth 1 -delete", "find-delete"),
+    ("find . -name .git -exec rm -rf {} +", "find-delete"),
+    ("find .tasks -name '*.json' -delete", "find-delete"),
+    ("cd / && find . -name '*.pyc' -delete", "find-delete"),
+    ("cd / && rm -rf .", "rm-root"),
+    ("cd / && rm -rf *", "rm-root"),
+    ("cd && rm -rf *", "rm-root"),
+    ("cd /usr; rm -rf ./*", "rm-root"),
+    ("rm -rf ./", "rm-root"),
+    ("rm -rf build/../..", "rm-root"),
+    ("echo / | xargs rm -rf", "xargs-rm"),
+    ("find . | xargs -I {} rm -r {}", "xargs-rm"),
+    ("ls | xargs -n1 -P4 /bin/rm -f", "xargs-rm"),
+    ("$(echo rm) -rf /", "subst-command"),
+    ('"$(printf rm)" -rf ~', "subst-command"),
+    ("ls; `echo rm` -rf /", "subst-command"),
+    ("busybox rm -rf /", "rm-root"),
+    ("cd / && dd if=/dev/zero of=/dev/sda", "dd-device"),
+    ("if $(echo rm) -rf /; then :; fi", "subst-command"),
 ]
 
 HARMLESS = [
@@ -72,6 +118,36 @@ HARMLESS = [
     "cat install.sh | less",
     "python -m pytest -q 2>&1 | tail -5",
     "echo 'reboot later'",
+    # reading the state directories, and git commands that keep work
+    "cat .tasks/task_1.json",
+    "ls .team",
+    "ls -la .git",
+    "grep -r x .team/outputs",
+    "cp .tasks/task_1.json /tmp/backup.json",
+    "jq . .tasks/task_1.json > /tmp/t.json",
+    "git status",
+    "git log --oneline -5 > log.txt",
+    "rm -f .gitignore.orig",
+    "rm -rf .github/old-workflows",
+    "echo 'data' > .gitignore",
+    "git clean -n",
+    "git clean -ndx",
+    "git clean -fd",
+    "git reset --soft HEAD~1",
+    "git reset HEAD file.py",
+    "git commit -m 'git reset --hard was a bad idea'",
+    "find . -name '*.pyc' -delete",
+    "find build -type f -exec rm -f {} +",
+    "find . -path ./.git -prune -o -name '*.orig' -print",
+    "find . -name '*.py' | xargs grep -n TODO",
+    "ls | xargs rm",
+    "echo $(date) > stamp.txt",
+    "VERSION=$(git describe) && echo $VERSION",
+    "rm -rf *",
+    "cd build && rm -rf *",
+    "chmod -R 755 .",
+    "busybox ls -la",
+    "python -m pytest -q 2>&1 | tee test.log",
 ]
 
 
@@ -90,6 +166,17 @@ def test_every_documented_rule_refuses_its_own_example():
     for rule, _why, example in SHELL_POLICY:
         found = shell_violation(example)
         assert found is not None and found[0] == rule, (rule, example, found)
+
+
+def test_the_state_directories_survive_the_bash_tool(h):
+    (h.ws / ".tasks").mkdir()
+    (h.ws / ".tasks" / "task_1.json").write_text('{"id": "1"}\n')
+    for command in ("rm -rf .tasks", "> .tasks/task_1.json", "mv .tasks /tmp/x", "cd .tasks && rm task_1.json"):
+        obs = h.call("bash", {"command": command})
+        assert (obs.is_error, obs.stage) == (True, "policy"), command
+        assert obs.content.startswith("refused by shell policy (state-dirs: writing, deleting or moving .git, "), obs
+    assert (h.ws / ".tasks" / "task_1.json").read_text() == '{"id": "1"}\n'
+    assert h.ok("bash", {"command": "cat .tasks/task_1.json"}) == 'exit code: 0\n{"id": "1"}\n'
 
 
 def test_a_refused_command_is_not_run_at_all(h):
