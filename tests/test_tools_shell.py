@@ -8,7 +8,7 @@ import pytest
 from tools_harness import Harness
 from util import wait_until
 
-from orchestrator.tools.policy import SHELL_POLICY, shell_violation
+from orchestrator.tools.shellpolicy import SHELL_POLICY, shell_violation
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ execute → bound → record, and always comes back as an ``Observation``
 
     base.py       Tool, Args, Call, ToolOutput, Observation, ToolContext, ToolError, @tool
     registry.py   ToolRegistry: schemas() for the model, call() the pipeline
-    policy.py     path confinement, the shell policy, plan mode
+    policy.py     path confinement, plan mode
+    shellpolicy.py  the shell policy: rules a bash command must pass
     filetruth.py  read baselines; stale/partial edits refused with the changed lines
     bound.py      head + tail results, full output saved and referenced
     files.py      read_file, write_file, edit_file

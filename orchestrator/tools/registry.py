@@ -39,7 +39,8 @@ from ..errors import TeamError
 from ..fsutil import append_line, dumps, file_lock
 from . import bound
 from .base import Call, Observation, Refused, Tool, ToolContext, ToolError, ToolOutput
-from .policy import check_plan, check_shell, confine
+from .policy import check_plan, confine
+from .shellpolicy import check_shell
 
 log = logging.getLogger("orchestrator.tools")
 

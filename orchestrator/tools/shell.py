@@ -1,6 +1,6 @@
 """The bash tool: one shell command in the workspace, with a timeout.
 
-By the time the handler runs, the shell policy (policy.py) has accepted the
+By the time the handler runs, the shell policy (shellpolicy.py) has accepted the
 command and plan mode has been checked. The command runs as ``bash -c`` in
 ``ctx.workspace``, in its own process group (so a timeout kills the command
 and everything it started), with stdin closed and stdout+stderr interleaved
