@@ -30,10 +30,21 @@ built once per agent and is byte-identical on every call; what changes
 request (instructions.py / context.py).
 
 Durability: every message is appended to the agent's transcript *before*
-it is acted on. Inbox messages are folded in as fetch -> transcript (the
-message and its id) -> ack, so a kill at any instant neither loses nor
-duplicates one (``Transcript.load`` returns the seen ids; ``fetch(seen=)``
-filters them). A restarted agent resumes with the conversation it had.
+it is acted on. Inbox messages reach the conversation exactly once, even if
+the process is killed at any instant: fetch -> ONE transcript line holding
+the text and the messages' bus ids -> ack. A kill before that line leaves
+them unacked (delivered again); a kill after it leaves their ids in the
+transcript (``Transcript.load`` returns them; ``fetch(seen=)`` skips them
+and the next ack passes over them). Both ways in follow this order:
+
+* ``drain`` (before each model call): the user message carries the ids.
+* the ``read_inbox`` tool: the handler only fetches (``drain_inbox_text``
+  parks the ids and the ack in ``_inbox_pending``); the loop writes the tool
+  message carrying the text with the ids, then acks. A tool error drops
+  the batch unacked (``Batch`` releases its lock when dropped), so the
+  messages come again with the next drain.
+
+A restarted agent resumes with the conversation it had.
 
 Usage: each call's ``Usage`` is summed per run (stored on the task by the
 executor) and per agent (``on_usage`` lets the team runtime persist it in the
@@ -163,15 +174,18 @@ class Agent:
         loaded, self.seen, self.last_task = transcript.load()
         self.messages: list[dict[str, Any]] = [self.system, *loaded]
         self._calls = 0
+        self._inbox_pending: tuple[list[str], Callable[[], None] | None] | None = None
 
     # ------------------------------------------------------------------ state
     @property
     def resumed(self) -> bool:
         return len(self.messages) > 1
 
-    def add(self, msg: dict[str, Any]) -> None:
-        """Record ``msg`` durably, then make it part of the conversation."""
-        self.transcript.add(msg)
+    def add(self, msg: dict[str, Any], inbox_ids: list[str] | tuple[str, ...] = ()) -> None:
+        """Record ``msg`` durably (with the ids of the inbox messages it carries, same
+        line), then make it part of the conversation."""
+        self.transcript.add(msg, inbox_ids=inbox_ids)
+        self.seen.update(inbox_ids)
         self.messages.append(msg)
 
     def state(self) -> AgentState:
@@ -189,23 +203,27 @@ class Agent:
         return texts, [m.id for m in messages], ack
 
     def drain_inbox_text(self) -> str:
-        """For the read_inbox tool: unread messages as text (ids recorded, then acked)."""
+        """For the read_inbox tool: unread messages as text. Not acked here: the ids and
+        the ack wait in ``_inbox_pending`` until ``_run_tools`` has written the tool
+        message carrying this text (see the module docstring)."""
+        self._inbox_pending = None  # a batch nobody settled (no loop around the call): unacked
         texts, ids, ack = self._fetch()
-        self.transcript.add_inbox_ids(ids)
-        self.seen.update(ids)
-        if ack is not None:
-            ack()
-        return "\n\n".join(texts) if texts else "no new messages"
+        if not texts:
+            if ack is not None:
+                ack()  # passes over messages already in the transcript
+            return "no new messages"
+        self._inbox_pending = (ids, ack)
+        return "\n\n".join(texts)
 
     def drain(self, extra_notes: list[Any] = ()) -> int:
-        """Fold unread inbox messages and job notifications into the conversation."""
+        """Fold unread inbox messages and job notifications into the conversation:
+        one transcript line with the text and the inbox ids, then the ack."""
+        self._inbox_pending = None
         texts, ids, ack = self._fetch()
         notes = list(extra_notes) + (list(self.jobs.drain(self.name)) if self.jobs is not None else [])
         texts += [format_note(n) for n in notes]
         if texts:
-            self.add({"role": "user", "content": "\n\n".join(texts), "_kind": "inbox"})
-        self.transcript.add_inbox_ids(ids)
-        self.seen.update(ids)
+            self.add({"role": "user", "content": "\n\n".join(texts), "_kind": "inbox"}, inbox_ids=ids)
         if ack is not None:
             ack()
         return len(texts)
@@ -271,13 +289,20 @@ class Agent:
         for tc in calls:
             if self.on_step is not None:
                 self.on_step()
-            obs = self.tools.call(tc.name, tc.arguments, self.ctx, tc.id)
-            msg = obs.to_message()
-            if obs.full_output:
-                msg["_ref"] = self.ctx.rel(Path(obs.full_output))
-            if obs.is_error:
-                msg["_error"] = obs.stage
-            self.add(msg)
+            try:
+                obs = self.tools.call(tc.name, tc.arguments, self.ctx, tc.id)
+                msg = obs.to_message()
+                if obs.full_output:
+                    msg["_ref"] = self.ctx.rel(Path(obs.full_output))
+                if obs.is_error:
+                    msg["_error"] = obs.stage
+                # read_inbox: the text and the ids in one line, then the ack (an error: left unread)
+                ids, ack = self._inbox_pending if self._inbox_pending and not obs.is_error else ((), None)
+                self.add(msg, inbox_ids=ids)
+                if ack is not None:
+                    ack()
+            finally:
+                self._inbox_pending = None
 
     # ------------------------------------------------------------------ compaction
     def compact(self, reason: str = "requested") -> str:

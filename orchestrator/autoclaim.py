@@ -29,6 +29,11 @@ is in ``claims`` and ``renew`` (the runtime's heartbeat) extends its lease.
 Scanning costs a directory read, so a teammate rescans only when the event
 log changed since its last scan (every create/claim/finish appends to it)
 or ``rescan_every`` seconds passed.
+
+Lease recovery: a claim whose owner died (the lead process was killed)
+expires without an event. On a rescan, at most once per ``rescan_every``
+for the whole runtime, ``recover(tasks)`` (``TeamRuntime.reclaim_leases``)
+returns such tasks to ``pending`` so they become candidates again.
 """
 
 from __future__ import annotations
@@ -70,8 +75,10 @@ def candidates(tasks: Iterable[Task], member: str, role: str) -> list[Task]:
 class AutoClaimer:
     """One per team runtime; ``next_for(name, role)`` claims the next task or returns None."""
 
-    def __init__(self, store: TaskStore, *, lease: float = 60.0, rescan_every: float = 5.0):
-        self.store, self.lease, self.rescan_every = store, lease, rescan_every
+    def __init__(self, store: TaskStore, *, lease: float = 60.0, rescan_every: float = 5.0,
+                 recover: Callable[[list[Task]], list[Task]] | None = None):
+        self.store, self.lease, self.rescan_every, self.recover = store, lease, rescan_every, recover
+        self._recovered_at = float("-inf")
         self._seen: dict[str, tuple[tuple[int, int] | None, float]] = {}
         self._lock = threading.Lock()
         self.claims: dict[int, int] = {}  # claimed task -> epoch, until its end is recorded
@@ -92,12 +99,22 @@ class AutoClaimer:
             self._seen[member] = (mark, now)
         if mark is None or not self.store.exists():
             return None
-        for task in candidates(self.store.all(), member, role):
+        tasks = self.store.all()
+        if self.recover is not None and self._recovery_due(now) and self.recover(tasks):
+            tasks = self.store.all()
+        for task in candidates(tasks, member, role):
             try:
                 return self.store.claim(task.id, member, lease=self.lease, actor=member)
             except (ConflictError, UnknownRef):
                 continue  # another teammate (or the scheduler) got it first
         return None
+
+    def _recovery_due(self, now: float) -> bool:
+        with self._lock:
+            if now - self._recovered_at < self.rescan_every:
+                return False
+            self._recovered_at = now
+            return True
 
     def claim(self, member: str, role: str) -> tuple[Task, Callable[[RunResult], None]] | None:
         """Claim the next task for ``member``: the task and the callback recording its end."""

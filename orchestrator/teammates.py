@@ -15,6 +15,16 @@ subagent runner (subagents.py) -- and one ``Teammate`` per name.
   with nothing queued claims a ready non-plan task matching its name/role
   (store CAS) and records its end with ``TaskStore.finish`` and the claim's
   epoch; the runtime's heartbeat renews those leases.
+* Lease recovery (``reclaim_leases``): a teammate's claim outlives its
+  process when the lead is killed (``team chat`` has no scheduler to
+  recover it), so at start-up and on the autoclaimer's rescans the runtime
+  returns to ``pending`` (``TaskStore.reclaim_expired``) every in-progress
+  *non-plan* task whose lease expired and whose owner is gone: not a live
+  teammate of this runtime, not a member alive in another process (roster
+  liveness), not ``lead`` while another process is the lead. Plan tasks are
+  the ``team run`` scheduler's: an owner holding any in-progress plan task
+  is left alone (a dead run's plan tasks are recovered by the next
+  ``team run`` of that plan, or ``team doctor --fix``).
 * Shutdown handshake (protocols.py, ``request_shutdown``): approved, the
   runtime waits for the teammate's thread to end. ``close`` stops them all;
   running attempts end as interrupted, queued ones are handed back.
@@ -27,6 +37,7 @@ from here too.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -39,8 +50,9 @@ from .autoclaim import AutoClaimer
 from .errors import UserError
 from .inbox import Bus
 from .jobs import JobManager
+from .lead import lead_info
 from .llm import ChatModel
-from .models import Task
+from .models import Status, Task
 from .paths import team_dir
 from .roles import Role, check_tools, get_role
 from .store import TaskStore
@@ -52,6 +64,8 @@ from .tools.coordination import agent_registry
 
 __all__ = ["Assignment", "Done", "TeamRuntime", "Teammate", "task_prompt"]
 
+log = logging.getLogger("orchestrator.teammates")
+
 
 class TeamRuntime:
     """The lead-side owner of every teammate thread (see the module docstring)."""
@@ -59,7 +73,7 @@ class TeamRuntime:
     def __init__(self, root: Path, *, model_for: Callable[[Role], ChatModel], workspace: Path | None = None,
                  team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
-                 autoclaim: bool = False, claim_lease: float = 60.0):
+                 autoclaim: bool = False, claim_lease: float = 60.0, claim_rescan: float = 5.0):
         self.root = Path(root).absolute()
         self.workspace = Path(workspace or root).absolute()
         self.model_for, self.team_name = model_for, team_name
@@ -71,13 +85,15 @@ class TeamRuntime:
         self.jobs = jobs or JobManager(self.root)
         self.registry = agent_registry()
         self.subagents = SubagentRunner(self)
-        self.claimer = AutoClaimer(self.store, lease=claim_lease) if autoclaim else None
+        self.claimer = AutoClaimer(self.store, lease=claim_lease, rescan_every=claim_rescan,
+                                   recover=self.reclaim_leases) if autoclaim else None
         self.mates: dict[str, Teammate] = {}
         self.lock = threading.RLock()
         self._stop = threading.Event()
         self._control: Any = None
         if not self.team.config.exists():
             self.team.set_team_name(team_name)
+        self.reclaim_leases()
         self._hb = threading.Thread(target=self._heartbeats, args=(heartbeat_every,), name="team-heartbeats",
                                     daemon=True)
         self._hb.start()
@@ -156,6 +172,32 @@ class TeamRuntime:
         with self.lock:
             mate.busy = True
         return Assignment(task, task.epoch, done)
+
+    def reclaim_leases(self, tasks: list[Task] | None = None) -> list[Task]:
+        """Return the expired non-plan tasks of owners that are gone to pending (module docstring)."""
+        if not self.store.exists():
+            return []
+        tasks = self.store.all() if tasks is None else tasks
+        now = self.store.clock()
+        expired = [t for t in tasks if t.status == Status.in_progress and t.owner and not t.plan
+                   and t.lease_expires is not None and t.lease_expires <= now]
+        if not expired:
+            return []
+        keep = {t.owner for t in tasks if t.plan and t.status == Status.in_progress}
+        with self.lock:
+            keep |= {m.name for m in self.mates.values() if m.thread.is_alive()}
+        keep |= {s.name for s in self.team.states() if s.liveness in ("working", "idle")}
+        lead = lead_info(self.root)
+        if lead is not None and lead.get("pid") != os.getpid():
+            keep.add(LEAD)
+        gone = {t.owner for t in expired} - keep
+        if not gone:
+            return []
+        # the store re-checks status and lease under its lock: a claim renewed meanwhile stays
+        back = self.store.reclaim_expired(actor=LEAD, owner_filter=lambda owner: owner in gone)
+        for t in back:
+            log.info("task #%s: the lease of its owner expired and the owner is gone; back to pending", t.id)
+        return back
 
     def request_shutdown(self, name: str, *, reason: str = "", timeout: float = 30.0) -> protocols.Response:
         """The shutdown handshake (protocols.py); approved: waits for the thread to end."""

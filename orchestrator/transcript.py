@@ -5,10 +5,13 @@ from the role and the workspace) is appended as one JSON line *before* the
 agent acts on it, so a teammate killed at any instant resumes with exactly
 the conversation it had. Lines carry a ``kind``:
 
-* ``message`` — an OpenAI-format chat message (``msg``).
-* ``inbox``   — ids of inbox messages already folded into the conversation;
-  on resume they are skipped if the bus delivers them again (the window
-  between persisting a message and acknowledging it on the bus).
+* ``message`` — an OpenAI-format chat message (``msg``). A message that
+  carries inbox messages (the user message of a drain, or a ``read_inbox``
+  tool result) also lists their bus ids in ``inbox_ids``: the text and the
+  ids are one line, so they are on disk together or not at all. On resume
+  those ids are skipped if the bus delivers them again (the window between
+  persisting a message and acknowledging it on the bus).
+* ``inbox``   — (older transcripts) inbox ids on a line of their own; still read.
 * ``compaction`` — the conversation was compacted: ``msg`` list replaces
   everything before this line (the full history stays above it on disk).
 * ``task``    — the agent started working on a task (id, epoch).
@@ -49,12 +52,12 @@ class Transcript:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             append_line(self.path, line, durable=self.durable)
 
-    def add(self, msg: dict[str, Any]) -> None:
-        self._append({"kind": "message", "msg": msg})
-
-    def add_inbox_ids(self, ids: list[str]) -> None:
-        if ids:
-            self._append({"kind": "inbox", "ids": ids})
+    def add(self, msg: dict[str, Any], *, inbox_ids: list[str] | tuple[str, ...] = ()) -> None:
+        """Append ``msg``; ``inbox_ids``: the bus messages it carries (same line, one write)."""
+        record: dict[str, Any] = {"kind": "message", "msg": msg}
+        if inbox_ids:
+            record["inbox_ids"] = list(inbox_ids)
+        self._append(record)
 
     def add_compaction(self, messages: list[dict[str, Any]], **info: Any) -> None:
         self._append({"kind": "compaction", "msg": messages, **info})
@@ -75,6 +78,7 @@ class Transcript:
             kind = rec.get("kind")
             if kind == "message" and isinstance(rec.get("msg"), dict):
                 messages.append(rec["msg"])
+                seen.update(rec.get("inbox_ids") or [])
             elif kind == "compaction" and isinstance(rec.get("msg"), list):
                 messages = list(rec["msg"])
             elif kind == "inbox":

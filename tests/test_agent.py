@@ -4,7 +4,13 @@ draining, the finish signal of task_update, limits, compaction and usage."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+from fake_model import FakeModel, call, say
 from util import wait_until
 
 from orchestrator.agent import Agent
@@ -21,9 +27,9 @@ from orchestrator.tools.coordination import agent_registry
 from orchestrator.transcript import Transcript, transcript_path
 
 
-def make_agent(root, srv, *, max_steps=10, jobs=None):
+def make_agent(root, srv=None, *, max_steps=10, jobs=None, model=None):
     team, store = Team(root), TaskStore(root)
-    team.add("alice", "coder")
+    team.add("alice", "coder", exist_ok=True)
     bus = Bus(root, team=team)
     ctx = ToolContext(workspace=root, root=root, agent="alice", truth=FileTruth(), store=store,
                       outputs_dir=root / ".team/outputs/alice", bus=bus, jobs=jobs)
@@ -33,8 +39,9 @@ def make_agent(root, srv, *, max_steps=10, jobs=None):
         batch = bus.fetch("alice", seen=seen)
         return batch.messages, batch.ack
 
-    client = LLMClient(LLMConfig(model="gpt-4o-mini", base_url=srv.base_url, api_key="k-local", max_retries=0))
-    return Agent(name="alice", role=role, model=client, tools=agent_registry().only(role.tools), ctx=ctx,
+    if model is None:
+        model = LLMClient(LLMConfig(model="gpt-4o-mini", base_url=srv.base_url, api_key="k-local", max_retries=0))
+    return Agent(name="alice", role=role, model=model, tools=agent_registry().only(role.tools), ctx=ctx,
                  transcript=Transcript(transcript_path(root, "alice")), inbox=inbox, jobs=jobs,
                  roster=team.members, max_steps=max_steps)
 
@@ -49,7 +56,7 @@ def test_loop_keeps_the_prompt_stable_drains_the_inbox_and_records_before_acting
                         Reply(content="wrote a.txt", usage={"prompt_tokens": 100, "completion_tokens": 5})]}
     with ScriptedServer(script) as srv:
         agent = make_agent(tmp_path, srv)
-        Bus(tmp_path).send("alice", "use UTF-8", sender="bob")
+        sent = Bus(tmp_path).send("alice", "use UTF-8", sender="bob")
         result = agent.run("Write a.txt.")
         srv.assert_complete()
         reqs = srv.chat_requests("alice")
@@ -66,9 +73,13 @@ def test_loop_keeps_the_prompt_stable_drains_the_inbox_and_records_before_acting
     second = reqs[1].body["messages"]
     assert second[-2] == {"role": "tool", "tool_call_id": second[-3]["tool_calls"][0]["id"],
                           "content": "created a.txt (1 lines, 2 bytes)"}
-    kinds = [(x["kind"], x.get("msg", {}).get("role")) for x in transcript_lines(tmp_path)]
-    assert kinds == [("message", "user"), ("message", "user"), ("inbox", None), ("message", "assistant"),
+    lines = transcript_lines(tmp_path)
+    kinds = [(x["kind"], x["msg"]["role"]) for x in lines]
+    assert kinds == [("message", "user"), ("message", "user"), ("message", "assistant"),
                      ("message", "tool"), ("message", "assistant")]
+    # the inbox message and its id are one transcript line: on disk together or not at all
+    assert lines[1]["msg"]["content"] == "[message from bob (message)]\nuse UTF-8"
+    assert [x.get("inbox_ids") for x in lines] == [None, [sent.id], None, None, None]
     assert Bus(tmp_path).peek("alice") == []
 
 
@@ -137,3 +148,66 @@ def test_compact_tool_folds_old_turns_into_a_boundary(tmp_path):
     assert len(boundary) == 1 and "Summary: globbed five times." in boundary[0]
     assert len(last) < 2 + 7 * 2
     assert [x["kind"] for x in transcript_lines(tmp_path)].count("compaction") == 1
+
+
+# ---------------------------------------------------------------- exactly-once inbox delivery across a kill
+MARK = "deploy-freeze-7f3a"
+TESTS = Path(__file__).resolve().parent
+
+
+def _crash_life(root: str, path: str, kill_at: str, calls_file: str) -> None:
+    """One life of alice in its own process (run by ``_life``). ``path``: how the message
+    reaches her -- ``drain`` (sent before she starts) or ``read_inbox`` (sent during her first
+    model call, which then calls read_inbox). ``kill_at``: ``before``/``after`` the transcript
+    line carrying the message is written, the process dies (os._exit); empty: no kill."""
+    if kill_at:
+        append = Transcript._append
+
+        def dying_append(self, record):
+            carries = MARK in json.dumps(record.get("msg", ""))
+            if carries and kill_at == "before":
+                os._exit(9)
+            append(self, record)
+            if carries and kill_at == "after":
+                os._exit(9)
+
+        Transcript._append = dying_append
+
+    def script(messages, n):
+        with open(calls_file, "a") as f:
+            f.write(json.dumps(messages) + "\n")
+        if kill_at and path == "read_inbox" and n == 1:
+            Bus(root).send("alice", f"{MARK}: no deploys today", sender="bob")
+            return call(("read_inbox", {}))
+        return say("done")
+
+    result = make_agent(Path(root), model=FakeModel(script)).run("Go on." if not kill_at else "Start.")
+    assert result.status == "completed", result
+
+
+def _life(root, path, kill_at, calls_file):
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_agent; test_agent._crash_life(*sys.argv[1:])"
+    return subprocess.run([sys.executable, "-c", code, str(root), path, kill_at, str(calls_file)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("path,kill_at,role", [
+    ("drain", "before", "user"),
+    ("drain", "after", "user"),
+    ("read_inbox", "before", "user"),  # never in the transcript: the resumed drain delivers it
+    ("read_inbox", "after", "tool"),
+])
+def test_an_inbox_message_reaches_the_model_exactly_once_across_a_kill(tmp_path, path, kill_at, role):
+    calls = tmp_path / "calls.jsonl"
+    if path == "drain":
+        Team(tmp_path).add("alice", "coder")
+        Bus(tmp_path).send("alice", f"{MARK}: no deploys today", sender="bob")
+    first = _life(tmp_path, path, kill_at, calls)
+    assert first.returncode == 9, first.stderr  # killed at exactly that point
+    second = _life(tmp_path, path, "", calls)
+    assert second.returncode == 0, second.stderr
+    last = json.loads(calls.read_text().splitlines()[-1])
+    carrying = [m for m in last if MARK in str(m.get("content"))]
+    assert [(m["role"], m["content"]) for m in carrying] == [
+        (role, f"[message from bob (message)]\n{MARK}: no deploys today")]
+    assert Bus(tmp_path).peek("alice") == []  # acked: a third life gets nothing again

@@ -11,6 +11,7 @@ from util import wait_until
 from orchestrator.autoclaim import candidates
 from orchestrator.models import Task
 from orchestrator.store import TaskStore
+from orchestrator.team import Team
 from orchestrator.teammates import TeamRuntime
 
 
@@ -89,3 +90,43 @@ def test_a_task_created_while_teammates_idle_is_picked_up_and_dependencies_respe
         rt.close()
     assert [o.split(" (")[0].split(",")[0] for o in order] == [f"Task #{first.id}", f"Task #{second.id}"]
     assert store.read(first.id).finished_at <= store.read(second.id).started_at
+
+
+def test_a_gone_owners_expired_claim_is_reclaimed_and_taken_by_an_idle_teammate_of_its_role(tmp_path):
+    store, team = TaskStore(tmp_path), Team(tmp_path)
+    team.add("ghost", "tester")  # claimed work, then its lead was killed: no heartbeat, no process
+    team.add("carol", "tester")
+    team.heartbeat("carol")  # alive in another lead process (this one): its claim is never stolen
+    early = store.create("rerun the flaky test", kind="agent", prompt="rerun it", role="tester", actor="lead")
+    late = store.create("check coverage", kind="agent", prompt="check it", role="tester", actor="lead")
+    kept = store.create("carol's work", kind="agent", prompt="x", role="tester", actor="lead")
+    plan = store.create_many([{"subject": "plan task", "kind": "agent", "prompt": "x", "role": "tester",
+                               "plan": "p", "plan_task": "x", "name": "p.x"}], actor="lead")[0]
+    leases = [store.claim(early.id, "ghost", lease=0.01).lease_expires,
+              store.claim(kept.id, "carol", lease=0.01).lease_expires,
+              store.claim(plan.id, "runner-1", lease=0.01).lease_expires]  # a `team run` teammate
+    wait_until(lambda: store.clock() > max(leases), what="the leases to expire")
+    model = FakeModel(lambda messages, n: say("done"))
+    rt = TeamRuntime(tmp_path, model_for=lambda role: model, autoclaim=True, idle_slice=0.01, claim_rescan=0.05)
+    try:
+        # start-up recovered the expired claim of the gone owner, and nothing else
+        assert (store.read(early.id).status.value, store.read(early.id).owner) == ("pending", "")
+        assert (store.read(kept.id).status.value, store.read(kept.id).owner) == ("in_progress", "carol")
+        assert (store.read(plan.id).status.value, store.read(plan.id).owner) == ("in_progress", "runner-1")
+        # a claim that expires while the runtime runs is recovered by the autoclaimer's rescan
+        expires = store.claim(late.id, "ghost", lease=0.01).lease_expires
+        wait_until(lambda: store.clock() > expires, what="the late lease to expire")
+        rt.spawn("cody", "coder")
+        rt.spawn("tess", "tester")
+        wait_until(lambda: all(store.read(t.id).status.value == "completed" for t in (early, late)), timeout=20,
+                   what="both reclaimed tasks completed")
+    finally:
+        rt.close()
+    assert [(store.read(t.id).owner, store.read(t.id).result, store.read(t.id).attempts) for t in (early, late)] \
+        == [("tess", "done", 2), ("tess", "done", 2)]
+    assert (store.read(kept.id).status.value, store.read(kept.id).owner) == ("in_progress", "carol")
+    assert (store.read(plan.id).status.value, store.read(plan.id).owner) == ("in_progress", "runner-1")
+    reclaimed = [(e["task"], e["actor"], e["previous_owner"]) for e in events(tmp_path)
+                 if e["event"] == "lease_expired"]
+    assert reclaimed == [(early.id, "lead", "ghost"), (late.id, "lead", "ghost")]
+    assert len(model.calls) == 2

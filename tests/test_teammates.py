@@ -50,8 +50,7 @@ def test_a_message_persisted_before_a_crash_is_not_delivered_twice(tmp_path):
     msg = Bus(tmp_path).send("bob", "only once", sender="lead")
     # bob's previous life wrote the message to its transcript, then died before acking it
     t = Transcript(transcript_path(tmp_path, "bob"))
-    t.add({"role": "user", "content": "[message from lead (message)]\nonly once"})
-    t.add_inbox_ids([msg.id])
+    t.add({"role": "user", "content": "[message from lead (message)]\nonly once"}, inbox_ids=[msg.id])
     t.add({"role": "assistant", "content": "noted"})
     with ScriptedServer({"bob": []}) as srv:
         rt = runtime(tmp_path, srv)

@@ -84,6 +84,7 @@ class NoArgs(Args):
 @tool("read_inbox", args=NoArgs, risk="read", budget=12_000)
 def read_inbox(call: Call) -> str:
     """Read your unread messages now (they are also delivered automatically before each step)."""
+    # fetch only: the agent loop acks them once this result (with their ids) is in the transcript
     drain = call.ctx.extra.get("inbox_text")
     if drain is None:
         raise Refused("messaging is not available in this session (no inbox)", "service")
