@@ -26,8 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator.store import TaskStore  # noqa: E402
 from _disk import durable_write_ms  # noqa: E402
+
+from orchestrator.store import TaskStore  # noqa: E402
 
 RUNS = 5
 WRITES = 600

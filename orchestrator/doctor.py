@@ -16,6 +16,10 @@ caches, rebuilt from the task files). Never fixed automatically, because a
 person must choose: unparsable task files, dependencies on missing tasks,
 cycles and duplicate names.
 
+Also reported: inbox lines that are no message (never fixed: a person
+decides), and jobs still ``running`` whose manager died (fixed by
+``JobManager.reap_orphans``: their leftovers killed, the records ``lost``).
+
 Adding a check (worktree orphans, stale inbox cursors, ...)::
 
     from orchestrator.doctor import CHECKS, Finding
@@ -298,6 +302,57 @@ def check_orphan_worktrees(ctx: Context) -> list[Finding]:
     return out
 
 
+def check_inbox_lines(ctx: Context) -> list[Finding]:
+    """Complete inbox lines that are no message (readers skip them); reported, never rewritten."""
+    from .inbox import bad_lines
+
+    base = team_dir(ctx.root) / "inbox"
+    out = []
+    for path in sorted(base.glob("*.jsonl")) if base.is_dir() else []:
+        if path.name.endswith(".consumed.jsonl"):
+            continue  # history: already delivered
+        bad = bad_lines(path)
+        if bad:
+            where = ", ".join(f"line {n} {raw[:40].decode(errors='replace')!r}" for n, raw in bad[:3])
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            out.append(Finding(
+                "bad-inbox-line",
+                f"{ctx.rel(path)}: {len(bad)} line(s) are not messages and are skipped by readers: {where}{more}",
+                hint="a writer killed mid-line or a hand edit: check the line(s), then delete them by hand",
+                path=ctx.rel(path)))
+    return out
+
+
+def check_orphaned_jobs(ctx: Context) -> list[Finding]:
+    """Jobs still ``running`` whose manager died (kill -9); the fix is ``reap_orphans``."""
+    if not (team_dir(ctx.root) / "jobs").is_dir():
+        return []
+    from .jobs import JobManager, job_orphaned
+
+    mgr = JobManager(ctx.root)
+    return [Finding(
+        "orphaned-job",
+        f"job {r.id} is marked running but its manager pid {r.manager_pid} is gone (command: {r.command})",
+        hint="`team doctor --fix` (or the next `team run`) kills what is left of it and marks it lost",
+        path=r.log, fix=_job_reaper(mgr, r.id))
+        for r in mgr.list() if job_orphaned(r)]
+
+
+def _job_reaper(mgr, job_id: str) -> Callable[[], str]:
+    def fix() -> str:
+        from . import procs
+        from .jobs import JOB_ENV
+
+        rec = mgr.get(job_id)
+        doomed = procs.group_members(rec.pgid, JOB_ENV, rec.id) if rec.pgid else []
+        if job_id not in {r.id for r in mgr.reap_orphans()}:
+            return f"{job_id} was already {mgr.get(job_id).status}"
+        killed = f"killed pids {', '.join(map(str, sorted(doomed)))}" if doomed else "nothing of it was left running"
+        return f"marked {job_id} lost; {killed}"
+
+    return fix
+
+
 CHECKS: list[Check] = [
     check_unreadable,
     check_missing_deps,
@@ -308,6 +363,8 @@ CHECKS: list[Check] = [
     check_name_index,
     check_counter,
     check_orphan_worktrees,
+    check_inbox_lines,
+    check_orphaned_jobs,
 ]
 """The registry: append a function ``(Context) -> list[Finding]`` to add a check."""
 

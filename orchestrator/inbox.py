@@ -51,6 +51,12 @@ process (a per-inbox ``threading.Condition``) and polls the inbox size every
 
 Sending to an unknown recipient or an invalid name raises before any file
 is created (no phantom inboxes).
+
+Seed compatibility: lines the seed's ``MessageBus.send`` appended carry no
+``id``; ``Message.from_line`` gives each a ``seed-<hash of bytes+offset>``
+id, stable across reads, so they are delivered once like any other.
+Complete lines that are no message at all are skipped by readers and listed
+by ``bad_lines`` (``team doctor``); they are never rewritten.
 """
 
 from __future__ import annotations
@@ -64,8 +70,6 @@ import time
 from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any, NamedTuple
-
-from pydantic import ValidationError
 
 from .errors import ConflictError, UserError
 from .fsutil import LockTimeout, atomic_write, dumps, file_lock, flock_fd, fsync_dir
@@ -109,10 +113,10 @@ class Cursor(NamedTuple):
 def _line_has_id(f, start: int, end: int, msg_id: str) -> bool:
     """The bytes [start, end) of ``f`` are still the message ``msg_id``."""
     raw = os.pread(f.fileno(), end - start, start)
-    try:
-        return raw.endswith(b"\n") and Message.model_validate_json(raw).id == msg_id
-    except ValidationError:
+    if not raw.endswith(b"\n"):
         return False
+    msg = Message.from_line(raw, start)
+    return msg is not None and msg.id == msg_id
 
 
 class Batch:
@@ -267,10 +271,9 @@ class Bus:
             start, pos = pos, pos + len(raw) + 1
             if not raw.strip():
                 continue
-            try:
-                msg = Message.model_validate_json(raw)
-            except ValidationError:
-                continue  # a torn fragment from a killed writer
+            msg = Message.from_line(raw, start)
+            if msg is None:
+                continue  # a torn fragment from a killed writer (`team doctor` lists them)
             check = (start, pos, msg.id)
             if msg.id not in seen:
                 messages.append(msg)
@@ -363,6 +366,24 @@ class Bus:
                 batch.ack()
             if batch.messages:
                 return batch.messages
+
+
+def bad_lines(path: Path) -> list[tuple[int, bytes]]:
+    """(line number, bytes) of each complete, non-blank line of ``path`` that is no message.
+
+    A final fragment without a newline is not listed: a writer may still be
+    appending it, and the next send terminates it.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    bad, pos = [], 0
+    for n, raw in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], 1):
+        if raw.strip() and Message.from_line(raw, pos) is None:
+            bad.append((n, raw))
+        pos += len(raw) + 1
+    return bad
 
 
 def _flock(fd: int, path: Path, timeout: float) -> None:

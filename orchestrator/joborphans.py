@@ -6,7 +6,10 @@ and ``_save`` it uses.
 * Crash safety: like ``make``, a SIGKILLed manager's jobs run on to their
   end by default; ``reap_orphans`` (run by every restarted lead) finds
   records still ``running`` whose manager is gone, kills what is left of
-  their group and marks them ``lost``. A manager is identified by pid +
+  their group and marks them ``lost``; ``team doctor --fix`` calls it too.
+  Until then ``jobrecords.job_orphaned`` tells such records apart (``team
+  jobs`` shows ``orphaned``), and a job with a timeout still dies on time
+  (the ``timeout`` wrapper, see jobs.py). A manager is identified by pid +
   ``/proc`` start time, a job's processes by the ``TEAM_JOB_ID`` variable
   they inherit (procs.py), never by a bare pid that may have been reused.
   (A command that wipes its environment, ``env -i``, cannot be found that

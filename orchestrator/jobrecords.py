@@ -65,6 +65,18 @@ def job_leader_alive(record: JobRecord) -> bool:
     return procs.alive(record.pid) and procs.has_env(record.pid, JOB_ENV, record.id)
 
 
+def job_orphaned(record: JobRecord) -> bool:
+    """The record says ``running`` but the manager that watched the job is gone."""
+    return record.status == "running" and not procs.alive(record.manager_pid, record.manager_start)
+
+
+def shown_status(record: JobRecord) -> str:
+    """``running``, ``orphaned (manager pid N is gone)``, or the final status."""
+    if job_orphaned(record):
+        return f"orphaned (manager pid {record.manager_pid} is gone)"
+    return record.status
+
+
 def read_tail(path: Path, limit: int) -> str:
     """The whole file if it fits in ``limit`` bytes, else its head and tail."""
     try:

@@ -40,6 +40,13 @@ exit fd and spawner thread (``jobspawn``), jobs this manager does not watch
   one long-lived spawner thread, because the signal follows the *thread*
   that forked.
 * On normal interpreter exit (``atexit``) a manager kills its running jobs.
+* A timeout holds without the manager, too: a job with a timeout runs as
+  ``timeout --signal=KILL T+grace+1s /bin/sh -c COMMAND`` (coreutils, if
+  installed), the group leader, which SIGKILLs the whole group at that
+  point if the manager did not end it first (a SIGKILLed manager). The
+  manager's TERM-grace-KILL at ``T`` stays the normal path; ``timeout``
+  passes exit codes through (``-N`` for death by signal N), and a job it
+  killed is recorded ``timeout``. No timeout, no extra exec.
 
 Notifications are in-process; another process sees jobs through their
 records (``get``/``list``) and can ``kill`` them.
@@ -51,6 +58,7 @@ import atexit
 import os
 import secrets
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -72,14 +80,31 @@ from .jobrecords import (
     JobStatus,
     Notification,
     job_leader_alive,
+    job_orphaned,
     read_tail,
+    shown_status,
 )
 from .jobspawn import SETPRIV, WatchedJob, exit_fd_of, in_spawner
 from .models import NAME_RE
 from .paths import team_dir
 
 __all__ = ["FINAL", "JOB_ENV", "JobManager", "JobRecord", "JobStatus", "Notification", "job_leader_alive",
-           "read_tail"]
+           "job_orphaned", "read_tail", "shown_status"]
+
+
+TIMEOUT_MARGIN = 1.0
+"""Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
+
+_timeout_bin: list[str | None] = []
+
+
+def _timeout_prefix(seconds: float) -> list[str]:
+    """``timeout --signal=KILL SECONDS`` if coreutils' ``timeout`` exists, else nothing."""
+    if not _timeout_bin:
+        _timeout_bin.append(shutil.which("timeout"))
+    if _timeout_bin[0] is None:
+        return []
+    return [_timeout_bin[0], "--signal=KILL", f"{max(seconds, 0.001):.3f}"]
 
 
 def _shutdown_at_exit(ref: weakref.ref) -> None:
@@ -106,6 +131,7 @@ class JobManager(UnwatchedJobs):
         self._pid_start = procs.start_ticks(self._pid)
         self._rel = str(self.dir.relative_to(self.root))
         self._by_fd: dict[int, WatchedJob] = {}
+        self._due: dict[str, float] = {}  # job id -> monotonic time its timeout expires
         self._epoll: select.epoll | None = None
         self._wake_r = self._wake_w = -1
         self._ready = False
@@ -175,6 +201,8 @@ class JobManager(UnwatchedJobs):
             child_env.update(env)
         child_env[JOB_ENV] = job_id
         argv = ["/bin/sh", "-c", command]
+        if timeout is not None:
+            argv = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) + argv
         def spawn() -> subprocess.Popen:
             return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                                     cwd=cwd, env=child_env, start_new_session=True)
@@ -196,6 +224,7 @@ class JobManager(UnwatchedJobs):
         job = WatchedJob(record, proc, exit_fd_of(proc))
         if timeout is not None:
             job.deadline = time.monotonic() + timeout
+            self._due[job_id] = job.deadline
         with self._cond:
             self._jobs[job_id] = job
             self._by_fd[job.exit_fd] = job
@@ -258,6 +287,9 @@ class JobManager(UnwatchedJobs):
         if marker.exists():
             job.reason = job.reason or "killed"
             marker.unlink(missing_ok=True)
+        due = self._due.pop(record.id, None)
+        if job.reason is None and code == -signal.SIGKILL and due is not None and time.monotonic() >= due:
+            job.reason = "timeout"  # the ``timeout`` wrapper beat a late watcher
         status = job.reason or ("completed" if code == 0 else "failed")
         record.status = status
         record.exit_code = code

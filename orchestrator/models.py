@@ -11,11 +11,13 @@ the tasks named there; they are never stored.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """Names of tasks (slugs), members and plans: no path separators, no spaces."""
@@ -157,6 +159,32 @@ class Message(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @classmethod
+    def from_line(cls, raw: bytes, offset: int) -> Message | None:
+        """Parse one inbox line found at byte ``offset``; None if it is not a message.
+
+        The seed's ``MessageBus.send`` writes no ``id``. Such a line (a JSON
+        object with ``from`` and ``content``) gets ``seed-<hash>``, a hash
+        of its bytes and offset: the same for every read of that line, so
+        cursors and ``seen`` dedupe it, and different for two identical lines.
+        """
+        raw = raw.rstrip(b"\n")
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError:
+            pass
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or "id" in data or "from" not in data or "content" not in data:
+            return None
+        digest = hashlib.sha256(b"%d:" % offset + raw).hexdigest()[:16]
+        try:
+            return cls.model_validate({**data, "id": f"seed-{digest}"})
+        except ValidationError:
+            return None
 
 
 MESSAGE_TYPES = (

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import usage
 from .inbox import Bus
-from .jobs import JobManager, JobRecord
+from .jobs import JobManager, JobRecord, job_orphaned, shown_status
 from .lead import lead_info
 from .models import Message, Status
 from .store import TaskStore
@@ -43,7 +43,12 @@ def job_line(j: JobRecord, now: float) -> str:
     code = "" if j.exit_code is None else f" (exit {j.exit_code})"
     took = age((j.finished_at or now) - j.started_at)
     task = f" task #{j.task}" if j.task else ""
-    return f"{j.id}  {j.status + code:<18} {j.owner:<8} {took:>5}{task}  {j.command}"
+    return f"{j.id}  {shown_status(j) + code:<18} {j.owner:<8} {took:>5}{task}  {j.command}"
+
+
+def job_data(j: JobRecord) -> dict[str, Any]:
+    """A job as JSON, with ``orphaned``: running, but its manager is gone."""
+    return {**j.model_dump(exclude_none=True), "orphaned": job_orphaned(j)}
 
 
 def status_data(root: Path) -> dict[str, Any]:
@@ -70,7 +75,7 @@ def status_data(root: Path) -> dict[str, Any]:
         "lead": {"alive": lead is not None, **(lead or {})},
         "members": members,
         "tasks": {"total": len(tasks), **counts, "ready": ready, "unreadable": len(bad)},
-        "jobs": {"total": len(jobs), "running": [j.model_dump(exclude_none=True) for j in running]},
+        "jobs": {"total": len(jobs), "running": [job_data(j) for j in running]},
         "usage": usage.report(roster.members, tasks, usage.lead_usage(root)),
     }
 
@@ -111,9 +116,13 @@ def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
     else:
         lines.append("tasks: none")
     running = data["jobs"]["running"]
-    lines.append(f"jobs: {len(running)} running, {data['jobs']['total']} in total")
+    orphans = sum(1 for j in running if j.get("orphaned"))
+    lines.append(f"jobs: {len(running)} running{f' ({orphans} orphaned)' if orphans else ''}, "
+                 f"{data['jobs']['total']} in total")
     now = time.time()
-    lines += [f"  {j['id']}  {j['owner']}  {age(now - j['started_at'])}  {j['command']}" for j in running]
+    lines += [f"  {j['id']}  {j['owner']}  "
+              + (f"orphaned (manager pid {j['manager_pid']} is gone)  " if j.get("orphaned") else "")
+              + f"{age(now - j['started_at'])}  {j['command']}" for j in running]
     if with_usage:
         lines += usage.render(data["usage"])
     return lines

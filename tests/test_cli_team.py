@@ -52,7 +52,7 @@ def test_unknown_recipient_and_bad_names_exit_2_without_files(crew):
     r = crew("send", "carol", "hi")
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == ("UnknownRef: unknown recipient 'carol': known are lead, alice, bob; "
-                        "add a member with `team spawn`\n")
+                        "add a member with `team spawn` while a lead runs (`team run` or `team chat`)\n")
     r = crew("send", "../alice", "hi")
     assert r.returncode == 2 and r.stderr.startswith("InvalidName: invalid recipient '../alice'")
     assert len(r.stderr.splitlines()) == 1
@@ -145,3 +145,49 @@ def test_jobs_list_show_and_kill_from_the_cli(team):
         mgr.shutdown()
     r = team("jobs", "show", "nope")
     assert (r.returncode, r.stderr) == (2, "UnknownRef: no job 'nope'; see `team jobs` for the list\n")
+
+
+def test_seed_written_inbox_is_read_through_the_cli(crew):
+    """Lines appended by the seed's MessageBus.send (no id) are shown and drained once."""
+    path = crew.root / ".team" / "inbox" / "bob.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for content, ts in (("hello bob", 1700000000.5), ("are you there?", 1700000001.5)):
+            f.write(json.dumps({"type": "message", "from": "alice", "content": content, "timestamp": ts}) + "\n")
+    peek = crew("inbox", "bob", "--peek")
+    assert [line.split(" ", 1)[1] for line in peek.stdout.splitlines()] == [
+        "alice: hello bob", "alice: are you there?"]
+    drained = crew("inbox", "bob", "--json")
+    assert [(m["from"], m["content"], m["id"][:5]) for m in json.loads(drained.stdout)] == [
+        ("alice", "hello bob", "seed-"), ("alice", "are you there?", "seed-")]
+    assert crew("inbox", "bob").stdout == "no unread messages for bob\n"
+
+
+ORPHANING_MANAGER = """
+import os, signal, sys
+from orchestrator.jobs import JobManager
+r = JobManager(sys.argv[1]).start("sleep 300 & echo $! > " + sys.argv[1] + "/child.pid; wait", owner="alice")
+print(r.id, os.getpid(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_jobs_of_a_killed_manager_show_as_orphaned(team):
+    proc = subprocess.Popen([sys.executable, "-c", ORPHANING_MANAGER, str(team.root)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    job_id, manager = proc.stdout.readline().split()
+    assert proc.wait() == -signal.SIGKILL
+    try:
+        state = f"orphaned (manager pid {manager} is gone)"
+        plain = team("jobs").stdout.splitlines()
+        assert len(plain) == 1 and plain[0].startswith(f"{job_id}  {state} alice ")
+        assert plain[0].endswith("  sleep 300 & echo $! > " + str(team.root) + "/child.pid; wait")
+        listing = json.loads(team("jobs", "--json").stdout)
+        assert [(j["id"], j["status"], j["orphaned"]) for j in listing] == [(job_id, "running", True)]
+        assert team("jobs", "show", job_id).stdout.splitlines()[0].startswith(f"{job_id}  {state} alice ")
+        status = team("status").stdout
+        assert f"jobs: 1 running (1 orphaned), 1 in total\n  {job_id}  alice  {state}  " in status
+        data = json.loads(team("status", "--json").stdout)
+        assert [(j["id"], j["orphaned"]) for j in data["jobs"]["running"]] == [(job_id, True)]
+    finally:
+        JobManager(team.root).reap_orphans()

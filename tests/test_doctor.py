@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 
-from orchestrator import doctor
+from conftest import REPO
+from util import wait_until
+
+from orchestrator import doctor, procs
+from orchestrator.jobs import JobManager
 from orchestrator.store import TaskStore
 
 
@@ -137,3 +144,63 @@ def test_checks_are_a_registry_other_modules_can_extend(tmp_path):
         doctor.CHECKS.remove(check_custom)
     assert seen == [1]
     assert [(f.kind, f.message, f.fix) for f in findings] == [("custom", "a custom problem", None)]
+
+
+def test_doctor_lists_inbox_lines_that_are_not_messages_and_leaves_them(team):
+    inbox = team.root / ".team" / "inbox"
+    inbox.mkdir(parents=True)
+    seed = json.dumps({"type": "message", "from": "alice", "content": "hi", "timestamp": 1700000000.5})
+    (inbox / "lead.jsonl").write_text(f"{seed}\nnot json at all\n{seed}\n{{\"from\": \"bob\"\n"
+                                      '{"id": "torn", "from": "bo')  # final fragment: a writer mid-append
+    (inbox / "lead.consumed.jsonl").write_text("old garbage\n")  # consumed history is not checked
+    before = (inbox / "lead.jsonl").read_bytes()
+    r = team("doctor", "--fix")
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == [
+        f"team doctor: {team.root}",
+        "  problem [bad-inbox-line] .team/inbox/lead.jsonl: 2 line(s) are not messages and are skipped by "
+        "readers: line 2 'not json at all', line 4 '{\"from\": \"bob\"'",
+        "          → a writer killed mid-line or a hand edit: check the line(s), then delete them by hand",
+        "1 problem(s) remain; 1 needs a human; fixed 0.",
+    ]
+    assert (inbox / "lead.jsonl").read_bytes() == before
+
+
+ORPHANING_MANAGER = """
+import os, signal, sys
+from orchestrator.jobs import JobManager
+r = JobManager(sys.argv[1]).start("sleep 300 & echo $! > " + sys.argv[1] + "/child.pid; wait")
+print(r.id, r.pid, os.getpid(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_doctor_reports_orphaned_jobs_and_fix_reaps_them(team):
+    proc = subprocess.Popen([sys.executable, "-c", ORPHANING_MANAGER, str(team.root)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    job_id, leader, manager = proc.stdout.readline().split()
+    assert proc.wait() == -signal.SIGKILL
+    child = int(wait_until(lambda: (team.root / "child.pid").exists() and (team.root / "child.pid").read_text(),
+                           what="child pid"))
+    problem = (f"[orphaned-job] job {job_id} is marked running but its manager pid {manager} is gone "
+               f"(command: sleep 300 & echo $! > {team.root}/child.pid; wait)")
+    r = team("doctor")
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == [
+        f"team doctor: {team.root}",
+        f"  problem {problem} (fixable: run `team doctor --fix`)",
+        "          → `team doctor --fix` (or the next `team run`) kills what is left of it and marks it lost",
+        "1 problem(s) remain.",
+    ]
+    assert procs.alive(child) and procs.alive(int(leader))
+    r = team("doctor", "--fix")
+    assert r.stdout.splitlines() == [
+        f"team doctor: {team.root}",
+        f"  fixed   {problem}",
+        f"          → marked {job_id} lost; killed pids {', '.join(map(str, sorted([int(leader), child])))}",
+        "Fixed 1 problem(s); nothing else needs attention.",
+    ]
+    assert r.returncode == 0, r.stderr
+    assert JobManager(team.root).get(job_id).status == "lost"
+    wait_until(lambda: not procs.alive(child) and not procs.alive(int(leader)), what="orphan killed")
+    assert team("doctor").stdout == f"team doctor: {team.root}\nOK: no problems found.\n"

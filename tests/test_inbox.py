@@ -177,3 +177,43 @@ def test_cursor_that_no_longer_matches_the_file_redelivers_instead_of_skipping(b
     bus.send("alice", "new-1 " + "x" * 300, sender="bob")
     bus.send("alice", "new-2", sender="bob")
     assert [m.content.split()[0] for m in bus.read("alice")] == ["new-1", "new-2"]
+
+
+def seed_send(root, sender, to, content, msg_type="message", extra=None, timestamp=1700000000.5):
+    """What the seed's ``MessageBus.send`` appends: no ``id``, no ``to``."""
+    msg = {"type": msg_type, "from": sender, "content": content, "timestamp": timestamp, **(extra or {})}
+    path = root / ".team" / "inbox" / f"{to}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(msg) + "\n")
+
+
+def test_seed_written_messages_are_delivered_once_with_stable_ids(bus, tmp_path):
+    seed_send(tmp_path, "alice", "bob", "hello bob")
+    seed_send(tmp_path, "alice", "bob", "hello bob")  # byte-identical: still two messages
+    bus.send("bob", "from the bus", sender="lead")
+    seed_send(tmp_path, "lead", "bob", "stop", "shutdown_request", {"request_id": "r1"})
+    peeked = bus.peek("bob")
+    assert [(m.sender, m.type, m.content, m.request_id) for m in peeked] == [
+        ("alice", "message", "hello bob", None), ("alice", "message", "hello bob", None),
+        ("lead", "message", "from the bus", None), ("lead", "shutdown_request", "stop", "r1")]
+    ids = [m.id for m in peeked]
+    assert ids[0].startswith("seed-") and ids[3].startswith("seed-") and len(set(ids)) == 4
+    assert [m.id for m in Bus(tmp_path).peek("bob")] == ids  # stable across readers (and restarts)
+    # A consumer that persisted the first two before a crash gets only the rest.
+    with bus.fetch("bob", seen=set(ids[:2])) as batch:
+        assert [m.id for m in batch.messages] == ids[2:]
+        batch.ack()
+    assert bus.read("bob") == []
+    # The cursor's check names a seed line: later messages are not re-delivered from the start.
+    seed_send(tmp_path, "alice", "bob", "again", timestamp=1700000001.0)
+    assert [m.content for m in bus.read("bob")] == ["again"]
+    assert bus.read("bob") == []
+
+
+def test_lines_without_sender_or_content_are_still_skipped(bus, tmp_path):
+    path = tmp_path / ".team" / "inbox" / "bob.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"type": "message", "timestamp": 1.0}\n["from", "content"]\nnot json\n')
+    bus.send("bob", "real", sender="lead")
+    assert [m.content for m in bus.read("bob")] == ["real"]

@@ -15,7 +15,7 @@ from conftest import REPO
 from util import wait_until
 
 from orchestrator.errors import UnknownRef, UserError
-from orchestrator.jobs import JobManager, JobRecord
+from orchestrator.jobs import JobManager, JobRecord, job_orphaned
 
 
 def pid_alive(pid: int) -> bool:
@@ -216,6 +216,48 @@ def test_reap_orphans_after_the_manager_is_sigkilled(tmp_path):
     assert lead.get(job_id).status == "lost"
     wait_until(lambda: not pid_alive(child), timeout=10, what="orphaned child killed")
     assert lead.reap_orphans() == []
+
+
+TIMED_MANAGER = """
+import os, signal, sys
+from orchestrator.jobs import JobManager
+m = JobManager(sys.argv[1], grace=0.2)
+r = m.start("(trap '' TERM; sleep 300) & echo $! > " + sys.argv[1] + "/child.pid; wait", timeout=1.0)
+print(r.id, r.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # well before its own timeout handling could act
+"""
+
+
+def test_timeout_is_enforced_after_the_manager_is_sigkilled(tmp_path):
+    """Nobody watches the job any more, yet its whole group dies shortly after the deadline."""
+    proc = subprocess.Popen([sys.executable, "-c", TIMED_MANAGER, str(tmp_path)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    job_id, leader = proc.stdout.readline().split()
+    assert proc.wait() == -signal.SIGKILL
+    child = read_pid(tmp_path / "child.pid")
+    lead = JobManager(tmp_path)
+    rec = lead.get(job_id)
+    assert (rec.status, rec.timeout, rec.pid) == ("running", 1.0, int(leader))
+    # The background child ignores SIGTERM: only a SIGKILL of the group ends it.
+    wait_until(lambda: not pid_alive(child) and not pid_alive(int(leader)), timeout=30,
+               what="the job's group killed at its deadline")
+    assert job_orphaned(rec)
+    assert [(r.id, r.status) for r in lead.reap_orphans()] == [(job_id, "lost")]
+    assert not job_orphaned(lead.get(job_id))
+
+
+def test_timeout_wrapper_keeps_exit_codes_and_the_managers_timeout(mgr, tmp_path):
+    ok = mgr.start("exit 3", timeout=30)
+    assert (one(mgr).status, mgr.get(ok.id).exit_code) == ("failed", 3)
+    sig = mgr.start("kill -USR1 $$", timeout=30)
+    assert (one(mgr).exit_code, mgr.get(sig.id).status) == (-signal.SIGUSR1, "failed")
+    slow = mgr.start("sleep 300", timeout=0.2)
+    note = one(mgr)
+    assert (note.job_id, note.status, note.exit_code) == (slow.id, "timeout", -signal.SIGTERM)
+    # Without a timeout nothing is put in front of the shell (no extra exec).
+    plain = mgr.start("sleep 300")
+    argv = Path(f"/proc/{plain.pid}/cmdline").read_bytes().split(b"\0")
+    assert argv[:3] == [b"/bin/sh", b"-c", b"sleep 300"]
 
 
 def test_record_round_trips_through_json(tmp_path):

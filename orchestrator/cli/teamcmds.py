@@ -77,7 +77,7 @@ def jobs_list(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None
         return
     jobs = JobManager(root_of(root)).list()
     if as_json:
-        print_json([j.model_dump(exclude_none=True) for j in jobs])
+        print_json([overview.job_data(j) for j in jobs])
     elif not jobs:
         out("no jobs yet")
     else:
@@ -94,7 +94,7 @@ def jobs_show(
     """A job's record and the tail of its output."""
     j = JobManager(root_of(root)).get(job_id)
     if as_json:
-        print_json(j.model_dump(exclude_none=True))
+        print_json(overview.job_data(j))
         return
     out(overview.job_line(j, time.time()))
     out(f"  pid {j.pid} · pgid {j.pgid} · manager pid {j.manager_pid} · log {j.log}")
