@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .errors import PlanError, TeamError
 from .models import Task
@@ -138,10 +138,18 @@ def build(kinds: set[str], ctx: Context) -> dict[str, Executor]:
 
 
 class ShellExecutor:
-    """``kind: shell``: each attempt is a background job in its own process group."""
+    """``kind: shell``: each attempt is a background job in its own process group.
+
+    ``STARTERS`` threads start jobs (forks overlap the lead's store I/O; more
+    than one measured no faster: a start is ~1 ms of mostly GIL-bound work);
+    one pump thread turns the job manager's notifications into outcomes. A notification may overtake the starter
+    that launched its job: the pump then parks it until the starter has
+    registered the job.
+    """
 
     kind = "shell"
     inline_start = True  # start() only enqueues: safe inside store.commit's on_visible
+    STARTERS = 1
 
     def __init__(self, ctx: Context):
         from .jobs import JobManager
@@ -150,20 +158,23 @@ class ShellExecutor:
         self.jobs = JobManager(ctx.root)
         self.owner = f"{ctx.owner}:{os.getpid()}"
         self._lock = threading.Lock()
-        self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}  # job id -> (task, epoch, done, timeout)
+        # job id -> (task, epoch, done, timeout)
+        self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}
+        self._early: dict[str, Any] = {}  # job id -> notification that beat its starter
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
         self._starts: queue.SimpleQueue = queue.SimpleQueue()
         self._pump = threading.Thread(target=self._loop, name="team-shell-pump", daemon=True)
         self._pump.start()
-        threading.Thread(target=self._starter, name="team-shell-starter", daemon=True).start()
+        for i in range(self.STARTERS):
+            threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True).start()
 
     def reap_orphans(self) -> list:
         """Kill and mark ``lost`` jobs left by a dead lead (called before re-running)."""
         return self.jobs.reap_orphans()
 
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
-        """Queue the attempt for the starter thread: forks overlap the lead's store I/O."""
+        """Queue the attempt for a starter thread."""
         self._starts.put((task, epoch, done))
 
     def _starter(self) -> None:
@@ -172,45 +183,60 @@ class ShellExecutor:
             if item is None:
                 return
             task, epoch, done = item
+            if self._stop.is_set():
+                done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+                continue
             # ``$NAME`` in a value is taken from the lead's environment when the job
             # starts, so a plan can pass a secret without it being stored in the task.
             env = {k: os.path.expandvars(v) for k, v in task.env.items()}
             env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
                        TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
             cwd = Path(task.cwd) if task.cwd else None
-            with self._lock:  # the pump must not see the notification before we know the job
-                if self._stop.is_set():
-                    done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
-                    continue
-                try:
-                    # The model key (and any registered secret) is not handed to shell
-                    # tasks unless the plan sets it for the task (redact.py).
-                    unset = [n for n in secret_env_names(dict(os.environ)) if n not in task.env]
-                    record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
-                                             timeout=task.timeout, task=task.id, unset=unset)
-                except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
-                    done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
-                    continue
-                self._running[record.id] = (task.id, epoch, done, task.timeout)
-                self._by_task[task.id] = record.id
+            # The model key (and any registered secret) is not handed to shell
+            # tasks unless the plan sets it for the task (redact.py).
+            unset = [n for n in secret_env_names(os.environ) if n not in task.env]
+            try:
+                record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
+                                         timeout=task.timeout, task=task.id, unset=unset)
+            except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
+                done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
+                continue
+            entry = (task.id, epoch, done, task.timeout)
+            with self._lock:
+                note = self._early.pop(record.id, None)
+                if note is None:
+                    self._running[record.id] = entry
+                    self._by_task[task.id] = record.id
+                stopping = self._stop.is_set()
+            if note is not None:
+                self._report(note, entry)
+            elif stopping:  # close() may have killed the others before this one existed
+                self.jobs.kill(record.id)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             notes = self.jobs.wait(self.owner, timeout=1.0)
             if not notes:
                 continue
+            ready = []
             with self._lock:
-                items = [(n, self._running.pop(n.job_id, None)) for n in notes]
-                for n, entry in items:
-                    if entry is not None and self._by_task.get(entry[0]) == n.job_id:
+                for n in notes:
+                    entry = self._running.pop(n.job_id, None)
+                    if entry is None:
+                        self._early[n.job_id] = n  # its starter has not registered it yet
+                        continue
+                    if self._by_task.get(entry[0]) == n.job_id:
                         del self._by_task[entry[0]]
-            for n, entry in items:
-                if entry is None:
-                    continue  # a job this executor did not start
-                task_id, epoch, done, timeout = entry
-                error = (f"timed out after {timeout:g}s (process group killed)"
-                         if n.status == "timeout" and timeout else None)
-                done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail, error=error))
+                    ready.append((n, entry))
+            for n, entry in ready:
+                self._report(n, entry)
+
+    @staticmethod
+    def _report(n: Any, entry: tuple[int, int, DoneCallback, float | None]) -> None:
+        task_id, epoch, done, timeout = entry
+        error = (f"timed out after {timeout:g}s (process group killed)"
+                 if n.status == "timeout" and timeout else None)
+        done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail, error=error))
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
@@ -221,7 +247,8 @@ class ShellExecutor:
     def close(self) -> None:
         with self._lock:
             self._stop.set()
-        self._starts.put(None)
+        for _ in range(self.STARTERS):
+            self._starts.put(None)
         self.jobs.shutdown()
 
 

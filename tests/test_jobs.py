@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -255,12 +256,11 @@ def test_timeout_wrapper_keeps_exit_codes_and_the_managers_timeout(mgr, tmp_path
     note = one(mgr)
     assert (note.job_id, note.status, note.exit_code) == (slow.id, "timeout", -signal.SIGTERM)
     # Without a timeout nothing is put in front of the shell (no extra exec).
-    # (The shell may already have exec'd the command itself, and /proc shows an empty
-    # command line for an instant during an exec: wait until it names a program.)
+    # (/proc shows an empty command line for an instant during an exec: wait until it names a program.)
     plain = mgr.start("sleep 300")
     argv = wait_until(lambda: [a for a in Path(f"/proc/{plain.pid}/cmdline").read_bytes().split(b"\0") if a],
                       what="the job's command line")
-    assert argv in ([b"/bin/sh", b"-c", b"sleep 300"], [b"sleep", b"300"])
+    assert argv == [shutil.which("sleep").encode(), b"300"]  # a plain command: not even a shell
 
 
 def test_record_round_trips_through_json(tmp_path):
@@ -268,3 +268,26 @@ def test_record_round_trips_through_json(tmp_path):
                     exit_code=None, started_at=1.0, finished_at=None, log=".team/jobs/j1.log",
                     cwd=None, timeout=None, task=None, manager_pid=os.getpid())
     assert JobRecord.model_validate_json(rec.model_dump_json()) == rec
+
+
+def test_plain_commands_skip_the_shell_and_everything_else_keeps_it():
+    from orchestrator.jobs import command_argv
+
+    path = os.environ["PATH"]
+    sleep = shutil.which("sleep", path=path)
+    assert command_argv("sleep 0.05", path) == [sleep, "0.05"]
+    for shelly in ("echo $HOME", "ls *.py", "a && b", "echo hi > out", "FOO=1 env", "cd sub", "./run.sh",
+                   "echo 'quoted'", "echo ~", "no-such-program-xyz", "exit 3"):
+        assert command_argv(shelly, path) == ["/bin/sh", "-c", shelly], shelly
+    assert command_argv("sleep 1", "relative/bin:" + path)[0] == "/bin/sh"
+
+
+def test_a_plain_command_runs_with_the_job_environment_and_exit_code(mgr, tmp_path):
+    (tmp_path / "tool").mkdir()
+    script = tmp_path / "tool" / "mytool"
+    script.write_text("#!/bin/sh\necho \"job=$TEAM_JOB_ID arg=$1\"\nexit 4\n")
+    script.chmod(0o755)
+    rec = mgr.start("mytool one", env={"PATH": f"{tmp_path / 'tool'}:{os.environ['PATH']}"})
+    note = one(mgr)
+    assert (note.status, note.exit_code) == ("failed", 4)
+    assert (tmp_path / rec.log).read_text() == f"job={rec.id} arg=one\n"
