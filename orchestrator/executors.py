@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -137,6 +138,21 @@ def build(kinds: set[str], ctx: Context) -> dict[str, Executor]:
     return {kind: _FACTORIES[kind](ctx) for kind in kinds}
 
 
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
+    """``$NAME`` / ``${NAME}`` from the lead's environment (unset: left as is); ``$$`` is a literal ``$``."""
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name is None:
+            return "$"
+        return environ.get(name, m.group(0))
+
+    return _VAR.sub(sub, value)
+
+
 class ShellExecutor:
     """``kind: shell``: each attempt is a background job in its own process group.
 
@@ -166,8 +182,10 @@ class ShellExecutor:
         self._starts: queue.SimpleQueue = queue.SimpleQueue()
         self._pump = threading.Thread(target=self._loop, name="team-shell-pump", daemon=True)
         self._pump.start()
-        for i in range(self.STARTERS):
-            threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True).start()
+        self._starters = [threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True)
+                          for i in range(self.STARTERS)]
+        for t in self._starters:
+            t.start()
 
     def reap_orphans(self) -> list:
         """Kill and mark ``lost`` jobs left by a dead lead (called before re-running)."""
@@ -188,7 +206,7 @@ class ShellExecutor:
                 continue
             # ``$NAME`` in a value is taken from the lead's environment when the job
             # starts, so a plan can pass a secret without it being stored in the task.
-            env = {k: os.path.expandvars(v) for k, v in task.env.items()}
+            env = {k: expand_env(v) for k, v in task.env.items()}
             env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
                        TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
             cwd = Path(task.cwd) if task.cwd else None
@@ -247,8 +265,10 @@ class ShellExecutor:
     def close(self) -> None:
         with self._lock:
             self._stop.set()
-        for _ in range(self.STARTERS):
+        for _ in self._starters:
             self._starts.put(None)
+        for t in self._starters:  # a start in flight registers (and is killed) before we shut down
+            t.join(timeout=10)
         self.jobs.shutdown()
 
 

@@ -115,7 +115,7 @@ def _line_has_id(f, start: int, end: int, msg_id: str) -> bool:
     raw = os.pread(f.fileno(), end - start, start)
     if not raw.endswith(b"\n"):
         return False
-    msg = Message.from_line(raw, start)
+    msg = Message.from_line(raw, start, os.fstat(f.fileno()).st_ino)
     return msg is not None and msg.id == msg_id
 
 
@@ -271,7 +271,7 @@ class Bus:
             start, pos = pos, pos + len(raw) + 1
             if not raw.strip():
                 continue
-            msg = Message.from_line(raw, start)
+            msg = Message.from_line(raw, start, ino)
             if msg is None:
                 continue  # a torn fragment from a killed writer (`team doctor` lists them)
             check = (start, pos, msg.id)
@@ -380,7 +380,7 @@ def bad_lines(path: Path) -> list[tuple[int, bytes]]:
         return []
     bad, pos = [], 0
     for n, raw in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], 1):
-        if raw.strip() and Message.from_line(raw, pos) is None:
+        if raw.strip() and Message.from_line(raw, pos) is None:  # (the id is not needed here)
             bad.append((n, raw))
         pos += len(raw) + 1
     return bad

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from . import procs
+from .redact import scrub
 
 JobStatus = Literal["running", "completed", "failed", "timeout", "killed", "lost"]
 FINAL = frozenset({"completed", "failed", "timeout", "killed", "lost"})
@@ -78,7 +79,12 @@ def shown_status(record: JobRecord) -> str:
 
 
 def read_tail(path: Path, limit: int) -> str:
-    """The whole file if it fits in ``limit`` bytes, else its head and tail."""
+    """The whole file if it fits in ``limit`` bytes, else its head and tail;
+    known secrets scrubbed (it goes into notifications, records and task results)."""
+    return scrub(_read_tail(path, limit))
+
+
+def _read_tail(path: Path, limit: int) -> str:
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

@@ -57,6 +57,7 @@ records (``get``/``list``) and can ``kill`` them.
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import re
 import secrets
@@ -122,7 +123,9 @@ def _shutdown_at_exit(ref: weakref.ref) -> None:
 _PLAIN = re.compile(r"[A-Za-z0-9_./:@%+,-]+( +[A-Za-z0-9_./:@%+,=-]+)*")
 _BUILTINS = frozenset(
     "alias bg break cd command continue eval exec exit export fc fg getopts hash jobs local read "
-    "readonly return set shift source test times trap type ulimit umask unalias unset wait".split()
+    "readonly return set shift source test times trap type ulimit umask unalias unset wait "
+    # built into /bin/sh with behaviour that differs from the binaries of the same name
+    "echo printf pwd kill [".split()
 )
 
 
@@ -227,19 +230,29 @@ class JobManager(UnwatchedJobs):
         if env:
             child_env.update(env)
         child_env[JOB_ENV] = job_id
+        # $PWD names the job's directory, as a shell (or make) would set it.
+        child_env["PWD"] = str(Path(cwd).absolute()) if cwd is not None else os.getcwd()
+        shell_argv = ["/bin/sh", "-c", command]
         argv = command_argv(command, child_env.get("PATH", ""))
-        if timeout is not None:
-            argv = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) + argv
-        def spawn() -> subprocess.Popen:
+        prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
+
+        def spawn(argv: list[str]) -> subprocess.Popen:
+            argv = [*prefix, *argv]
+            if self.pdeathsig and SETPRIV:
+                argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
             return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                                     cwd=cwd, env=child_env, start_new_session=True)
 
+        def spawn_job() -> subprocess.Popen:
+            try:
+                return spawn(argv)
+            except OSError as e:  # e.g. a script without #!: the shell knows how to run it
+                if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES):
+                    raise
+                return spawn(shell_argv)
+
         try:
-            if self.pdeathsig and SETPRIV:
-                argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
-                proc = in_spawner(spawn)
-            else:
-                proc = spawn()
+            proc = in_spawner(spawn_job) if self.pdeathsig and SETPRIV else spawn_job()
         finally:
             os.close(log_fd)
         record = JobRecord(

@@ -161,13 +161,14 @@ class Message(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     @classmethod
-    def from_line(cls, raw: bytes, offset: int) -> Message | None:
+    def from_line(cls, raw: bytes, offset: int, ino: int = 0) -> Message | None:
         """Parse one inbox line found at byte ``offset``; None if it is not a message.
 
         The seed's ``MessageBus.send`` writes no ``id``. Such a line (a JSON
         object with ``from`` and ``content``) gets ``seed-<hash>``, a hash
-        of its bytes and offset: the same for every read of that line, so
-        cursors and ``seen`` dedupe it, and different for two identical lines.
+        of its bytes, offset and the file's inode (one per inbox generation):
+        the same for every read of that line, so cursors and ``seen`` dedupe
+        it, and different for two identical lines, also across rotations.
         """
         raw = raw.rstrip(b"\n")
         try:
@@ -180,7 +181,7 @@ class Message(BaseModel):
             return None
         if not isinstance(data, dict) or "id" in data or "from" not in data or "content" not in data:
             return None
-        digest = hashlib.sha256(b"%d:" % offset + raw).hexdigest()[:16]
+        digest = hashlib.sha256(b"%d:%d:" % (ino, offset) + raw).hexdigest()[:16]
         try:
             return cls.model_validate({**data, "id": f"seed-{digest}"})
         except ValidationError:

@@ -4,10 +4,11 @@ The process keeps a set of secret values: the model API key from the
 environment (``OPENAI_API_KEY``, registered by every ``team`` command at
 start) and anything passed to ``register_secret``. Writers scrub them:
 
-* transcripts (transcript.py) and every task file the store writes
-  (store.py), so an agent's echo of the key or an error message quoting it
-  lands as ``[REDACTED]``;
-* job notification tails (jobs.py), which end up in task results.
+* transcripts (transcript.py), every task file and event line the store
+  writes (store.py, store_batch.py), so an agent's echo of the key or an
+  error message quoting it lands as ``[REDACTED]``;
+* job output tails (jobrecords.read_tail), which go into notifications, job
+  records and task results.
 
 And we do not hand them out: shell tasks and agent shell tools run without
 ``OPENAI_API_KEY`` or any variable holding a registered secret unless the

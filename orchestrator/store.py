@@ -225,7 +225,8 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         return record
 
     def _event(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
-        append_line(self.events_path, self._event_record(task, event, actor, before, **extra), durable=self.durable)
+        append_line(self.events_path, self._event_lines([self._event_record(task, event, actor, before, **extra)]),
+                    durable=self.durable)
 
     def _save(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
         """Write one task and its event line as one durable batch (``_write_batch``):

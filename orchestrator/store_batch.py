@@ -26,6 +26,7 @@ from typing import Any
 
 from .fsutil import append_line, atomic_write, dumps, fsync_dir
 from .models import Task
+from .redact import scrub
 
 _POOL = None
 
@@ -53,9 +54,14 @@ os.register_at_fork(after_in_child=_forget_pool_after_fork)
 class BatchWriter:
     """``_write_batch``: many task files and event lines, durable together."""
 
+    @staticmethod
+    def _event_lines(records: list[dict[str, Any]]) -> str:
+        """Event lines as written: known secrets never reach the log (redact.py)."""
+        return scrub("\n".join(dumps(r) for r in records))
+
     def _events_batch(self, records: list[dict[str, Any]]) -> None:
         if records:
-            append_line(self.events_path, "\n".join(dumps(r) for r in records), durable=self.durable)
+            append_line(self.events_path, self._event_lines(records), durable=self.durable)
 
     def _write_batch(self, tasks: list[Task], records: list[dict[str, Any]] = (),
                      on_visible: Callable[[], None] | None = None) -> None:
@@ -85,7 +91,7 @@ class BatchWriter:
             return
         if on_visible is not None:
             if records:
-                append_line(self.events_path, "\n".join(dumps(r) for r in records), durable=False)
+                append_line(self.events_path, self._event_lines(records), durable=False)
             on_visible()
             pending = _io_pool().submit(fsync_dir, self.events_path) if records else None
         else:

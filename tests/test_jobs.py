@@ -291,3 +291,18 @@ def test_a_plain_command_runs_with_the_job_environment_and_exit_code(mgr, tmp_pa
     note = one(mgr)
     assert (note.status, note.exit_code) == ("failed", 4)
     assert (tmp_path / rec.log).read_text() == f"job={rec.id} arg=one\n"
+
+
+def test_direct_exec_keeps_what_a_shell_would_give_the_job(mgr, tmp_path):
+    work = tmp_path / "work"
+    (work / "bin").mkdir(parents=True)
+    noshebang = work / "bin" / "noshebang"
+    noshebang.write_text("echo \"hello from $PWD\"\n")  # no #! line: only a shell runs it
+    noshebang.chmod(0o755)
+    env = {"PATH": f"{work / 'bin'}:{os.environ['PATH']}"}
+    rec = mgr.start("printenv PWD", cwd=work, env=env)
+    assert one(mgr).status == "completed" and (tmp_path / rec.log).read_text() == f"{work}\n"
+    rec = mgr.start("noshebang", cwd=work, env=env)
+    assert one(mgr).status == "completed" and (tmp_path / rec.log).read_text() == f"hello from {work}\n"
+    rec = mgr.start("echo -n x", cwd=work)  # echo is the shell's builtin, as before
+    assert one(mgr).status == "completed" and (tmp_path / rec.log).read_text() in ("x", "-n x\n")

@@ -41,3 +41,28 @@ def test_an_error_quoting_the_key_is_redacted_in_the_task_file(tmp_path):
     assert r.returncode == 0, r.stderr
     text = (tmp_path / ".tasks" / "task_1.json").read_text()
     assert KEY not in text and "rotate [REDACTED] today" in text
+
+
+def test_env_values_expand_names_and_keep_a_doubled_dollar(tmp_path):
+    from orchestrator.executors import expand_env
+
+    environ = {"USER": "alice", "HOME": "/home/alice"}
+    assert expand_env("price$USER", environ) == "pricealice"
+    assert expand_env("${HOME}/bin:$NOPE", environ) == "/home/alice/bin:$NOPE"
+    assert expand_env("p@$$w0rd", environ) == "p@$w0rd"
+    assert expand_env("regex ^a$${HOME}$", environ) == "regex ^a${HOME}$"
+
+
+def test_the_event_log_never_holds_the_key(tmp_path):
+    from orchestrator.redact import register_secret
+    from orchestrator.store import TaskStore
+
+    register_secret(KEY)
+    store = TaskStore(tmp_path)
+    task = store.create("call the model")
+    t = store.claim(task.id, "alice")
+    store.release(task.id, t.epoch, reason=f"agent error: bad key {KEY}")
+    t = store.claim(task.id, "alice")
+    store.finish(task.id, t.epoch, "failed", error=f"401 for key {KEY}")
+    log = (tmp_path / ".tasks" / "events.jsonl").read_text()
+    assert KEY not in log and "bad key [REDACTED]" in log and "401 for key [REDACTED]" in log
