@@ -156,11 +156,13 @@ def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
 class ShellExecutor:
     """``kind: shell``: each attempt is a background job in its own process group.
 
-    ``STARTERS`` threads start jobs (forks overlap the lead's store I/O; more
-    than one measured no faster: a start is ~1 ms of mostly GIL-bound work);
-    one pump thread turns the job manager's notifications into outcomes. A notification may overtake the starter
-    that launched its job: the pump then parks it until the starter has
-    registered the job.
+    ``STARTERS`` threads start queued attempts (forks overlap the lead's store
+    I/O; more than one measured no faster: a start is ~1 ms of mostly
+    GIL-bound work); ``start_now`` starts one on the caller's thread (the
+    scheduler does that for a lone claim, saving a hop). Finished jobs come
+    straight from the job manager's watcher thread (``on_notify``). A
+    notification may overtake the starter that launched its job: it is then
+    parked until the starter has registered the job.
     """
 
     kind = "shell"
@@ -171,7 +173,7 @@ class ShellExecutor:
         from .jobs import JobManager
 
         self.ctx = ctx
-        self.jobs = JobManager(ctx.root)
+        self.jobs = JobManager(ctx.root, on_notify=self._on_note)
         self.owner = f"{ctx.owner}:{os.getpid()}"
         self._lock = threading.Lock()
         # job id -> (task, epoch, done, timeout)
@@ -180,8 +182,6 @@ class ShellExecutor:
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
         self._starts: queue.SimpleQueue = queue.SimpleQueue()
-        self._pump = threading.Thread(target=self._loop, name="team-shell-pump", daemon=True)
-        self._pump.start()
         self._starters = [threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True)
                           for i in range(self.STARTERS)]
         for t in self._starters:
@@ -200,54 +200,50 @@ class ShellExecutor:
             item = self._starts.get()
             if item is None:
                 return
-            task, epoch, done = item
-            if self._stop.is_set():
-                done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
-                continue
-            # ``$NAME`` in a value is taken from the lead's environment when the job
-            # starts, so a plan can pass a secret without it being stored in the task.
-            env = {k: expand_env(v) for k, v in task.env.items()}
-            env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
-                       TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
-            cwd = Path(task.cwd) if task.cwd else None
-            # The model key (and any registered secret) is not handed to shell
-            # tasks unless the plan sets it for the task (redact.py).
-            unset = [n for n in secret_env_names(os.environ) if n not in task.env]
-            try:
-                record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
-                                         timeout=task.timeout, task=task.id, unset=unset)
-            except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
-                done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
-                continue
-            entry = (task.id, epoch, done, task.timeout)
-            with self._lock:
-                note = self._early.pop(record.id, None)
-                if note is None:
-                    self._running[record.id] = entry
-                    self._by_task[task.id] = record.id
-                stopping = self._stop.is_set()
-            if note is not None:
-                self._report(note, entry)
-            elif stopping:  # close() may have killed the others before this one existed
-                self.jobs.kill(record.id)
+            self.start_now(*item)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            notes = self.jobs.wait(self.owner, timeout=1.0)
-            if not notes:
-                continue
-            ready = []
-            with self._lock:
-                for n in notes:
-                    entry = self._running.pop(n.job_id, None)
-                    if entry is None:
-                        self._early[n.job_id] = n  # its starter has not registered it yet
-                        continue
-                    if self._by_task.get(entry[0]) == n.job_id:
-                        del self._by_task[entry[0]]
-                    ready.append((n, entry))
-            for n, entry in ready:
-                self._report(n, entry)
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        """Start the attempt on the calling thread (the scheduler's, for a lone claim)."""
+        if self._stop.is_set():
+            done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+            return
+        # ``$NAME`` in a value is taken from the lead's environment when the job
+        # starts, so a plan can pass a secret without it being stored in the task.
+        env = {k: expand_env(v) for k, v in task.env.items()}
+        env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
+                   TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
+        cwd = Path(task.cwd) if task.cwd else None
+        # The model key (and any registered secret) is not handed to shell
+        # tasks unless the plan sets it for the task (redact.py).
+        unset = [n for n in secret_env_names(os.environ) if n not in task.env]
+        try:
+            record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
+                                     timeout=task.timeout, task=task.id, unset=unset)
+        except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
+            done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
+            return
+        entry = (task.id, epoch, done, task.timeout)
+        with self._lock:
+            note = self._early.pop(record.id, None)
+            if note is None:
+                self._running[record.id] = entry
+                self._by_task[task.id] = record.id
+            stopping = self._stop.is_set()
+        if note is not None:
+            self._report(note, entry)
+        elif stopping:  # close() may have killed the others before this one existed
+            self.jobs.kill(record.id)
+
+    def _on_note(self, n: Any) -> None:
+        """The job manager's watcher thread hands each finished job here."""
+        with self._lock:
+            entry = self._running.pop(n.job_id, None)
+            if entry is None:
+                self._early[n.job_id] = n  # its starter has not registered it yet
+                return
+            if self._by_task.get(entry[0]) == n.job_id:
+                del self._by_task[entry[0]]
+        self._report(n, entry)
 
     @staticmethod
     def _report(n: Any, entry: tuple[int, int, DoneCallback, float | None]) -> None:

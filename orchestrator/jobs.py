@@ -147,8 +147,13 @@ class JobManager(UnwatchedJobs):
     """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
 
     def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
-                 grace: float = 2.0, pdeathsig: bool = False):
+                 grace: float = 2.0, pdeathsig: bool = False,
+                 on_notify: Callable[[Notification], None] | None = None):
+        """``on_notify``: called on the watcher thread with each notification
+        instead of queueing it (for a single consumer that wants no extra hop;
+        it must be quick and must not block)."""
         self.root = Path(root)
+        self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
         self.tail_bytes = tail_bytes
         self.clock = clock
@@ -342,8 +347,11 @@ class JobManager(UnwatchedJobs):
             duration=round(record.finished_at - record.started_at, 3), task=record.task)
         with self._cond:
             self._jobs.pop(record.id, None)
-            self._queues[record.owner].append(note)
+            if self.on_notify is None:
+                self._queues[record.owner].append(note)
             self._cond.notify_all()
+        if self.on_notify is not None:
+            self.on_notify(note)
         job.done.set()
 
     # -- notifications ------------------------------------------------------
