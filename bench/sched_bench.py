@@ -14,7 +14,7 @@ Makefile, then both run with W workers in a fresh directory:
 Targets: ratio ≤ 1.10 on the ``sleep 0.05`` shapes; team overhead per task
 ≤ 3 ms on ``true`` ((team makespan - make wall) / tasks).
 
-Usage: python bench/sched_bench.py [--workers 8] [--quick]
+Usage: python bench/sched_bench.py [--workers 8] [--quick] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="shapes at 1/5 size")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per row; the table shows medians")
     args = ap.parse_args()
     w = args.workers
     bodies = {"true": ("true", 0.0), "sleep 0.05": ("sleep 0.05", 0.05)}
@@ -116,17 +118,20 @@ def main() -> None:
     t_all = time.perf_counter()
     for shape, needs in shapes(args.quick).items():
         for label, (body, cost) in bodies.items():
-            with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
-                d = Path(tmp)
-                write_plan(d / "plan.yaml", "bench", needs, body, w)
-                write_makefile(d / "Makefile", needs, body)
-                make_s = run_make(d, w)
-                team_s, team_wall = run_team(d, w)
+            runs = []
+            for _ in range(args.repeat):  # make and team alternate, so both see the same noise
+                with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
+                    d = Path(tmp)
+                    write_plan(d / "plan.yaml", "bench", needs, body, w)
+                    write_makefile(d / "Makefile", needs, body)
+                    runs.append((run_make(d, w), *run_team(d, w)))
+            make_s, team_s, team_wall = (statistics.median(r[i] for r in runs) for i in range(3))
             n = len(needs)
             bound = max(critical_len(needs) * cost, n * cost / w)
             rows.append((shape, label, n, bound, make_s, team_s, team_wall))
             print(f"  {shape:16} {label:10} done", file=sys.stderr, flush=True)
-    print(f"\nworkers W={w}; makespans in seconds; team = run_started → summary, process = whole `team run`")
+    print(f"\nworkers W={w}; makespans in seconds (median of {args.repeat} runs each); "
+          f"team = run_started → summary, process = whole `team run`")
     head = f"{'shape':16} {'body':10} {'tasks':>5} {'bound':>6} {'make':>7} {'team':>7} {'ratio':>6} " \
            f"{'process':>8} {'ovh ms/task':>11}"
     print(head)
