@@ -124,7 +124,11 @@ def main() -> None:
                     d = Path(tmp)
                     write_plan(d / "plan.yaml", "bench", needs, body, w)
                     write_makefile(d / "Makefile", needs, body)
-                    runs.append((run_make(d, w), *run_team(d, w)))
+                    os.sync()  # settle earlier runs' writeback and deletions (discard) before timing
+                    make_s = run_make(d, w)
+                    os.sync()
+                    runs.append((make_s, *run_team(d, w)))
+                os.sync()
             make_s, team_s, team_wall = (statistics.median(r[i] for r in runs) for i in range(3))
             n = len(needs)
             bound = max(critical_len(needs) * cost, n * cost / w)
