@@ -25,7 +25,7 @@ def spawn_cmd(
     json_out: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
-    """Add a teammate to the running lead (`team run`); it works messages and tasks."""
+    """Add a teammate to the running lead (`team run` or `team chat`); it works messages and tasks."""
     from ..control import request
     from ..team import check_name
 

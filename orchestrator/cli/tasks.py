@@ -48,7 +48,7 @@ def list_cmd(
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
-    """One line per task: [ ] pending, [>] running, [x] done, [!] failed, [-] cancelled."""
+    r"""One line per task: \[ ] pending, \[>] running, \[x] done, \[!] failed, \[-] cancelled."""
     want = parse_status(status) if status is not None else None
     tasks = _store(root).all()
     by_id = {t.id: t for t in tasks}
