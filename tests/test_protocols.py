@@ -36,6 +36,16 @@ def request_id(messages: list[dict]) -> str:
     return found[-1]
 
 
+def busy_in_a_task(rt: TeamRuntime, model: FakeModel, results: list[RunResult]):
+    """Spawn ada and give her an agent task; return once she idles inside it."""
+    store = TaskStore(rt.root)
+    task = store.claim(store.create("long job", kind="agent", prompt="work").id, "lead")
+    mate = rt.spawn("ada", "coder")
+    rt.assign(task, task.epoch, results.append)
+    wait_until(lambda: len(model.calls) == 1 and member(rt, "ada").status == "idle", what="ada waits in task")
+    return mate
+
+
 def test_idle_teammate_approves_shutdown_without_a_model_call_and_its_thread_ends(tmp_path):
     model = FakeModel(lambda m, n: pytest.fail("an idle teammate needs no model call to shut down"))
     rt = runtime(tmp_path, model)
@@ -64,13 +74,9 @@ def test_busy_teammate_refuses_with_a_reason_and_keeps_working(tmp_path):
 
     model = FakeModel(script)
     rt = runtime(tmp_path, model)
-    store = TaskStore(tmp_path)
-    task = store.claim(store.create("long job", kind="agent", prompt="work").id, "lead")
     results: list[RunResult] = []
     try:
-        mate = rt.spawn("ada", "coder")
-        rt.assign(task, task.epoch, results.append)
-        wait_until(lambda: len(model.calls) == 1 and member(rt, "ada").status == "idle", what="ada waits in task")
+        mate = busy_in_a_task(rt, model, results)
         r = rt.request_shutdown("ada", reason="wrapping up", timeout=10)
         assert (r.approve, r.text) == (False, "busy with task #1")
         wait_until(lambda: results, what="the task to end")
@@ -88,13 +94,9 @@ def test_busy_teammate_may_approve_its_attempt_ends_and_it_shuts_down(tmp_path):
 
     model = FakeModel(script)
     rt = runtime(tmp_path, model)
-    store = TaskStore(tmp_path)
-    task = store.claim(store.create("job", kind="agent", prompt="work").id, "lead")
     results: list[RunResult] = []
     try:
-        mate = rt.spawn("ada", "coder")
-        rt.assign(task, task.epoch, results.append)
-        wait_until(lambda: len(model.calls) == 1 and member(rt, "ada").status == "idle", what="ada waits in task")
+        mate = busy_in_a_task(rt, model, results)
         assert rt.request_shutdown("ada", timeout=10).approve is True
         assert not mate.thread.is_alive() and member(rt, "ada").status == "shutdown"
         assert [(x.status, x.error) for x in results] == [("interrupted", "stopped by the lead")]
