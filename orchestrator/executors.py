@@ -15,8 +15,8 @@ scheduler state. The epoch is the claim's epoch: it travels back in the
 outcome and the store refuses a completion whose epoch went stale.
 
 ``ShellExecutor`` runs ``kind: shell`` tasks as background jobs
-(``jobs.JobManager``): one pump thread blocks in ``JobManager.wait`` and
-turns each job notification into an ``Outcome``. The LLM-teammate executor
+(``jobs.JobManager``): the manager's watcher thread hands each finished job
+to it (``on_notify``), which turns it into an ``Outcome``. The LLM-teammate executor
 (``kind: agent``) plugs in with ``register("agent", factory)``; until one is
 registered, ``check_supported`` refuses plans with agent tasks, naming them.
 """

@@ -31,9 +31,9 @@ class JobRecord(BaseModel):
     """``.team/jobs/<id>.json``: one background job."""
 
     id: str = Field(description="Job id, unique under the root.")
-    command: str = Field(description="The shell command (run by /bin/sh -c).")
+    command: str = Field(description="The command (plain words exec'd directly, else /bin/sh -c).")
     owner: str = Field("lead", description="Who gets the completion notification.")
-    pid: int | None = Field(None, description="Pid of the job's main process (/bin/sh).")
+    pid: int | None = Field(None, description="Pid of the job's main process.")
     pgid: int | None = Field(None, description="Process group (== pid: own session).")
     status: JobStatus = Field("running", description="running|completed|failed|timeout|killed|lost.")
     exit_code: int | None = Field(None, description="Exit status; -N when ended by signal N.")

@@ -53,10 +53,6 @@ class LeadLock:
         atomic_write(info_path, dumps(self.info))
         return self
 
-    def update(self, **info: Any) -> None:
-        self.info.update(info)
-        atomic_write(_paths(self.root)[1], dumps(self.info))
-
     def release(self) -> None:
         if self._fd is not None:
             _paths(self.root)[1].unlink(missing_ok=True)

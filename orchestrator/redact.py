@@ -27,14 +27,17 @@ KEY_VARS = ("OPENAI_API_KEY",)
 """Variables that hold the model key: never passed to jobs unless asked for."""
 
 _SECRETS: set[str] = set()
+_ORDERED: tuple[str, ...] = ()  # longest first, so a secret containing another is replaced whole
 _LOCK = threading.Lock()
 
 
 def register_secret(value: str | None) -> None:
     """Never write ``value`` to a transcript, log or task file."""
+    global _ORDERED
     if value and len(value) >= 4:
         with _LOCK:
             _SECRETS.add(value)
+            _ORDERED = tuple(sorted(_SECRETS, key=len, reverse=True))
 
 
 def register_env_secrets(env: Mapping[str, str] = os.environ) -> None:
@@ -51,11 +54,7 @@ def secret_env_names(env: Mapping[str, str]) -> list[str]:
 
 
 def scrub(text: str) -> str:
-    if not _SECRETS:
-        return text
-    with _LOCK:
-        secrets = sorted(_SECRETS, key=len, reverse=True)
-    for secret in secrets:
+    for secret in _ORDERED:
         if secret in text:
             text = text.replace(secret, "[REDACTED]")
     return text

@@ -10,11 +10,11 @@ State (one ``Scheduler``; only the lead thread touches it, dask-style)::
 
 Policy: fill free worker slots from ``ready`` (priority = the task's
 remaining path to the end of the plan, weighted by ``estimate``; ties keep
-plan order), claim them in one store batch (``claim_many``: a CAS that bumps
-the epoch and sets a lease) and hand each to the executor for its kind.
+plan order), claim them in one store batch (``store.commit``: a CAS that
+bumps the epoch and sets a lease) and hand each to the executor for its kind.
 
 The loop sleeps on one event queue fed by every executor's ``done`` callback
-(shell jobs: ``JobManager.wait`` in the executor's pump thread), so a
+(shell jobs: the job manager's watcher thread, ``on_notify``), so a
 dependent is claimed and started as soon as its last dependency's
 notification is handled — there is no polling. All outcomes queued at that
 moment are handled as one batch: one ``store.commit`` that records the
@@ -72,7 +72,6 @@ class TaskRun:
     name: str
     status: str = "pending"
     attempts: int = 0
-    started: float | None = None
     finished: float | None = None
     duration: float = 0.0
     log: str | None = None
@@ -313,7 +312,7 @@ class Scheduler:
         self.running[task.id] = (task.epoch, now)
         self._leases[task.id] = task.epoch
         run = self.runs[task.id]
-        run.status, run.attempts, run.started = "running", task.attempts, now
+        run.status, run.attempts = "running", task.attempts
         executor = self.executors[task.kind]
         start_now = getattr(executor, "start_now", None) if inline else None
         (start_now or executor.start)(task, task.epoch, self.events.put)

@@ -43,7 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import CorruptFile, NotWritable, UnknownRef
-from .fsutil import append_line, atomic_write, dumps, file_lock, fsync_dir, read_jsonl
+from .fsutil import append_line, atomic_write, dumps, file_lock, fsync_dir, parse_jsonl, read_jsonl
 from .models import Status, Task
 from .paths import tasks_dir
 from .redact import scrub
@@ -200,10 +200,17 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         raise UnknownRef(f"no task named {text!r}; `team task list` shows the tasks")
 
     def get(self, ref: int | str) -> Task:
-        return self.read(self.resolve(ref))
+        """The task ``ref`` names (one read for a numeric ref)."""
+        if isinstance(ref, int):
+            return self.read(ref)
+        text = str(ref).strip()
+        digits = text[1:] if text.startswith("#") else text
+        return self.read(int(digits)) if digits.isdigit() else self.read(self.resolve(text))
 
-    def _index_lookup(self, name: str) -> int | None:
-        for entry in reversed(read_jsonl(self.names_path)):
+    def _index_lookup(self, name: str, entries: list[dict] | None = None) -> int | None:
+        """The id the name index gives ``name``, checked against the task file.
+        ``entries``: the index already read (a batch reads it once)."""
+        for entry in reversed(read_jsonl(self.names_path) if entries is None else entries):
             if entry.get("name") == name:
                 tid = entry.get("id")
                 if isinstance(tid, int):
@@ -224,10 +231,6 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         record.update({k: v for k, v in extra.items() if v is not None})
         return record
 
-    def _event(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
-        append_line(self.events_path, self._event_lines([self._event_record(task, event, actor, before, **extra)]),
-                    durable=self.durable)
-
     def _save(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
         """Write one task and its event line as one durable batch (``_write_batch``):
         the directory and event-log syncs overlap, two waits instead of three."""
@@ -242,7 +245,6 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         except FileNotFoundError:
             return [], offset
         end = data.rfind(b"\n") + 1  # never consume a line still being written
-        from .fsutil import parse_jsonl
 
         return list(parse_jsonl(data[:end])), offset + end
 

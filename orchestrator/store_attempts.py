@@ -1,7 +1,7 @@
 """The attempt lifecycle of a task: claim, lease, hand over, finish, release.
 
 Mixed into ``store.TaskStore`` (``AttemptLifecycle``), whose lock, file and
-event primitives (``locked``, ``read``, ``resolve``, ``_write``, ``_event``,
+event primitives (``locked``, ``read``, ``get``, ``_write``, ``_save``,
 ``_event_record``, ``_write_batch``) it uses; callers only ever see
 ``TaskStore``.
 
@@ -66,7 +66,7 @@ class AttemptLifecycle:
         Raises ``ConflictError`` saying why when the task is not claimable.
         """
         with self.locked():
-            task = self.read(self.resolve(ref))
+            task = self.get(ref)
             self._check_claimable(task, owner=owner)
             return self._claim_locked(task, owner, lease, actor or owner)
 
@@ -129,7 +129,7 @@ class AttemptLifecycle:
 
     def renew(self, ref: int | str, epoch: int, lease: float) -> Task:
         with self.locked():
-            task = self.read(self.resolve(ref))
+            task = self.get(ref)
             self._check_epoch(task, epoch)
             task.lease_expires = self.clock() + lease
             self._write(task)
@@ -142,7 +142,7 @@ class AttemptLifecycle:
         same; only who holds it changes, so ``task blocked`` can say who runs it.
         """
         with self.locked():
-            task = self.read(self.resolve(ref))
+            task = self.get(ref)
             self._check_epoch(task, epoch)
             if task.owner != owner:
                 previous, task.owner = task.owner, owner
@@ -152,7 +152,7 @@ class AttemptLifecycle:
 
     def renew_many(self, leases: dict[int, int], lease: float) -> list[int]:
         """Renew several leases (id -> epoch) under one lock; returns the ids renewed."""
-        renewed = []
+        renewed: list[Task] = []
         with self.locked():
             for tid, epoch in leases.items():
                 try:
@@ -161,9 +161,9 @@ class AttemptLifecycle:
                 except (ConflictError, UnknownRef):
                     continue
                 task.lease_expires = self.clock() + lease
-                self._write(task)
-                renewed.append(tid)
-        return renewed
+                renewed.append(task)
+            self._write_batch(renewed)
+        return [t.id for t in renewed]
 
     def finish(
         self,
@@ -179,7 +179,7 @@ class AttemptLifecycle:
         """End an attempt (completed/failed/cancelled). Refused on a stale epoch."""
         new = parse_status(status)
         with self.locked():
-            task = self.read(self.resolve(ref))
+            task = self.get(ref)
             self._check_epoch(task, epoch)
             before = task.status
             if result is not None:
@@ -195,7 +195,7 @@ class AttemptLifecycle:
     def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None, **fields: Any) -> Task:
         """Give an attempt back: the task becomes pending and unowned (a retry)."""
         with self.locked():
-            task = self.read(self.resolve(ref))
+            task = self.get(ref)
             self._check_epoch(task, epoch)
             before = task.status
             task.owner = ""
@@ -229,7 +229,7 @@ class AttemptLifecycle:
     def cancel(self, ref: int | str, reason: str, *, actor: str = "lead") -> Task:
         """Mark a task that can no longer run as cancelled, with the reason."""
         with self.locked():
-            task = self.read(self.resolve(ref))
+            task = self.get(ref)
             if task.status in TERMINAL:
                 return task
             before = task.status

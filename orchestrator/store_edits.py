@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import CycleError, InvalidName, UnknownRef, UserError
-from .fsutil import append_line, atomic_write
+from .fsutil import append_line, atomic_write, read_jsonl
 from .models import NAME_RE, Status, Task
 from .store_attempts import parse_status
 
@@ -55,24 +55,15 @@ class TaskEdits:
                 f"invalid owner {owner!r}: use a member name (letters, digits, '.', '_' or '-'), or '' for none"
             )
 
-    def _check_name(self, name: str | None) -> None:
+    def _check_name(self, name: str | None, entries: list[dict] | None = None) -> None:
         if name is None:
             return
         if not NAME_RE.match(name) or name.isdigit():
             raise InvalidName(
                 f"invalid task name {name!r}: use letters, digits, '.', '_' or '-' (not all digits, ≤ 64 chars)"
             )
-        if self._index_lookup(name) is not None:
+        if self._index_lookup(name, entries) is not None:
             raise UserError(f"a task named {name!r} already exists; pick another name")
-
-    def _check_deps_exist(self, deps: Iterable[int], known: Iterable[int] = ()) -> None:
-        known = set(known)
-        for dep in deps:
-            if dep not in known and not self.path(dep).exists():
-                raise UnknownRef(f"no task #{dep} to depend on; `team task list` shows the tasks")
-
-    def resolve_many(self, refs: Iterable[int | str]) -> list[int]:
-        return [self.resolve(r) for r in refs]
 
     def create(
         self,
@@ -103,6 +94,7 @@ class TaskEdits:
         with self.locked():
             if any(spec.get("name") for spec in specs) and not self.names_path.exists() and self.ids():
                 self._rebuild_names_locked()  # the index was lost: names must stay unique
+            index = read_jsonl(self.names_path) if any(spec.get("name") for spec in specs) else []
             first = self._next_id()
             ids = [first + i for i in range(len(specs))]
             now = self.clock()
@@ -117,7 +109,7 @@ class TaskEdits:
                     else:
                         deps.append(self.resolve(dep))
                 name = spec.get("name")
-                self._check_name(name)
+                self._check_name(name, index)
                 self._check_owner(spec.get("owner"))
                 if name is not None:
                     if name in seen_names:
@@ -127,8 +119,7 @@ class TaskEdits:
                 tasks.append(
                     Task(id=ids[i], blockedBy=sorted(set(deps)), status=status, created_at=now, **spec)
                 )
-            for t in tasks:
-                self._check_deps_exist(t.blockedBy, known=ids)
+            for t in tasks:  # dependencies exist: resolve() checked old ones, new ones are in the batch
                 if t.id in t.blockedBy:
                     raise CycleError(f"task #{t.id} cannot depend on itself: {format_cycle([t.id, t.id])}", [t.id, t.id])
             batch = {t.id: t for t in tasks}
@@ -192,7 +183,7 @@ class TaskEdits:
         new_status = parse_status(status) if status is not None else None
         self._check_owner(owner)
         with self.locked():
-            task = self.read(self.resolve(ref))
+            task = self.get(ref)
             before = task.status
             add = [self.resolve(r) for r in add_blocked_by]
             remove = {self._resolve_dep_to_remove(task, r) for r in remove_blocked_by}
@@ -217,17 +208,18 @@ class TaskEdits:
                 if new_status == Status.pending and owner is None and task.owner:
                     task.owner = ""  # re-opened: unassigned unless --owner says otherwise
                     owner = ""
-            self._write(task)
             changed = []
             if add or remove:
                 changed.append("blockedBy")
             if owner is not None:
                 changed.append("owner")
             changed.extend(fields)
+            records = []
             if new_status is not None and new_status != before:
-                self._event(task, "status", actor, before)
+                records.append(self._event_record(task, "status", actor, before))
             if changed:
-                self._event(task, "updated", actor, None, fields=changed)
+                records.append(self._event_record(task, "updated", actor, None, fields=changed))
+            self._write_batch([task], records)
             return task
 
     def _resolve_dep_to_remove(self, task: Task, ref: int | str) -> int:

@@ -23,13 +23,12 @@ it reaches disk.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
-from .fsutil import append_line, parse_jsonl
+from .fsutil import append_line, dumps, parse_jsonl
 from .paths import team_dir
 from .redact import register_secret, scrub, secret_env_names  # noqa: F401  (re-exported)
 
@@ -45,11 +44,14 @@ class Transcript:
         self.path = Path(path)
         self.durable = durable
         self._lock = threading.Lock()
+        self._dir_ready = False
 
     def _append(self, record: dict[str, Any]) -> None:
-        line = scrub(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+        line = scrub(dumps(record))
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._dir_ready:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._dir_ready = True
             append_line(self.path, line, durable=self.durable)
 
     def add(self, msg: dict[str, Any], *, inbox_ids: list[str] | tuple[str, ...] = ()) -> None:
