@@ -62,7 +62,7 @@ from typing import Any
 from .compaction import ContextWindow, summary_request
 from .errors import ModelError
 from .instructions import AgentState, build_system_prompt
-from .llm import ChatModel
+from .llmtypes import ChatModel
 from .pricing import Usage
 from .roles import Role
 from .skills import discover_skills
@@ -157,6 +157,7 @@ class Agent:
         on_step: Callable[[], None] | None = None,
     ):
         self.name, self.role, self.model, self.tools, self.ctx = name, role, model, tools, ctx
+        self.tool_schemas = tools.schemas()  # the tool set is fixed per agent: built once
         self.transcript, self.team_name, self.inbox, self.jobs = transcript, team_name, inbox, jobs
         self.roster, self.max_steps, self.on_usage, self.on_step = roster, max_steps, on_usage, on_step
         self.signals = Signals()
@@ -173,7 +174,6 @@ class Agent:
                                     summarize=self._summarize, transcript_ref=str(rel), display_root=ctx.root)
         loaded, self.seen, self.last_task = transcript.load()
         self.messages: list[dict[str, Any]] = [self.system, *loaded]
-        self._calls = 0
         self._inbox_pending: tuple[list[str], Callable[[], None] | None] | None = None
 
     # ------------------------------------------------------------------ state
@@ -275,11 +275,10 @@ class Agent:
         if self.signals.compact:
             self.signals.compact = False
             self.compact("requested by the agent")
-        prepared = self.window.prepare(self.messages, self.state(), self.tools.schemas())
+        prepared = self.window.prepare(self.messages, self.state(), self.tool_schemas)
         if prepared.compaction is not None:
             self._adopt(prepared.messages, prepared.compaction)
-        completion = self.model.complete(prepared.request, self.tools.schemas(), stream=True)
-        self._calls += 1
+        completion = self.model.complete(prepared.request, self.tool_schemas, stream=True)
         self.usage += completion.usage
         if self.on_usage is not None:
             self.on_usage(self.usage)

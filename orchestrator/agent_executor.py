@@ -41,9 +41,9 @@ from .errors import UserError
 from .executors import Context, DoneCallback, Outcome
 from .llm import LLMClient, LLMConfig
 from .models import Task
+from .redact import register_secret
 from .roles import Role
 from .teammates import TeamRuntime
-from .transcript import register_secret
 
 STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed"}
 

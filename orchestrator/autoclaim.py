@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from . import graph
 from .errors import ConflictError, UnknownRef
 from .models import Status, Task
 from .store import TaskStore
@@ -66,10 +67,7 @@ def claimable(task: Task, member: str, role: str) -> bool:
 
 def candidates(tasks: Iterable[Task], member: str, role: str) -> list[Task]:
     """Ready tasks ``member`` may claim, oldest first."""
-    tasks = list(tasks)
-    done = {t.id for t in tasks if t.status == Status.completed}
-    return sorted((t for t in tasks if claimable(t, member, role) and all(d in done for d in t.blockedBy)),
-                  key=lambda t: t.id)
+    return [t for t in graph.ready(list(tasks)) if claimable(t, member, role)]
 
 
 class AutoClaimer:

@@ -57,7 +57,7 @@ from .errors import LeadRunning, UserError
 from .fsutil import atomic_write, dumps
 from .instructions import AgentState
 from .lead import LeadLock, lead_info
-from .llm import ChatModel, Completion
+from .llmtypes import ChatModel, Completion
 from .models import Status
 from .paths import team_dir
 from .pricing import Usage

@@ -6,8 +6,9 @@ Two layers, kept apart so provider prompt caches hit:
   workspace's AGENTS.md files, the skills index, tool rules. A pure function
   of its inputs: no clock, no pids, no absolute paths, sorted file and skill
   order, so the same inputs give byte-identical text on every turn. The tool
-  list goes to the API through ``canonical_tools`` (sorted by name,
-  deterministic JSON) for the same reason.
+  list the API gets is ``ToolRegistry.schemas()``, already deterministic
+  (sorted by name); ``canonical_tools`` (sorted, byte-stable JSON) only feeds
+  ``prefix_fingerprint`` and the tests and benches that compare prefixes.
 * **State** (``state_message``): what changes during a session — current
   task, team roster, goal, files changed. Rebuilt every turn and placed at the
   end of the projected request (see context.py), never in the prefix; after a

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import usage
+from . import graph, usage
 from .inbox import Bus
 from .jobs import JobManager, JobRecord, job_orphaned, shown_status
 from .lead import lead_info
@@ -65,8 +65,7 @@ def status_data(root: Path) -> dict[str, Any]:
     counts = {s.value: 0 for s in Status}
     for t in tasks:
         counts[t.status.value] += 1
-    done = {t.id for t in tasks if t.status == Status.completed}
-    ready = sum(1 for t in tasks if t.status == Status.pending and set(t.blockedBy) <= done)
+    ready = len(graph.ready(tasks))
     jobs = JobManager(root).list()
     running = [j for j in jobs if j.status == "running"]
     lead = lead_info(root)
@@ -138,8 +137,10 @@ def task_lines(root: Path) -> list[str]:
     return lines + [f"unreadable: {path.name}: {why} (run `team doctor`)" for path, why in bad]
 
 
-def job_lines(root: Path) -> list[str]:
-    jobs = JobManager(root).list()
+def job_lines(root: Path, jobs: list[JobRecord] | None = None) -> list[str]:
+    """One line per job (``jobs``, default: all of ``root``'s), or "no jobs yet"."""
+    if jobs is None:
+        jobs = JobManager(root).list()
     if not jobs:
         return ["no jobs yet"]
     now = time.time()

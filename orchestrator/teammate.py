@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from . import protocols
 from .agent import Agent, RunResult
 from .errors import ConflictError
-from .llm import ChatModel
+from .llmtypes import ChatModel
 from .models import Task
 from .pricing import Usage
 from .roles import Role

@@ -51,7 +51,7 @@ from .errors import UserError
 from .inbox import Bus
 from .jobs import JobManager
 from .lead import lead_info
-from .llm import ChatModel
+from .llmtypes import ChatModel
 from .models import Status, Task
 from .paths import team_dir
 from .roles import Role, check_tools, get_role

@@ -30,7 +30,7 @@ from typing import Any
 
 from .fsutil import append_line, dumps, parse_jsonl
 from .paths import team_dir
-from .redact import register_secret, scrub, secret_env_names  # noqa: F401  (re-exported)
+from .redact import scrub
 
 
 def transcript_path(root: Path, name: str) -> Path:

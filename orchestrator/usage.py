@@ -77,7 +77,7 @@ def report(members: Iterable[Any], tasks: Iterable[Any], lead: Usage | None = No
         u = as_usage(getattr(t, "usage", None))
         if u is not None and u.calls:
             rows.append(_row(t.label(), u, task=t.id, subject=t.subject))
-    agent_total = total(Usage(**{k: r[k] for k in Usage.model_fields}) for r in agents)
+    agent_total = total(as_usage(r) for r in agents)
     return {"agents": agents, "tasks": rows, "total": agent_total.model_dump()}
 
 
@@ -99,7 +99,7 @@ def run_usage(root: Path, task_ids: Iterable[int]) -> dict[str, Any] | None:
     r = report((), [t for t in tasks if t.id in wanted])
     if not r["tasks"]:
         return None
-    t = total(Usage(**{k: row[k] for k in Usage.model_fields}) for row in r["tasks"])
+    t = total(as_usage(row) for row in r["tasks"])
     return {"tasks": r["tasks"], "total": t.model_dump()}
 
 

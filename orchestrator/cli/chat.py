@@ -67,7 +67,7 @@ def chat_cmd(
     from ..agent_executor import max_steps_from_env
     from ..chat import ChatSession
     from ..llm import LLMClient, LLMConfig
-    from ..transcript import register_secret
+    from ..redact import register_secret
 
     config = LLMConfig.resolve(None, model)
     register_secret(config.api_key.get_secret_value())

@@ -75,14 +75,12 @@ def jobs_list(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None
     """List background jobs (oldest first)."""
     if ctx.invoked_subcommand is not None:
         return
-    jobs = JobManager(root_of(root)).list()
+    where = root_of(root)
+    jobs = JobManager(where).list()
     if as_json:
         print_json([overview.job_data(j) for j in jobs])
-    elif not jobs:
-        out("no jobs yet")
     else:
-        now = time.time()
-        out("\n".join(overview.job_line(j, now) for j in jobs))
+        out("\n".join(overview.job_lines(where, jobs)))
 
 
 @jobs_app.command("show")

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from ..errors import TeamError
 from ..fsutil import append_line, dumps, file_lock
+from ..instructions import stable_json
 from . import bound
 from .base import Call, Observation, Refused, Tool, ToolContext, ToolError, ToolOutput
 from .policy import check_plan, confine
@@ -96,7 +97,7 @@ class ToolRegistry:
 
     def schemas_json(self) -> str:
         """``schemas()`` as canonical JSON text (what goes on the wire)."""
-        return json.dumps(self.schemas(), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+        return stable_json(self.schemas())
 
     # ------------------------------------------------------------------ pipeline
     def call(

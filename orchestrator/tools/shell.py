@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Mapping
 
 from pydantic import Field
 
@@ -35,10 +36,17 @@ BASH_BUDGET = 16_000
 SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|PRIVATE_KEY)|^OPENAI_|^ANTHROPIC_", re.I)
 
 
+def secret_names(env: Mapping[str, str] | None = None) -> list[str]:
+    """Names in ``env`` (default: ours) that look like secrets."""
+    src = os.environ if env is None else env
+    return [k for k in src if SECRET_NAME.search(k)]
+
+
 def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: ours) without variables that look like secrets."""
     src = os.environ if env is None else env
-    return {k: v for k, v in src.items() if not SECRET_NAME.search(k)}
+    secret = set(secret_names(src))
+    return {k: v for k, v in src.items() if k not in secret}
 
 
 class BashArgs(Args):

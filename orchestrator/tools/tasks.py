@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from .. import graph
 from ..errors import ConflictError
 from ..fsutil import dumps
 from ..models import MARKERS, Status, Task
@@ -96,6 +97,7 @@ def task_list(call: Call) -> str:
     a, ctx = call.args, call.ctx
     tasks = ctx.store.all()
     status_of = {t.id: t.status for t in tasks}
+    by_id = graph.index(tasks)
     want = Status(a.status) if a.status else None
     shown = []
     for t in tasks:
@@ -103,10 +105,7 @@ def task_list(call: Call) -> str:
             continue
         if a.owner is not None and t.owner != a.owner:
             continue
-        if a.ready and not (
-            t.status == Status.pending and not t.owner
-            and all(status_of.get(d) == Status.completed for d in t.blockedBy)
-        ):
+        if a.ready and not (graph.is_ready(t, by_id) and not t.owner):
             continue
         shown.append(task_line(t, status_of))
     if not shown:
