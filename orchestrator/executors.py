@@ -156,44 +156,53 @@ def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
 class ShellExecutor:
     """``kind: shell``: each attempt is a background job in its own process group.
 
-    ``STARTERS`` threads start queued attempts (forks overlap the lead's store
-    I/O; more than one measured no faster: a start is ~1 ms of mostly
-    GIL-bound work); ``start_now`` starts one on the caller's thread (the
-    scheduler does that for a lone claim, saving a hop). Finished jobs come
-    straight from the job manager's watcher thread (``on_notify``). A
-    notification may overtake the starter that launched its job: it is then
-    parked until the starter has registered the job.
+    Jobs are started and watched by a forked job server when this process
+    has a single thread (``team run`` builds its executors first), else by a
+    job manager in this process (``jobserver``). With the server a start is
+    one request line, done on the caller's thread. In-process, ``STARTERS``
+    threads start queued attempts (forks overlap the lead's store I/O; more
+    than one measured no faster: a start is mostly GIL-bound work) and
+    ``start_now`` starts one on the caller's thread (the scheduler does that
+    for a lone claim, saving a hop). Either way a finished job comes back
+    on a background thread, matched to its attempt by ``ref``.
     """
 
     kind = "shell"
-    inline_start = True  # start() only enqueues: safe inside store.commit's on_visible
+    inline_start = True  # start() only enqueues or sends: safe inside store.commit's on_visible
     STARTERS = 1
 
     def __init__(self, ctx: Context):
         from .jobs import JobManager
+        from .jobserver import JobServer, LocalJobs
 
         self.ctx = ctx
-        self.jobs = JobManager(ctx.root, on_notify=self._on_note)
+        self.records = JobManager(ctx.root)  # reap_orphans: records only, starts nothing
         self.owner = f"{ctx.owner}:{os.getpid()}"
         self._lock = threading.Lock()
-        # job id -> (task, epoch, done, timeout)
+        # ref -> (task, epoch, done, timeout), while the attempt is out
         self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}
-        self._early: dict[str, Any] = {}  # job id -> notification that beat its starter
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
+        if JobServer.usable():
+            self.backend: Any = JobServer.fork(ctx.root, self._on_note, self._on_error)
+        else:
+            self.backend = LocalJobs(ctx.root, self._on_note, self._on_error)
         self._starts: queue.SimpleQueue = queue.SimpleQueue()
         self._starters = [threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True)
-                          for i in range(self.STARTERS)]
+                          for i in range(self.STARTERS if self.backend.blocking else 0)]
         for t in self._starters:
             t.start()
 
     def reap_orphans(self) -> list:
         """Kill and mark ``lost`` jobs left by a dead lead (called before re-running)."""
-        return self.jobs.reap_orphans()
+        return self.records.reap_orphans()
 
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
-        """Queue the attempt for a starter thread."""
-        self._starts.put((task, epoch, done))
+        """Start the attempt: a request to the job server, or queued for a starter thread."""
+        if self._starters:
+            self._starts.put((task, epoch, done))
+        else:
+            self.start_now(task, epoch, done)
 
     def _starter(self) -> None:
         while True:
@@ -216,47 +225,48 @@ class ShellExecutor:
         # The model key (and any registered secret) is not handed to shell
         # tasks unless the plan sets it for the task (redact.py).
         unset = [n for n in secret_env_names(os.environ) if n not in task.env]
+        ref = f"t{task.id}e{epoch}"
+        with self._lock:
+            self._running[ref] = (task.id, epoch, done, task.timeout)
+            self._by_task[task.id] = ref
         try:
-            record = self.jobs.start(task.command or "", owner=self.owner, cwd=cwd, env=env,
-                                     timeout=task.timeout, task=task.id, unset=unset)
+            self.backend.start(ref, task.command or "", owner=self.owner, cwd=cwd, env=env,
+                               timeout=task.timeout, task=task.id, unset=unset)
         except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
-            done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
+            self._on_error(ref, str(e))
             return
-        entry = (task.id, epoch, done, task.timeout)
-        with self._lock:
-            note = self._early.pop(record.id, None)
-            if note is None:
-                self._running[record.id] = entry
-                self._by_task[task.id] = record.id
-            stopping = self._stop.is_set()
-        if note is not None:
-            self._report(note, entry)
-        elif stopping:  # close() may have killed the others before this one existed
-            self.jobs.kill(record.id)
+        if self._stop.is_set():  # close() may have killed the others before this one existed
+            self.backend.kill(ref)
 
-    def _on_note(self, n: Any) -> None:
-        """The job manager's watcher thread hands each finished job here."""
+    def _take(self, ref: str) -> tuple[int, int, DoneCallback, float | None] | None:
         with self._lock:
-            entry = self._running.pop(n.job_id, None)
-            if entry is None:
-                self._early[n.job_id] = n  # its starter has not registered it yet
-                return
-            if self._by_task.get(entry[0]) == n.job_id:
+            entry = self._running.pop(ref, None)
+            if entry is not None and self._by_task.get(entry[0]) == ref:
                 del self._by_task[entry[0]]
-        self._report(n, entry)
+        self.backend.forget(ref)
+        return entry
 
-    @staticmethod
-    def _report(n: Any, entry: tuple[int, int, DoneCallback, float | None]) -> None:
+    def _on_note(self, ref: str, n: Any) -> None:
+        """A finished job (from the backend's thread)."""
+        entry = self._take(ref)
+        if entry is None:
+            return  # not an attempt of ours (cannot happen: refs are ours)
         task_id, epoch, done, timeout = entry
         error = (f"timed out after {timeout:g}s (process group killed)"
                  if n.status == "timeout" and timeout else None)
         done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail, error=error))
 
+    def _on_error(self, ref: str, error: str) -> None:
+        """The attempt could not start (or its job server died)."""
+        entry = self._take(ref)
+        if entry is not None:
+            entry[2](Outcome(entry[0], entry[1], "failed", error=f"cannot start: {error}"))
+
     def cancel(self, task_id: int) -> None:
         with self._lock:
-            job_id = self._by_task.get(task_id)
-        if job_id is not None:
-            self.jobs.kill(job_id)
+            ref = self._by_task.get(task_id)
+        if ref is not None:
+            self.backend.kill(ref)
 
     def close(self) -> None:
         with self._lock:
@@ -265,7 +275,7 @@ class ShellExecutor:
             self._starts.put(None)
         for t in self._starters:  # a start in flight registers (and is killed) before we shut down
             t.join(timeout=10)
-        self.jobs.shutdown()
+        self.backend.close()
 
 
 register("shell", ShellExecutor)

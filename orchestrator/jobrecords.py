@@ -59,6 +59,7 @@ class Notification(BaseModel):
     log: str = Field(description="Full output log, relative to the state root.")
     duration: float
     task: int | None = None
+    ref: str | None = Field(None, description="The starter's name for this attempt (JobManager.start(ref=...)).")
 
 
 def job_leader_alive(record: JobRecord) -> bool:

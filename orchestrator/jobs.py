@@ -88,7 +88,7 @@ from .jobrecords import (
     read_tail,
     shown_status,
 )
-from .jobspawn import SETPRIV, WatchedJob, exit_fd_of, in_spawner
+from .jobspawn import SETPRIV, Child, WatchedJob, exit_fd_of, in_spawner, spawn
 from .models import NAME_RE
 from .paths import team_dir
 
@@ -148,10 +148,13 @@ class JobManager(UnwatchedJobs):
 
     def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
                  grace: float = 2.0, pdeathsig: bool = False,
-                 on_notify: Callable[[Notification], None] | None = None):
+                 on_notify: Callable[[Notification], None] | None = None,
+                 manager: tuple[int, int | None] | None = None):
         """``on_notify``: called on the watcher thread with each notification
         instead of queueing it (for a single consumer that wants no extra hop;
-        it must be quick and must not block)."""
+        it must be quick and must not block). ``manager``: the ``(pid, start
+        ticks)`` recorded as the jobs' manager (default: this process); a job
+        server names the lead it serves, so the lead's death orphans them."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
@@ -162,8 +165,7 @@ class JobManager(UnwatchedJobs):
         self._jobs: dict[str, WatchedJob] = {}
         self._cond = threading.Condition()
         self._queues: dict[str, deque[Notification]] = defaultdict(deque)
-        self._pid = os.getpid()
-        self._pid_start = procs.start_ticks(self._pid)
+        self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
         self._rel = str(self.dir.relative_to(self.root))
         self._by_fd: dict[int, WatchedJob] = {}
         self._due: dict[str, float] = {}  # job id -> monotonic time its timeout expires
@@ -210,11 +212,12 @@ class JobManager(UnwatchedJobs):
     # -- start --------------------------------------------------------------
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
               env: dict[str, str] | None = None, timeout: float | None = None,
-              task: int | None = None, unset: Iterable[str] = ()) -> JobRecord:
+              task: int | None = None, unset: Iterable[str] = (), ref: str | None = None) -> JobRecord:
         """Start ``command`` in the background; returns once it has been exec'd.
 
         ``env`` entries are added to the inherited environment; names in
-        ``unset`` are removed from it (secrets a job must not see).
+        ``unset`` are removed from it (secrets a job must not see). ``ref``
+        is handed back in the job's notification (the caller's name for it).
         """
         if cwd is not None and not Path(cwd).is_dir():
             raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
@@ -241,20 +244,19 @@ class JobManager(UnwatchedJobs):
         argv = command_argv(command, child_env.get("PATH", ""))
         prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
 
-        def spawn(argv: list[str]) -> subprocess.Popen:
+        def spawn_argv(argv: list[str]) -> Child | subprocess.Popen:
             argv = [*prefix, *argv]
             if self.pdeathsig and SETPRIV:
                 argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
-                                    cwd=cwd, env=child_env, start_new_session=True)
+            return spawn(argv, cwd=cwd, env=child_env, log_fd=log_fd)
 
-        def spawn_job() -> subprocess.Popen:
+        def spawn_job() -> Child | subprocess.Popen:
             try:
-                return spawn(argv)
+                return spawn_argv(argv)
             except OSError as e:  # e.g. a script without #!: the shell knows how to run it
                 if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES):
                     raise
-                return spawn(shell_argv)
+                return spawn_argv(shell_argv)
 
         try:
             proc = in_spawner(spawn_job) if self.pdeathsig and SETPRIV else spawn_job()
@@ -266,7 +268,7 @@ class JobManager(UnwatchedJobs):
             cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
             manager_pid=self._pid, manager_start=self._pid_start)
         self._save(record)
-        job = WatchedJob(record, proc, exit_fd_of(proc))
+        job = WatchedJob(record, proc, exit_fd_of(proc), ref)
         if timeout is not None:
             job.deadline = time.monotonic() + timeout
             self._due[job_id] = job.deadline
@@ -344,7 +346,7 @@ class JobManager(UnwatchedJobs):
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,
             tail=record.tail, log=record.log,
-            duration=round(record.finished_at - record.started_at, 3), task=record.task)
+            duration=round(record.finished_at - record.started_at, 3), task=record.task, ref=job.ref)
         with self._cond:
             self._jobs.pop(record.id, None)
             if self.on_notify is None:
@@ -370,6 +372,11 @@ class JobManager(UnwatchedJobs):
         with self._cond:
             self._cond.wait_for(lambda: bool(self._queues.get(owner)), timeout)
             return self.drain(owner)
+
+    def is_running(self, job_id: str) -> bool:
+        """This manager watches ``job_id`` and it has not ended."""
+        with self._cond:
+            return job_id in self._jobs
 
     def running(self) -> list[JobRecord]:
         """Jobs this manager is watching."""

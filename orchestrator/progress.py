@@ -143,10 +143,13 @@ class LiveProgress:
         self.lock = threading.Lock()
         self.console = console
         self.log: list[str] = []
+        # Started on the first event: its refresh thread must not exist yet when
+        # ``team run`` forks its job server (jobserver.py).
         self.live = Live(get_renderable=self._render, console=console, refresh_per_second=4, transient=True)
-        self.live.start()
 
     def __call__(self, ev: dict[str, Any]) -> None:
+        if not self.live.is_started:
+            self.live.start()
         with self.lock:
             self.t.apply(ev)
             if ev["event"] in ("failed", "cancelled", "retry", "stopping"):

@@ -151,32 +151,15 @@ class Scheduler:
                    "completed": sum(1 for r in self.runs.values() if r.status == "completed")})
         hb = threading.Thread(target=self._heartbeat, name="team-heartbeat", daemon=True)
         hb.start()
-        finals: list[Final] = []
         try:
-            while True:
-                self._promote_delayed()
-                self._commit(finals)
-                if not self.running and (self.stopped or not self.delayed):
-                    break
-                timeout = None
-                if self.delayed and not self.stopped:
-                    timeout = max(0.0, self.delayed[0][0] - self.clock())
-                try:
-                    batch = [self.events.get(timeout=timeout)]
-                except queue.Empty:
-                    finals = []
-                    continue
-                while True:
-                    try:
-                        batch.append(self.events.get_nowait())
-                    except queue.Empty:
-                        break
-                finals = self._handle(batch)
+            with self.store.pipelined():  # a batch's final syncs overlap the next steps
+                self._loop()
         except BaseException:
             self._abort("interrupted")
             raise
         finally:
             self._hb_stop.set()
+            hb.join(timeout=10)  # no lease write after the final flush
         deadlock = None
         if not self.stopped and (self.waiting or self.ready or self.unclaimable):
             deadlock = self._deadlock()
@@ -185,6 +168,29 @@ class Scheduler:
             counts[r.status] = counts.get(r.status, 0) + 1
         plan = next(iter(self.tasks.values())).plan if self.tasks else ""
         return RunResult(plan or "", self.clock() - t0, self.runs, counts, self.stopped, deadlock)
+
+    def _loop(self) -> None:
+        """Commit, wait for outcomes, handle them; until nothing runs and nothing can start."""
+        finals: list[Final] = []
+        while True:
+            self._promote_delayed()
+            self._commit(finals)
+            if not self.running and (self.stopped or not self.delayed):
+                break
+            timeout = None
+            if self.delayed and not self.stopped:
+                timeout = max(0.0, self.delayed[0][0] - self.clock())
+            try:
+                batch = [self.events.get(timeout=timeout)]
+            except queue.Empty:
+                finals = []
+                continue
+            while True:
+                try:
+                    batch.append(self.events.get_nowait())
+                except queue.Empty:
+                    break
+            finals = self._handle(batch)
 
     def _promote_delayed(self) -> None:
         now = self.clock()

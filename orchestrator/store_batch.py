@@ -9,7 +9,9 @@ parallel on a small thread pool (the kernel merges them into one journal
 commit), renames each into place, then runs the directory fsync and the
 event-log append+fsync side by side: two commit waits per batch, whatever
 its size. Each file is still atomic (temp + rename), so a reader never
-sees a torn file, and the call returns only once the batch is durable.
+sees a torn file, and the call returns only once the batch is durable —
+except inside ``pipelined()`` (the run scheduler), where the two final syncs
+run in the background and are waited for by the next batch.
 
 ``on_visible`` lets a caller act once every file is renamed and the event
 lines are written, before the final syncs (see ``TaskStore.commit``).
@@ -21,7 +23,10 @@ forked child, which inherits the object but none of its threads.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 from .fsutil import append_line, atomic_write, dumps, fsync_dir
@@ -54,6 +59,10 @@ os.register_at_fork(after_in_child=_forget_pool_after_fork)
 class BatchWriter:
     """``_write_batch``: many task files and event lines, durable together."""
 
+    _pipelined = False
+    _pending_syncs: list[Future] = []  # the last pipelined batch's syncs (set per instance)
+    _sync_lock = threading.Lock()  # guards _pending_syncs; shared by instances, held for a swap only
+
     @staticmethod
     def _event_lines(records: list[dict[str, Any]]) -> str:
         """Event lines as written: known secrets never reach the log (redact.py)."""
@@ -68,10 +77,11 @@ class BatchWriter:
         """Atomic per file, durable as a batch, then the batch's event lines.
 
         Temp files are fsynced in parallel (the kernel merges them into one
-        journal commit) and renamed; then the directory fsync and the event
-        append+fsync run side by side: two commit waits per batch, whatever
-        its size.
+        journal commit) and renamed; the event lines are appended; then the
+        directory fsync and the event-log fsync run side by side: two commit
+        waits per batch, whatever its size (one, when ``pipelined``).
         """
+        self.flush()  # the previous pipelined batch is durable before this one is renamed into place
         if not tasks:
             self._events_batch(list(records))
             return
@@ -89,13 +99,44 @@ class BatchWriter:
             if on_visible is not None:
                 on_visible()
             return
+        if records:
+            append_line(self.events_path, self._event_lines(records), durable=False)
         if on_visible is not None:
-            if records:
-                append_line(self.events_path, self._event_lines(records), durable=False)
             on_visible()
-            pending = _io_pool().submit(fsync_dir, self.events_path) if records else None
-        else:
-            pending = _io_pool().submit(self._events_batch, list(records)) if records else None
+        syncs = [_io_pool().submit(fsync_dir, self.events_path)] if records else []
+        if self._pipelined:
+            syncs.append(_io_pool().submit(fsync_dir, self.dir))
+            with self._sync_lock:
+                self._pending_syncs = syncs
+            return
         fsync_dir(self.dir)
-        if pending is not None:
-            pending.result()
+        for f in syncs:
+            f.result()
+
+    @contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """Batches written inside do not wait for their final syncs.
+
+        A batch's temp files are fsynced before they are renamed, as always;
+        its directory and event-log fsyncs run in the background, overlapping
+        the caller's next steps, and are waited for when the next batch
+        starts and when the block ends. A batch is therefore durable once the
+        next one is written (or the block has ended); a SIGKILL in between
+        loses nothing (the page cache survives the process), and a power loss
+        can forget only the last batch, whose tasks then run again.
+        The run scheduler uses it: a chain step waits for one journal commit
+        instead of two.
+        """
+        self._pipelined = True
+        try:
+            yield
+        finally:
+            self._pipelined = False
+            self.flush()
+
+    def flush(self) -> None:
+        """Wait until the last pipelined batch is durable (re-raises its sync error)."""
+        with self._sync_lock:
+            syncs, self._pending_syncs = self._pending_syncs, []
+        for f in syncs:
+            f.result()

@@ -175,3 +175,37 @@ def test_unwritable_root_is_refused(tmp_path):
 
     with pytest.raises(NotWritable, match="pass a writable --root"):
         TaskStore(blocker).create("x")
+
+
+def test_commit_finishes_and_claims_in_one_batch_visible_before_its_last_syncs(store, tmp_path):
+    a = store.create("build")
+    b = store.create("test", blocked_by=[a.id])
+    c = store.create("lint")
+    a = store.claim(a.id, "lead")
+    seen: list = []
+
+    def on_visible(claimed):  # what another process sees at this moment
+        other = TaskStore(tmp_path)
+        seen.append(([t.id for t in claimed], other.get(a.id).status, other.get(b.id).owner,
+                     [e["event"] for e in other.events()[0]][-2:]))
+
+    stale = (c.id, 99, "completed", {})  # c was never claimed at epoch 99: skipped
+    finished, claimed = store.commit([(a.id, a.epoch, "completed", {"result": "ok"}), stale], [b.id, c.id],
+                                     "lead", lease=30, on_visible=on_visible)
+    assert [t.id for t in finished] == [a.id]
+    assert [t.id for t in claimed] == [b.id, c.id]  # b counts a as completed: it finished in this batch
+    assert seen == [([b.id, c.id], Status.completed, "lead", ["claimed", "claimed"])]
+    assert store.get(a.id).result == "ok" and store.get(c.id).epoch == claimed[1].epoch
+
+
+def test_pipelined_batches_are_visible_at_once_and_durable_when_the_block_ends(store, tmp_path):
+    ids = [store.create(f"t{i}").id for i in range(3)]
+    with store.pipelined():
+        _, claimed = store.commit([], ids, "lead")
+        assert store._pending_syncs  # the directory and event-log syncs run in the background
+        assert {t.status for t in TaskStore(tmp_path).all()} == {Status.in_progress}
+        store.commit([(t.id, t.epoch, "completed", {}) for t in claimed], [], "lead")
+        assert {t.status for t in TaskStore(tmp_path).all()} == {Status.completed}
+    assert store._pending_syncs == []
+    completed = [e for e in store.events()[0] if e.get("to") == "completed"]
+    assert sorted(e["task"] for e in completed) == ids

@@ -1,0 +1,137 @@
+"""`team run`'s shell jobs: the forked job server and the in-process fallback behave alike.
+
+Both backends (``TEAM_JOB_SERVER=1``, the default, and ``=0``) run the same
+plans through the real CLI; the server's life is checked against a
+SIGKILLed lead.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_team, team_env
+from util import wait_until
+
+from orchestrator import procs
+from orchestrator.jobs import JobManager, JobRecord
+from orchestrator.store import TaskStore
+
+BACKENDS = pytest.mark.parametrize("server", ["1", "0"], ids=["job-server", "in-process"])
+
+
+def ppid(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def records(root: Path) -> list[JobRecord]:
+    return JobManager(root).list()
+
+
+@BACKENDS
+def test_outcomes_timeouts_retries_and_cwd_are_the_same_on_both_backends(tmp_path, server):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "plan.yaml").write_text("""name: both
+workers: 4
+tasks:
+  - {id: status, run: 'cat /proc/self/status'}
+  - {id: elsewhere, run: 'cat /proc/self/status', cwd: sub}
+  - {id: where, run: 'pwd', cwd: sub}
+  - {id: flaky, run: 'test -e once || { touch once; exit 3; }', retries: 1}
+  - {id: slow, run: 'sleep 300 & echo $! > slow.pid; wait', timeout: 0.5}
+  - {id: missing, run: 'no-such-program-here --flag'}
+""")
+    r = run_team(tmp_path, "run", "plan.yaml", "--keep-going", TEAM_JOB_SERVER=server)
+    assert r.returncode == 1, r.stderr
+    tasks = {t.plan_task: t for t in TaskStore(tmp_path).all()}
+    state = {name: t.status.value for name, t in tasks.items()}
+    assert state == {"status": "completed", "elsewhere": "completed", "where": "completed",
+                     "flaky": "completed", "slow": "failed", "missing": "failed"}
+    assert tasks["flaky"].attempts == 2
+    assert tasks["slow"].error == "timed out after 0.5s (process group killed)"
+    assert not procs.alive(int((tmp_path / "slow.pid").read_text()))
+    assert "exit code 127" in tasks["missing"].error
+    assert (tmp_path / tasks["where"].log).read_text().strip() == str((tmp_path / "sub").resolve())
+    # Jobs get default signal handling whichever way they were started (posix_spawn in the
+    # lead's directory, Popen elsewhere): no standard signal (1-31) ignored or blocked.
+    # (glibc's posix_spawn leaves its two internal signals, 32 and 33, ignored.)
+    standard = (1 << 31) - 1
+    for name in ("status", "elsewhere"):
+        lines = dict(line.split(":\t", 1) for line in (tmp_path / tasks[name].log).read_text().splitlines()
+                     if ":\t" in line)
+        assert int(lines["SigIgn"], 16) & standard == 0, name
+        assert int(lines["SigBlk"], 16) & standard == 0, name
+    # Every job has a final record naming the lead (not the server) as its manager.
+    recs = records(tmp_path)
+    assert recs and all(rec.status != "running" for rec in recs)
+    assert len({rec.manager_pid for rec in recs}) == 1
+
+
+def test_the_job_server_dies_with_a_killed_lead_and_its_jobs_are_reaped_next_run(tmp_path):
+    (tmp_path / "plan.yaml").write_text("""name: orphan
+tasks:
+  - id: long
+    run: 'if [ "$TEAM_ATTEMPT" = 1 ]; then sleep 300; fi; echo done'
+""")
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                            env=team_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        job = wait_until(lambda: next((r for r in records(tmp_path) if r.pid), None), what="the job's record")
+        server = ppid(job.pid)
+        assert server is not None and server != lead.pid, "the job was not started by a job server"
+        assert ppid(server) == lead.pid
+        assert job.manager_pid == lead.pid
+        lead.send_signal(signal.SIGKILL)
+        lead.wait()
+        wait_until(lambda: not procs.alive(server), timeout=10, what="the job server to die with its lead")
+        assert procs.alive(job.pid), "like make, a killed lead's jobs run on until the next lead reaps them"
+    finally:
+        if lead.poll() is None:
+            lead.kill()
+            lead.wait()
+        lead.stderr.close()
+    r = run_team(tmp_path, "run", "plan.yaml")
+    assert r.returncode == 0, r.stderr
+    assert not procs.alive(job.pid)
+    assert JobManager(tmp_path).get(job.id).status == "lost"
+    task = TaskStore(tmp_path).all()[0]
+    assert task.status.value == "completed" and task.attempts == 2
+
+
+@BACKENDS
+def test_ctrl_c_kills_running_jobs_and_gives_their_tasks_back(tmp_path, server):
+    (tmp_path / "plan.yaml").write_text("""name: intr
+tasks:
+  - {id: a, run: 'sleep 300'}
+  - {id: b, run: 'sleep 300'}
+""")
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--json"], cwd=tmp_path,
+                            env=team_env(tmp_path, TEAM_JOB_SERVER=server), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        jobs = wait_until(lambda: [r for r in records(tmp_path) if r.pid] if len(records(tmp_path)) == 2 else None,
+                          what="both jobs to start")
+        wait_until(lambda: all(r.pid for r in records(tmp_path)), what="both records")
+        jobs = records(tmp_path)
+        lead.send_signal(signal.SIGINT)
+        out, err = lead.communicate(timeout=30)
+    finally:
+        if lead.poll() is None:
+            lead.kill()
+            lead.wait()
+    assert lead.returncode != 0
+    for rec in jobs:
+        assert not procs.alive(rec.pid)
+        assert JobManager(tmp_path).get(rec.id).status == "killed"
+    assert {t.status.value for t in TaskStore(tmp_path).all()} == {"pending"}
+    assert not any(json.loads(line).get("event") == "completed" for line in out.splitlines() if line.startswith("{"))
