@@ -168,7 +168,7 @@ class ShellExecutor:
     """
 
     kind = "shell"
-    inline_start = True  # start() only enqueues or sends: safe inside store.commit's on_visible
+    inline_start = True  # start() only enqueues or sends: safe inside store.commit's on_logged
     STARTERS = 1
 
     def __init__(self, ctx: Context):

@@ -107,24 +107,36 @@ def dumps(obj: Any) -> str:
 def append_line(path: Path, record: dict | str, *, durable: bool = True) -> int:
     """Append one line to ``path``; the caller holds the file's lock.
 
+    A write cut short by a SIGKILL (the kernel may stop a write at a page
+    boundary) leaves a fragment without its newline; it is an append that
+    never finished, so the next append cuts it off before writing.
     Returns the byte offset at which the record starts.
     """
     line = (record if isinstance(record, str) else dumps(record)).encode() + b"\n"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         size = os.fstat(fd).st_size
-        if size:
-            # Terminate a torn fragment left by a killed writer.
-            last = os.pread(fd, 1, size - 1)
-            if last != b"\n":
-                os.write(fd, b"\n")
-                size += 1
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            size = _last_line_end(fd, size)
+            os.ftruncate(fd, size)
         os.write(fd, line)
         if durable:
             os.fsync(fd)
         return size
     finally:
         os.close(fd)
+
+
+def _last_line_end(fd: int, size: int, chunk: int = 65536) -> int:
+    """Offset just past the last newline before ``size`` (0 if there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
 
 
 def parse_jsonl(data: bytes) -> Iterator[dict]:

@@ -29,9 +29,11 @@ exit fd and spawner thread (``jobspawn``), jobs this manager does not watch
   ``-N`` for death by signal N.
 * When the job's main process exits, whatever it left running in its group
   (``cmd &`` without ``wait``) is SIGKILLed: a job owns nothing after it ends.
-* On completion the record is rewritten (atomic rename, no fsync: the task
-  store is the durable truth) and a ``Notification`` carrying a bounded
-  head+tail of the log is queued for the owner. ``drain`` pops a queue
+* On completion a ``Notification`` carrying a bounded head+tail of the log
+  is queued for the owner (or handed to ``on_notify`` before the record is
+  rewritten, to save the consumer that rename) and the record is rewritten
+  (atomic rename, no fsync: the task store is the durable truth); ``kill``
+  and ``shutdown`` return once it is. ``drain`` pops a queue
   under a lock, so each notification is returned exactly once; ``wait``
   sleeps on a ``threading.Condition``.
 * Crash safety: like ``make``, a SIGKILLed manager's jobs run on to their
@@ -342,18 +344,18 @@ class JobManager(UnwatchedJobs):
         record.exit_code = code
         record.finished_at = self.clock()
         record.tail = read_tail(self.root / record.log, self.tail_bytes)
-        self._save(record)
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,
             tail=record.tail, log=record.log,
             duration=round(record.finished_at - record.started_at, 3), task=record.task, ref=job.ref)
+        if self.on_notify is not None:
+            self.on_notify(note)  # first: the record's rename is off the consumer's critical path
+        self._save(record)
         with self._cond:
             self._jobs.pop(record.id, None)
             if self.on_notify is None:
                 self._queues[record.owner].append(note)
             self._cond.notify_all()
-        if self.on_notify is not None:
-            self.on_notify(note)
         job.done.set()
 
     # -- notifications ------------------------------------------------------
@@ -372,11 +374,6 @@ class JobManager(UnwatchedJobs):
         with self._cond:
             self._cond.wait_for(lambda: bool(self._queues.get(owner)), timeout)
             return self.drain(owner)
-
-    def is_running(self, job_id: str) -> bool:
-        """This manager watches ``job_id`` and it has not ended."""
-        with self._cond:
-            return job_id in self._jobs
 
     def running(self) -> list[JobRecord]:
         """Jobs this manager is watching."""

@@ -275,11 +275,13 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
                 view = view[os.write(replies, view):]
 
     ids: dict[str, str] = {}  # ref -> job id, while it runs
+    ended: set[str] = set()  # refs whose job ended before start() returned
     ids_lock = threading.Lock()
 
     def on_notify(n: Notification) -> None:
         with ids_lock:
-            ids.pop(n.ref or "", None)
+            if ids.pop(n.ref or "", None) is None:
+                ended.add(n.ref or "")
         send({"op": "note", **n.model_dump()})
 
     manager = JobManager(root, on_notify=on_notify, manager=(lead_pid, procs.start_ticks(lead_pid)))
@@ -302,7 +304,9 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
             send({"op": "error", "ref": ref, "error": str(e)})
             continue
         with ids_lock:
-            if manager.is_running(record.id):  # else its notification is sent already
+            if ref in ended:  # its notification is sent already
+                ended.discard(ref)
+            else:
                 ids[ref] = record.id
     manager.shutdown()
     send({"op": "bye"})

@@ -22,7 +22,9 @@ Order of a run (``run_plan``):
      retry budget: a new run retries them.
    * ``in_progress`` tasks were being run by a lead that is now dead (we hold
      its lock): they are released to ``pending`` at once; the attempt stays
-     counted and the event log says why.
+     counted and the event log says why. So are claims the event log has
+     but the task file never got (the lead starts a job once its claim is
+     logged, before the file is written: ``TaskStore.commit``).
    * A pending task whose command/env/timeout changed in the plan is updated.
      Changed ``needs`` of an existing task are refused: use ``--fresh``.
    * Tasks of this plan no longer in the file are cancelled ("removed from
@@ -135,6 +137,11 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, fresh: bool = False, owner:
             note(f"#{old.id} ({old.plan_task}) was {old.status.value}: retrying it")
         elif fields:
             store.update(old.id, actor=owner, **fields)
+    for tid, (epoch, attempt) in store.unfiled_claims(existing).items():
+        store.release_unfiled(tid, epoch, attempt, actor=owner,
+                              reason=f"the previous lead died during attempt {attempt} (before the claim "
+                                     "reached the task file); re-running")
+        note(f"#{tid} was starting when the last lead died: re-running it")
 
     tasks_by_key = {t.plan_task: t for t in store.all() if t.plan == plan.name}
     tasks = [tasks_by_key[t.id] for t in plan.tasks]

@@ -19,8 +19,13 @@ dependent is claimed and started as soon as its last dependency's
 notification is handled — there is no polling. All outcomes queued at that
 moment are handled as one batch: one ``store.commit`` that records the
 finished attempts and claims what became ready. Shell jobs of the batch are
-started as soon as its files are renamed into place and its event lines
-written, overlapping the batch's last fsyncs (``commit(on_visible=...)``).
+started as soon as the batch is decided and its claims are in the event
+log, overlapping the writing and fsyncing of its files
+(``commit(on_logged=...)``; a lead killed in that window leaves a logged
+claim that the next lead counts and releases). The run's batches are
+``pipelined``: a batch's directory and event-log fsyncs overlap the next
+steps. Shell jobs are started and watched by a forked job server
+(``jobserver``), so a start costs the lead one request line.
 
 A failed attempt with retries left goes back to ``pending`` (``release``)
 and waits ``retry_delay * 2**(n-1)`` seconds. A final failure cancels
@@ -275,9 +280,10 @@ class Scheduler:
         early: set[int] = set()
 
         def start_early(claimed: list[Task]) -> None:
-            # Shell jobs start while the batch's last fsyncs run: the claims are
-            # already on disk (store.commit). A lone claim (a chain) is started
-            # right here, saving a thread hop; a wave goes to the starter thread.
+            # Shell jobs start once the batch is decided and its claims are in
+            # the event log, while its files are written and fsynced
+            # (store.commit). A lone claim (a chain) is started right here,
+            # saving a thread hop; in-process, a wave goes to the starter thread.
             inline = len(claimed) == 1
             for task in claimed:
                 if getattr(self.executors[task.kind], "inline_start", False):
@@ -285,7 +291,7 @@ class Scheduler:
                     early.add(task.id)
 
         written, claimed = self.store.commit(finals, picked, self.opts.owner, lease=self.opts.lease,
-                                             actor=self.opts.owner, on_visible=start_early)
+                                             actor=self.opts.owner, on_logged=start_early)
         done = {t.id: t for t in written}
         for tid, epoch, status, fields in finals:
             run = self.runs[tid]

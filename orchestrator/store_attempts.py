@@ -28,6 +28,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -206,6 +207,53 @@ class AttemptLifecycle:
             self._save(task, "released", actor or "lead", before, reason=reason)
             return task
 
+    def unfiled_claims(self, tasks: Iterable[Task]) -> dict[int, tuple[int, int]]:
+        """Claims in the event log that never reached their task file: ``{id: (epoch, attempt)}``.
+
+        ``commit(on_logged=...)`` logs a claim, starts its work, then writes
+        the file; a lead killed in between leaves the task ``pending`` at an
+        older epoch. Only ``pending`` tasks among ``tasks`` (as read from
+        their files) are considered; a task id's history restarts at its
+        ``created``/``deleted`` events, so a reused id never inherits a claim.
+        """
+        files = {t.id: t for t in tasks if t.status == Status.pending}
+        if not files:
+            return {}
+        try:
+            data = self.events_path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        logged: dict[int, tuple[int, int]] = {}
+        kinds = (b'"event":"claimed"', b'"event":"created"', b'"event":"deleted"')
+        for line in data.split(b"\n"):
+            if not any(k in line for k in kinds):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a killed writer
+            tid = event.get("task")
+            if tid not in files:
+                continue
+            if event.get("event") == "claimed":
+                logged[tid] = (int(event.get("epoch") or 0), int(event.get("attempt") or 0))
+            else:
+                logged.pop(tid, None)
+        return {tid: claim for tid, claim in logged.items() if claim[0] > files[tid].epoch}
+
+    def release_unfiled(self, task_id: int, epoch: int, attempt: int, *, reason: str, actor: str) -> Task | None:
+        """Record a claim that ran but never reached its file: the attempt is counted, the task stays pending."""
+        with self.locked():
+            task = self.read(task_id)
+            if task.status != Status.pending or task.epoch >= epoch:
+                return None  # changed since: nothing to repair
+            task.epoch = epoch
+            task.attempts = max(task.attempts, attempt)
+            task.owner = ""
+            task.error = reason
+            self._save(task, "released", actor, Status.pending, reason=reason, epoch=epoch, attempt=attempt)
+            return task
+
     def reclaim_expired(self, *, actor: str = "lead", owner_filter: Callable[[str], bool] | None = None) -> list[Task]:
         """Return every in-progress task whose lease expired to pending (attempt kept)."""
         now = self.clock()
@@ -247,17 +295,19 @@ class AttemptLifecycle:
         *,
         lease: float | None = None,
         actor: str | None = None,
-        on_visible: Callable[[list[Task]], None] | None = None,
+        on_logged: Callable[[list[Task]], None] | None = None,
     ) -> tuple[list[Task], list[Task]]:
         """End attempts and claim tasks in one locked, durable batch.
 
-        ``on_visible(claimed)`` is called once every file of the batch is
-        renamed into place and its event lines are written, before the final
-        directory and event-log fsyncs: a caller may start the claimed work
-        there, overlapping those syncs. A SIGKILL at any point after it sees
-        exactly what a later one would (the page cache survives the process);
-        only a power loss in that window can forget the claim, and then the
-        task simply runs again (at-least-once). It must not block or take the
+        ``on_logged(claimed)`` is called once the batch is decided (under the
+        lock, every CAS done) and its ``claimed`` event lines are appended,
+        before any task file of the batch is written: a caller may start the
+        claimed work there, so a job's start does not wait for the batch's
+        fsyncs. A SIGKILL after it leaves a claim that is in the event log
+        but not in the task file; the next lead counts that attempt and logs
+        its release (``unfiled_claims``, ``runplan.materialise``), just as for
+        a claim that reached the file. Completion lines are appended only
+        after the files are renamed. ``on_logged`` must not block or take the
         store lock.
 
         ``finishes``: ``(id, epoch, status, fields)``; a stale epoch skips that
@@ -270,6 +320,7 @@ class AttemptLifecycle:
         finished: list[Task] = []
         claimed: list[Task] = []
         records: list[dict[str, Any]] = []
+        claims_logged: list[dict[str, Any]] = []
         with self.locked():
             overlay: dict[int, Task] = {}
             for tid, epoch, status, fields in finishes:
@@ -294,8 +345,8 @@ class AttemptLifecycle:
                     continue
                 before = self._mark_claimed(task, owner, lease)
                 claimed.append(task)
-                records.append(self._event_record(task, "claimed", actor or owner, before, owner=owner,
-                                                  epoch=task.epoch, attempt=task.attempts))
-            self._write_batch(finished + claimed, records,
-                              on_visible=(lambda: on_visible(claimed)) if on_visible else None)
+                claims_logged.append(self._event_record(task, "claimed", actor or owner, before, owner=owner,
+                                                        epoch=task.epoch, attempt=task.attempts))
+            self._write_batch(finished + claimed, records, claims_logged,
+                              on_logged=(lambda: on_logged(claimed)) if on_logged else None)
         return finished, claimed

@@ -13,8 +13,9 @@ sees a torn file, and the call returns only once the batch is durable —
 except inside ``pipelined()`` (the run scheduler), where the two final syncs
 run in the background and are waited for by the next batch.
 
-``on_visible`` lets a caller act once every file is renamed and the event
-lines are written, before the final syncs (see ``TaskStore.commit``).
+``on_logged`` lets a caller act once the batch is decided and its
+``logged_first`` event lines are written, before any file of the batch is
+(see ``TaskStore.commit``).
 
 The pool is built lazily (no threads at import time) and forgotten in a
 forked child, which inherits the object but none of its threads.
@@ -73,15 +74,23 @@ class BatchWriter:
             append_line(self.events_path, self._event_lines(records), durable=self.durable)
 
     def _write_batch(self, tasks: list[Task], records: list[dict[str, Any]] = (),
-                     on_visible: Callable[[], None] | None = None) -> None:
+                     logged_first: list[dict[str, Any]] = (),
+                     on_logged: Callable[[], None] | None = None) -> None:
         """Atomic per file, durable as a batch, then the batch's event lines.
 
         Temp files are fsynced in parallel (the kernel merges them into one
         journal commit) and renamed; the event lines are appended; then the
         directory fsync and the event-log fsync run side by side: two commit
         waits per batch, whatever its size (one, when ``pipelined``).
+
+        ``logged_first`` lines are appended before any file is written, and
+        ``on_logged`` is called right after them (see ``TaskStore.commit``).
         """
-        self.flush()  # the previous pipelined batch is durable before this one is renamed into place
+        self.flush()  # the previous pipelined batch is durable before this one is written
+        if logged_first:
+            append_line(self.events_path, self._event_lines(list(logged_first)), durable=False)
+        if on_logged is not None:
+            on_logged()
         if not tasks:
             self._events_batch(list(records))
             return
@@ -96,14 +105,10 @@ class BatchWriter:
             list(_io_pool().map(lambda pd: atomic_write(pd[0], pd[1], sync_dir=False), payloads))
         if not self.durable:
             self._events_batch(list(records))
-            if on_visible is not None:
-                on_visible()
             return
         if records:
             append_line(self.events_path, self._event_lines(records), durable=False)
-        if on_visible is not None:
-            on_visible()
-        syncs = [_io_pool().submit(fsync_dir, self.events_path)] if records else []
+        syncs = [_io_pool().submit(fsync_dir, self.events_path)] if records or logged_first else []
         if self._pipelined:
             syncs.append(_io_pool().submit(fsync_dir, self.dir))
             with self._sync_lock:

@@ -60,3 +60,19 @@ def test_the_umask_is_read_from_procfs_or_by_set_and_restore(tmp_path):
         assert os.umask(0o027) == 0o027  # neither left it changed
     finally:
         os.umask(current)
+
+
+def test_an_append_cut_short_by_a_kill_is_cut_off_by_the_next_append(tmp_path):
+    from orchestrator.fsutil import append_line, read_jsonl
+
+    log = tmp_path / "events.jsonl"
+    append_line(log, {"n": 1})
+    with open(log, "ab") as f:  # what a writer killed mid-write leaves
+        f.write(b'{"n": 2, "half')
+    offset = append_line(log, {"n": 3})
+    assert log.read_bytes() == b'{"n":1}\n{"n":3}\n'
+    assert offset == len(b'{"n":1}\n')
+    assert [r["n"] for r in read_jsonl(log)] == [1, 3]
+    log.write_bytes(b"no newline at all")
+    append_line(log, {"n": 4})
+    assert log.read_bytes() == b'{"n":4}\n'

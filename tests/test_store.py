@@ -177,25 +177,52 @@ def test_unwritable_root_is_refused(tmp_path):
         TaskStore(blocker).create("x")
 
 
-def test_commit_finishes_and_claims_in_one_batch_visible_before_its_last_syncs(store, tmp_path):
+def test_commit_logs_its_claims_before_writing_any_file_of_the_batch(store, tmp_path):
     a = store.create("build")
     b = store.create("test", blocked_by=[a.id])
     c = store.create("lint")
     a = store.claim(a.id, "lead")
     seen: list = []
 
-    def on_visible(claimed):  # what another process sees at this moment
+    def on_logged(claimed):  # what another process sees at this moment
         other = TaskStore(tmp_path)
-        seen.append(([t.id for t in claimed], other.get(a.id).status, other.get(b.id).owner,
+        seen.append(([t.id for t in claimed], other.get(a.id).status, other.get(b.id).status,
                      [e["event"] for e in other.events()[0]][-2:]))
 
     stale = (c.id, 99, "completed", {})  # c was never claimed at epoch 99: skipped
     finished, claimed = store.commit([(a.id, a.epoch, "completed", {"result": "ok"}), stale], [b.id, c.id],
-                                     "lead", lease=30, on_visible=on_visible)
+                                     "lead", lease=30, on_logged=on_logged)
     assert [t.id for t in finished] == [a.id]
     assert [t.id for t in claimed] == [b.id, c.id]  # b counts a as completed: it finished in this batch
-    assert seen == [([b.id, c.id], Status.completed, "lead", ["claimed", "claimed"])]
-    assert store.get(a.id).result == "ok" and store.get(c.id).epoch == claimed[1].epoch
+    # Decided and logged, not yet filed: the claims' lines are there, the files unchanged.
+    assert seen == [([b.id, c.id], Status.in_progress, Status.pending, ["claimed", "claimed"])]
+    assert store.get(a.id).result == "ok" and store.get(b.id).owner == "lead"
+    assert store.get(c.id).epoch == claimed[1].epoch
+    assert [e["event"] for e in store.events()[0]][-3:] == ["claimed", "claimed", "status"]
+
+
+def test_a_claim_logged_but_never_filed_is_counted_and_released_once(store, tmp_path):
+    t = store.create("build")
+    crashed = TaskStore(tmp_path)
+
+    def die(claimed):  # the lead is killed after logging its claim, before writing the file
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        crashed.commit([], [t.id], "lead", on_logged=die)
+    on_disk = store.get(t.id)
+    assert on_disk.status == Status.pending and on_disk.attempts == 0
+    unfiled = store.unfiled_claims(store.all())
+    assert unfiled == {t.id: (on_disk.epoch + 1, 1)}
+    released = store.release_unfiled(t.id, *unfiled[t.id], reason="the previous lead died", actor="lead")
+    assert released.attempts == 1 and released.status == Status.pending
+    assert store.unfiled_claims(store.all()) == {}  # repaired once
+    again = store.claim(t.id, "lead")
+    assert again.attempts == 2 and again.epoch > unfiled[t.id][0]
+    # A reused id does not inherit an old claim.
+    store.delete_many([t.id], actor="lead", reason="fresh")
+    fresh = store.create("build again")
+    assert store.unfiled_claims(store.all()) == {}, fresh
 
 
 def test_pipelined_batches_are_visible_at_once_and_durable_when_the_block_ends(store, tmp_path):
