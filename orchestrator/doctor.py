@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import graph, render
-from .fsutil import TMP_PREFIX, file_lock, read_jsonl
+from .fsutil import TMP_PREFIX, read_jsonl
 from .models import Status, Task
 from .paths import team_dir
 from .store import TaskStore
@@ -176,7 +176,7 @@ def check_temp_files(ctx: Context) -> list[Finding]:
 def _remover(ctx: Context, path: Path, guarded: bool) -> Callable[[], str]:
     def fix() -> str:
         if guarded:
-            with file_lock(ctx.store.lock_path):
+            with ctx.store.locked():
                 path.unlink(missing_ok=True)
         else:
             path.unlink(missing_ok=True)

@@ -164,8 +164,21 @@ class LockTimeout(TimeoutError):
     """The lock was not acquired within the timeout."""
 
 
-def flock_fd(fd: int, path: Path, timeout: float | None = None) -> None:
-    """Take an exclusive flock on an open ``fd`` (see ``file_lock`` for ``timeout``)."""
+def flock_fd(fd: int, path: Path, timeout: float | None = None, announce: Path | None = None) -> None:
+    """Take an exclusive flock on an open ``fd`` (see ``file_lock`` for ``timeout`` and ``announce``)."""
+    if announce is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        afd = os.open(announce, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(afd, fcntl.LOCK_SH)  # "someone waits" while we block (see waiters)
+            flock_fd(fd, path, timeout)
+        finally:
+            os.close(afd)
+        return
     if timeout is None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return
@@ -180,16 +193,29 @@ def flock_fd(fd: int, path: Path, timeout: float | None = None) -> None:
             time.sleep(0.001)
 
 
+def waiters(announce_fd: int) -> bool:
+    """Someone is blocked on the lock that ``announce_fd``'s file announces (they hold it shared)."""
+    try:
+        fcntl.flock(announce_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(announce_fd, fcntl.LOCK_UN)
+    return False
+
+
 @contextmanager
-def file_lock(path: Path, timeout: float | None = None) -> Iterator[int]:
+def file_lock(path: Path, timeout: float | None = None, announce: Path | None = None) -> Iterator[int]:
     """Hold an exclusive lock on ``path`` (created if missing) for the block.
 
     ``timeout=None`` blocks in the kernel; a number polls every millisecond
     and raises ``LockTimeout`` when it runs out (``0`` tries once).
+    ``announce``: while blocked, hold a shared lock on that file, so a
+    holder that keeps the lock for long stretches can tell someone waits
+    (``waiters``) and let go (the task store's group-commit writer does).
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        flock_fd(fd, path, timeout)
+        flock_fd(fd, path, timeout, announce)
         yield fd
     finally:
         os.close(fd)  # closing the last descriptor releases the flock

@@ -20,11 +20,11 @@ notification is handled — there is no polling. All outcomes queued at that
 moment are handled as one batch: one ``store.commit`` that records the
 finished attempts and claims what became ready. Shell jobs of the batch are
 started as soon as the batch is decided and its claims are in the event
-log, overlapping the writing and fsyncing of its files
-(``commit(on_logged=...)``; a lead killed in that window leaves a logged
-claim that the next lead counts and releases). The run's batches are
-``pipelined``: a batch's directory and event-log fsyncs overlap the next
-steps. Shell jobs are started and watched by a forked job server
+log (``commit(on_logged=...)``; a lead killed before the claim reached the
+task file leaves a logged claim that the next lead counts and releases).
+The run is ``pipelined``: the batches' files are written and fsynced by a
+group-commit writer thread (``store_pipeline``), so the loop never waits
+for the disk between an outcome and the next start. Shell jobs are started and watched by a forked job server
 (``jobserver``), so a start costs the lead one request line.
 
 A failed attempt with retries left goes back to ``pending`` (``release``)
@@ -157,7 +157,7 @@ class Scheduler:
         hb = threading.Thread(target=self._heartbeat, name="team-heartbeat", daemon=True)
         hb.start()
         try:
-            with self.store.pipelined():  # a batch's final syncs overlap the next steps
+            with self.store.pipelined():  # batches are made durable by a writer thread
                 self._loop()
         except BaseException:
             self._abort("interrupted")

@@ -5,6 +5,7 @@ Layout::
     .tasks/task_<id>.json   one Task per file (models.Task), written atomically
     .tasks/events.jsonl     append-only log: one line per transition
     .tasks/.lock            flock held for every multi-step change
+    .tasks/.lock-waiting    held shared by a process blocked on .lock (store_pipeline)
     .tasks/.next_id         id counter (a cache: verified against the files)
     .tasks/names.jsonl      name -> id index (a cache: verified on every use)
 
@@ -18,7 +19,8 @@ mixed in from one module per concept:
   ``finish``/``release``/``reclaim_expired``/``cancel`` and the run
   scheduler's ``commit`` batch, all epoch-checked.
 * ``store_batch.BatchWriter`` — ``_write_batch``: many files and event
-  lines made durable with two commit waits per batch.
+  lines made durable with two commit waits per batch; ``pipelined`` hands
+  ``commit``'s batches to a group-commit writer (``store_pipeline``).
 
 Rules:
 
@@ -50,6 +52,7 @@ from .redact import scrub
 from .store_attempts import AttemptLifecycle, parse_status
 from .store_batch import BatchWriter
 from .store_edits import TaskEdits, format_cycle
+from .store_pipeline import active
 
 __all__ = ["TASK_PREFIX", "TASK_SUFFIX", "Clock", "TaskStore", "format_cycle", "parse_status", "task_id_from_filename"]
 
@@ -76,6 +79,7 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         self.clock = clock
         self.durable = durable
         self.lock_path = self.dir / ".lock"
+        self.waiting_path = self.dir / ".lock-waiting"  # held shared by whoever waits for .lock
         self.events_path = self.dir / "events.jsonl"
         self.counter_path = self.dir / ".next_id"
         self.names_path = self.dir / "names.jsonl"
@@ -98,14 +102,38 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the store lock (not reentrant)."""
+        """Hold the store lock (not reentrant).
+
+        While this process runs a pipeline (``pipelined``), every thread
+        goes through it: the section starts once its queued batches are on
+        disk, and then works on the files directly (``store_pipeline``).
+        """
+        pipe = active(self.dir)
+        if pipe is not None:
+            with pipe.exclusive(drain=True):
+                yield
+            return
         self.ensure()
-        with file_lock(self.lock_path):
+        with file_lock(self.lock_path, announce=self.waiting_path):
+            yield
+
+    @contextmanager
+    def _locked_for_commit(self) -> Iterator[None]:
+        """``locked``, except that in a pipelined run the section's batch is queued, not written."""
+        pipe = active(self.dir)
+        if pipe is None:
+            with self.locked():
+                yield
+            return
+        with pipe.exclusive(drain=False):
             yield
 
     def _load_file(self, path: Path) -> Task:
+        pipe = active(self.dir)
+        data = pipe.peek(path) if pipe is not None else None
         try:
-            data = path.read_bytes()
+            if data is None:
+                data = path.read_bytes()
         except FileNotFoundError:
             raise
         except OSError as e:
@@ -135,10 +163,6 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
     def _serialize(task: Task) -> str:
         """The file's bytes; known secrets never reach a task file (redact.py)."""
         return scrub(dumps(task.to_json()))
-
-    def _write(self, task: Task) -> None:
-        task.updated_at = self.clock()
-        atomic_write(self.path(task.id), self._serialize(task), durable=self.durable)
 
     def ids(self) -> list[int]:
         if not self.dir.is_dir():

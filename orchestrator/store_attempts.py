@@ -133,7 +133,7 @@ class AttemptLifecycle:
             task = self.get(ref)
             self._check_epoch(task, epoch)
             task.lease_expires = self.clock() + lease
-            self._write(task)
+            self._write_batch([task])
             return task
 
     def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task:
@@ -315,13 +315,15 @@ class AttemptLifecycle:
         dependency finished earlier in this batch counts as completed); the
         unclaimable are skipped. Returns ``(finished, claimed)``. Cost: the
         files are fsynced in parallel, renamed, then the directory and the
-        event log are synced once for the whole batch.
+        event log are synced once for the whole batch; inside ``pipelined``
+        the batch is queued for the group-commit writer instead, and is
+        durable once ``flush`` (or the block) returns.
         """
         finished: list[Task] = []
         claimed: list[Task] = []
         records: list[dict[str, Any]] = []
         claims_logged: list[dict[str, Any]] = []
-        with self.locked():
+        with self._locked_for_commit():
             overlay: dict[int, Task] = {}
             for tid, epoch, status, fields in finishes:
                 try:

@@ -225,14 +225,34 @@ def test_a_claim_logged_but_never_filed_is_counted_and_released_once(store, tmp_
     assert store.unfiled_claims(store.all()) == {}, fresh
 
 
-def test_pipelined_batches_are_visible_at_once_and_durable_when_the_block_ends(store, tmp_path):
+def test_pipelined_batches_are_visible_at_once_here_and_on_disk_once_flushed(store, tmp_path):
     ids = [store.create(f"t{i}").id for i in range(3)]
     with store.pipelined():
         _, claimed = store.commit([], ids, "lead")
-        assert store._pending_syncs  # the directory and event-log syncs run in the background
-        assert {t.status for t in TaskStore(tmp_path).all()} == {Status.in_progress}
-        store.commit([(t.id, t.epoch, "completed", {}) for t in claimed], [], "lead")
-        assert {t.status for t in TaskStore(tmp_path).all()} == {Status.completed}
-    assert store._pending_syncs == []
+        # This process sees its decided batch at once, whatever the writer has done yet.
+        assert {store.read(i).status for i in ids} == {Status.in_progress}
+        done, _ = store.commit([(t.id, t.epoch, "completed", {}) for t in claimed], [], "lead")
+        assert [t.id for t in done] == ids  # the CAS read the queued claims (epochs match)
+        store.flush()
+        on_disk = {json.loads(store.path(i).read_bytes())["status"] for i in ids}
+        assert on_disk == {"completed"}
     completed = [e for e in store.events()[0] if e.get("to") == "completed"]
     assert sorted(e["task"] for e in completed) == ids
+    claims = [e for e in store.events()[0] if e.get("event") == "claimed"]
+    assert sorted(e["task"] for e in claims) == ids
+
+
+def test_a_pipeline_write_failure_stops_the_next_caller_loudly(store, monkeypatch):
+    ids = [store.create(f"t{i}").id for i in range(2)]
+
+    def disk_full(files, lines, **kw):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        with store.pipelined():
+            monkeypatch.setattr(store, "_write_files", disk_full)
+            store.commit([], [ids[0]], "lead")
+            with pytest.raises(OSError, match="No space left"):  # the writer failed in the background
+                store.flush()
+            with pytest.raises(OSError, match="No space left"):  # and every later caller hears of it
+                store.commit([], [ids[1]], "lead")

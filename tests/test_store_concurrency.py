@@ -93,7 +93,11 @@ def _claimer(root: str, p: int, barrier) -> None:
     order = list(range(1, 101))
     random.Random(p).shuffle(order)
     barrier.wait()
-    wins = [tid for tid in order if store.try_claim(tid, f"w{p}") is not None]
+    if p < 2:  # two racers claim as `team run` does: pipelined commits, files written by a writer thread
+        with store.pipelined():
+            wins = [t.id for tid in order for t in store.commit([], [tid], f"w{p}")[1]]
+    else:
+        wins = [tid for tid in order if store.try_claim(tid, f"w{p}") is not None]
     Path(root, f"wins_{p}.json").write_text(json.dumps(wins))
 
 
@@ -180,3 +184,31 @@ def test_sigkill_mid_write_leaves_every_file_readable(tmp_path):
 @pytest.mark.chaos
 def test_sigkill_soak(tmp_path):
     _kill_rounds(tmp_path, rounds=60, seed=99)
+
+
+def test_a_pipelined_lead_committing_back_to_back_lets_another_shell_in(tmp_path):
+    """The group-commit writer keeps the store lock while batches are queued;
+    under back-to-back commits it hands the lock to a waiting process."""
+    store = TaskStore(tmp_path)
+    ids = [t.id for t in store.create_many([{"subject": f"step {i}"} for i in range(3000)])]
+    other = None
+    finished_while_committing = False
+    with store.pipelined():
+        running = None
+        for i, tid in enumerate(ids):  # a chain of instant tasks: finish one, claim the next
+            finals = [(running.id, running.epoch, "completed", {})] if running else []
+            running = store.commit(finals, [tid], "lead")[1][0]
+            if i == 50:
+                other = subprocess.Popen([sys.executable, "-m", "orchestrator", "task", "create", "from another shell",
+                                          "--root", str(tmp_path)], env={**os.environ, "PYTHONPATH": str(REPO)},
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if other is not None and other.poll() is not None:
+                finished_while_committing = True
+                break
+    out, err = other.communicate(timeout=60)
+    assert other.returncode == 0, err
+    assert finished_while_committing, "the other shell waited for the whole run"
+    created = int(out.split("#")[1].split(":")[0])
+    assert created == ids[-1] + 1 and store.read(created).subject == "from another shell"
+    done = [t for t in store.all() if t.status == Status.completed]
+    assert [t.id for t in done] == ids[: len(done)] and store.read(ids[len(done)]).status == Status.in_progress
