@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import redact
 from .errors import PlanError, TeamError
 from .models import Task
 from .redact import secret_env_names
@@ -183,6 +184,7 @@ class ShellExecutor:
         self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
+        self._secrets_seen, self._secret_env = -1, []
         if JobServer.usable():
             self.backend: Any = JobServer.fork(ctx.root, self._on_note, self._on_error)
         else:
@@ -224,7 +226,7 @@ class ShellExecutor:
         cwd = Path(task.cwd) if task.cwd else None
         # The model key (and any registered secret) is not handed to shell
         # tasks unless the plan sets it for the task (redact.py).
-        unset = [n for n in secret_env_names(os.environ) if n not in task.env]
+        unset = [n for n in self._secret_names() if n not in task.env]
         ref = f"t{task.id}e{epoch}"
         with self._lock:
             self._running[ref] = (task.id, epoch, done, task.timeout)
@@ -237,6 +239,14 @@ class ShellExecutor:
             return
         if self._stop.is_set():  # close() may have killed the others before this one existed
             self.backend.kill(ref)
+
+    def _secret_names(self) -> list[str]:
+        """``secret_env_names(os.environ)``, recomputed only when a secret was registered since
+        (the lead's environment does not change during a run)."""
+        if self._secrets_seen != redact.generation:
+            self._secrets_seen = redact.generation
+            self._secret_env = secret_env_names(os.environ)
+        return self._secret_env
 
     def _take(self, ref: str) -> tuple[int, int, DoneCallback, float | None] | None:
         with self._lock:

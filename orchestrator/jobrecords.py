@@ -8,7 +8,9 @@ is queued a ``Notification`` carrying the same.
 
 A job's processes carry ``TEAM_JOB_ID=<id>`` (``JOB_ENV``) in their
 environment, so ``job_leader_alive`` can tell the job's own leader from an
-unrelated process that reused its pid.
+unrelated process that reused its pid, and ``TEAM_JOB_MANAGER=<pid>:<start
+ticks>`` (``MANAGER_ENV``), so a job whose manager died before writing its
+record is still found and reaped (``joborphans``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .redact import scrub
 JobStatus = Literal["running", "completed", "failed", "timeout", "killed", "lost"]
 FINAL = frozenset({"completed", "failed", "timeout", "killed", "lost"})
 JOB_ENV = "TEAM_JOB_ID"
+MANAGER_ENV = "TEAM_JOB_MANAGER"
 
 
 class JobRecord(BaseModel):

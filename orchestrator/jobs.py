@@ -62,7 +62,6 @@ import atexit
 import errno
 import os
 import re
-import secrets
 import select
 import shutil
 import signal
@@ -78,10 +77,12 @@ from pydantic import ValidationError
 
 from . import procs
 from .errors import CorruptFile, UnknownRef, UserError
+from .jobfiles import JobFiles
 from .joborphans import UnwatchedJobs
 from .jobrecords import (
     FINAL,
     JOB_ENV,
+    MANAGER_ENV,
     JobRecord,
     JobStatus,
     Notification,
@@ -97,6 +98,10 @@ from .paths import team_dir
 __all__ = ["FINAL", "JOB_ENV", "JobManager", "JobRecord", "JobStatus", "Notification", "job_leader_alive",
            "job_orphaned", "read_tail", "shown_status"]
 
+
+QUIET_AFTER_START = 0.001
+"""Seconds after a start before deferred file work (``jobfiles``) may run: a job that ends at
+once is reported first, and its first record is then superseded by its final one."""
 
 TIMEOUT_MARGIN = 1.0
 """Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
@@ -131,18 +136,26 @@ _BUILTINS = frozenset(
 )
 
 
-def command_argv(command: str, path: str) -> list[str]:
+def command_argv(command: str, path: str, found: dict[tuple[str, str], str] | None = None) -> list[str]:
     """``argv`` to run ``command``: exec'd directly when it is plain words
-    naming a program on ``path``, else through ``/bin/sh -c``."""
+    naming a program on ``path``, else through ``/bin/sh -c``.
+
+    ``found`` memoises the programs located (the job server keeps one): a
+    program removed since is caught at exec (ENOENT) and left to the shell.
+    """
     text = command.strip()
+    if not _PLAIN.fullmatch(text):
+        return ["/bin/sh", "-c", command]
+    words = text.split()
+    key = (words[0], path)
+    program = found.get(key) if found is not None else None
     # A relative PATH entry would be resolved from our cwd, not the job's: leave it to the shell.
-    if _PLAIN.fullmatch(text) and all(os.path.isabs(d) for d in path.split(os.pathsep)):
-        words = text.split()
+    if program is None and all(os.path.isabs(d) for d in path.split(os.pathsep)):
         if words[0] not in _BUILTINS and "/" not in words[0]:
             program = shutil.which(words[0], path=path)
-            if program is not None:
-                return [program, *words[1:]]
-    return ["/bin/sh", "-c", command]
+            if program is not None and found is not None:
+                found[key] = program
+    return [program, *words[1:]] if program is not None else ["/bin/sh", "-c", command]
 
 
 class JobManager(UnwatchedJobs):
@@ -151,12 +164,15 @@ class JobManager(UnwatchedJobs):
     def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
                  grace: float = 2.0, pdeathsig: bool = False,
                  on_notify: Callable[[Notification], None] | None = None,
-                 manager: tuple[int, int | None] | None = None):
+                 manager: tuple[int, int | None] | None = None, spares: int = 0,
+                 deferred_records: bool = False):
         """``on_notify``: called on the watcher thread with each notification
         instead of queueing it (for a single consumer that wants no extra hop;
         it must be quick and must not block). ``manager``: the ``(pid, start
         ticks)`` recorded as the jobs' manager (default: this process); a job
-        server names the lead it serves, so the lead's death orphans them."""
+        server names the lead it serves, so the lead's death orphans them.
+        ``spares``/``deferred_records``: keep log creation and record writes
+        off the start path (``jobfiles``; the job server uses both)."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
@@ -173,7 +189,14 @@ class JobManager(UnwatchedJobs):
         self._due: dict[str, float] = {}  # job id -> monotonic time its timeout expires
         self._epoll: select.epoll | None = None
         self._wake_r = self._wake_w = -1
-        self._ready = False
+        self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
+        self._serving = False  # serve() runs the watcher on the caller's thread
+        self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
+        self._extra: dict[int, Callable[[], bool]] = {}  # serve(): fd -> handler
+        # serve(): the environment snapshot and programs found on PATH (a server's
+        # environment does not change; a threaded manager reads os.environ each time)
+        self._environ: dict[str, str] | None = None
+        self._found: dict[tuple[str, str], str] | None = None
         atexit.register(_shutdown_at_exit, weakref.ref(self))
 
     # -- paths and records -------------------------------------------------
@@ -184,9 +207,7 @@ class JobManager(UnwatchedJobs):
 
     def _save(self, record: JobRecord) -> None:
         """Atomic (rename) but not fsync'd: the task store is the durable truth."""
-        tmp = self.dir / f".{record.id}.{threading.get_ident()}.tmp"
-        tmp.write_bytes(record.model_dump_json(exclude_none=True).encode())
-        os.replace(tmp, self.dir / f"{record.id}.json")
+        self.files.save(record)
 
     def get(self, job_id: str) -> JobRecord:
         """The job's record as on disk (works from any process)."""
@@ -223,27 +244,18 @@ class JobManager(UnwatchedJobs):
         """
         if cwd is not None and not Path(cwd).is_dir():
             raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
-        if not self._ready:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._ready = True
-        while True:
-            job_id = "j" + secrets.token_hex(3)
-            log_path = self.dir / f"{job_id}.log"
-            try:
-                log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-                break
-            except FileExistsError:
-                continue
-        child_env = dict(os.environ)
+        job_id, log_fd = self.files.new_log()
+        child_env = dict(self._environ if self._environ is not None else os.environ)
         for name in unset:
             child_env.pop(name, None)
         if env:
             child_env.update(env)
         child_env[JOB_ENV] = job_id
+        child_env[MANAGER_ENV] = f"{self._pid}:{self._pid_start}"
         # $PWD names the job's directory, as a shell (or make) would set it.
         child_env["PWD"] = str(Path(cwd).absolute()) if cwd is not None else os.getcwd()
         shell_argv = ["/bin/sh", "-c", command]
-        argv = command_argv(command, child_env.get("PATH", ""))
+        argv = command_argv(command, child_env.get("PATH", ""), self._found)
         prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
 
         def spawn_argv(argv: list[str]) -> Child | subprocess.Popen:
@@ -255,9 +267,11 @@ class JobManager(UnwatchedJobs):
         def spawn_job() -> Child | subprocess.Popen:
             try:
                 return spawn_argv(argv)
-            except OSError as e:  # e.g. a script without #!: the shell knows how to run it
-                if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES):
+            except OSError as e:  # a script without #!, a program gone since: the shell says what it can
+                if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES, errno.ENOENT):
                     raise
+                if self._found is not None:
+                    self._found.clear()
                 return spawn_argv(shell_argv)
 
         try:
@@ -271,6 +285,7 @@ class JobManager(UnwatchedJobs):
             manager_pid=self._pid, manager_start=self._pid_start)
         self._save(record)
         job = WatchedJob(record, proc, exit_fd_of(proc), ref)
+        self._quiet_until = time.monotonic() + QUIET_AFTER_START
         if timeout is not None:
             job.deadline = time.monotonic() + timeout
             self._due[job_id] = job.deadline
@@ -278,32 +293,69 @@ class JobManager(UnwatchedJobs):
             self._jobs[job_id] = job
             self._by_fd[job.exit_fd] = job
             if self._epoll is None:
-                self._epoll = select.epoll()
-                self._wake_r, self._wake_w = os.pipe()
-                os.set_blocking(self._wake_w, False)
-                self._epoll.register(self._wake_r, select.EPOLLIN)
+                self._open_epoll()
                 threading.Thread(target=self._watch, name="team-job-watcher", daemon=True).start()
             self._epoll.register(job.exit_fd, select.EPOLLIN)
-        if timeout is not None:
-            self._wake()
+        if (timeout is not None or self.files.pending()) and not self._serving:
+            self._wake()  # a new deadline, or deferred file work for the watcher thread
         return record.model_copy()
 
     # -- watching -----------------------------------------------------------
+    def _open_epoll(self) -> None:
+        self._epoll = select.epoll()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._epoll.register(self._wake_r, select.EPOLLIN)
+
     def _wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:
             pass  # the pipe is full: the watcher is waking up anyway
 
-    def _watch(self) -> None:
+    def serve(self, fd: int, on_readable: Callable[[], bool]) -> None:
+        """Run the watcher on this thread, with ``fd`` in its epoll (the job server's loop).
+
+        ``on_readable()`` is called whenever ``fd`` is readable (it may call
+        ``start`` and ``begin_kill``); once it returns False the loop ends
+        when no job is left. One thread does everything, in this order of
+        priority: exits and requests, then timeouts, then the deferred file
+        work (``jobfiles``) when nothing else is ready.
+        """
+        self._serving = True
+        self._environ, self._found = dict(os.environ), {}
+        with self._cond:
+            if self._epoll is None:
+                self._open_epoll()
+        self._epoll.register(fd, select.EPOLLIN)
+        self._extra[fd] = on_readable
+        self._watch(serving=True)
+
+    def _watch(self, serving: bool = False) -> None:
         """The one watcher thread: exits, timeouts and escalation, via epoll."""
         while True:
             with self._cond:
                 deadlines = [j.deadline for j in self._jobs.values() if j.deadline is not None]
-            wait = -1.0 if not deadlines else max(0.0, min(deadlines) - time.monotonic())
-            for fd, _ in self._epoll.poll(wait):
+                if serving and not self._extra and not self._jobs:
+                    break
+            now = time.monotonic()
+            wait = -1.0 if not deadlines else max(0.0, min(deadlines) - now)
+            idle = self.files.pending()
+            if idle:  # deferred file work waits for a quiet moment (jobfiles; serve mode only)
+                quiet = max(0.0, self._quiet_until - now)
+                wait = quiet if wait < 0 else min(wait, quiet)
+            events = self._epoll.poll(wait)
+            if not events and idle and time.monotonic() >= self._quiet_until:
+                self.files.work_once()
+            for fd, _ in events:
                 if fd == self._wake_r:
                     os.read(self._wake_r, 4096)
+                    continue
+                handler = self._extra.get(fd)
+                if handler is not None:
+                    if not handler():
+                        self._epoll.unregister(fd)
+                        del self._extra[fd]
                     continue
                 with self._cond:
                     job = self._by_fd.pop(fd, None)
@@ -330,6 +382,7 @@ class JobManager(UnwatchedJobs):
             procs.killpg(job.record.pgid, signal.SIGKILL)
             code = job.proc.wait()
             job.reaped = True
+            job.deadline = None
         os.close(job.exit_fd)
         record = job.record
         marker = self.dir / f"{record.id}.kill"  # left by ``kill`` in another process
@@ -350,13 +403,16 @@ class JobManager(UnwatchedJobs):
             duration=round(record.finished_at - record.started_at, 3), task=record.task, ref=job.ref)
         if self.on_notify is not None:
             self.on_notify(note)  # first: the record's rename is off the consumer's critical path
-        self._save(record)
-        with self._cond:
-            self._jobs.pop(record.id, None)
-            if self.on_notify is None:
-                self._queues[record.owner].append(note)
-            self._cond.notify_all()
-        job.done.set()
+
+        def recorded() -> None:  # the final record is on disk: kill() and shutdown() return with it
+            with self._cond:
+                self._jobs.pop(record.id, None)
+                if self.on_notify is None:
+                    self._queues[record.owner].append(note)
+                self._cond.notify_all()
+            job.done.set()
+
+        self.files.save(record, then=recorded)
 
     # -- notifications ------------------------------------------------------
     def drain(self, owner: str) -> list[Notification]:
@@ -400,6 +456,19 @@ class JobManager(UnwatchedJobs):
             return record
         return self._kill_unwatched(job_id, record)
 
+    def begin_kill(self, job_id: str) -> None:
+        """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+            if job is None or job.escalated:
+                return
+            job.reason = job.reason or "killed"
+            job.escalated = True
+            job.deadline = time.monotonic() + self.grace
+        job.signal(signal.SIGTERM)
+        if not self._serving:
+            self._wake()
+
     def shutdown(self) -> None:
         """Kill every job this manager runs (TERM, grace, KILL) and wait for their records."""
         with self._cond:
@@ -413,3 +482,4 @@ class JobManager(UnwatchedJobs):
                 job.signal(signal.SIGKILL)
         for job in jobs:
             job.done.wait(5.0)
+        self.files.close()

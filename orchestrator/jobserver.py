@@ -8,11 +8,20 @@ matched to its attempt even when the job ends before ``start`` returns.
 
 * ``JobServer``: a helper process forked from the lead that runs an
   ordinary ``jobs.JobManager``. The lead only writes a request line per
-  start (~30 µs); the server makes the log, forks, writes the record,
-  watches the pidfd, reaps and reads the tail, on the other core and under
-  its own GIL. Measured on the 2-core VM: a job start cost the lead's
-  thread ~0.6 ms in-process, and a layer of 8 ready tasks started one after
-  another behind it (``bench/sched_bench.py``, layers shape).
+  start (~30 µs); the server spawns, watches the pidfd, reaps and reads the
+  tail, on the other core and under its own GIL. Measured on the 2-core VM:
+  a job start cost the lead's thread ~0.6 ms in-process, and a layer of 8
+  ready tasks started one after another behind it (``bench/sched_bench.py``,
+  layers shape).
+
+  The server is one thread: ``JobManager.serve`` runs the manager's epoll
+  loop with the request pipe in it, so a request, an exit and a timeout are
+  handled as they come, with no thread hand-off, and a kill never blocks
+  (``begin_kill``: TERM now, KILL after the grace, by the loop). File work
+  that no one waits for — job records, log files for the next starts — is
+  deferred to the loop's quiet moments (``jobfiles``: spare logs, deferred
+  records), because creating a file costs 0.1-0.8 ms of kernel time on
+  this VM while its journal is busy.
 * ``LocalJobs``: the same ``JobManager`` in the lead process (``start``
   blocks for the fork). Used when forking is not safe — another thread is
   already running (a fork copies only the calling thread, and locks held by
@@ -34,8 +43,8 @@ imported already (no interpreter start-up: the fork costs ~3 ms). Its life:
   jobs it starts get the default handling back at exec.
 * ``shutdown`` (the lead's ``close``): the server kills its running jobs
   (TERM, grace, KILL, as ``JobManager.shutdown``), sends their notifications,
-  then ``bye``. End of file on its request pipe (the lead exited without
-  ``close``) does the same.
+  writes their records, removes its spare logs, then ``bye``. End of file on
+  its request pipe (the lead exited without ``close``) does the same.
 
 Protocol, one JSON object per line::
 
@@ -63,6 +72,9 @@ from typing import Any
 from . import procs
 from .errors import TeamError
 from .jobs import JobManager, Notification
+
+SPARE_LOGS = 16
+"""Log files the server keeps created ahead, so a start creates no file (``jobfiles``)."""
 
 OnNote = Callable[[str, Notification], None]
 OnError = Callable[[str, str], None]
@@ -265,48 +277,55 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
     _die_with(lead_pid)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
-    write_lock = threading.Lock()
 
     def send(msg: dict[str, Any]) -> None:
-        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
-        with write_lock:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(replies, view):]
+        view = memoryview((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+        while view:
+            view = view[os.write(replies, view):]
 
     ids: dict[str, str] = {}  # ref -> job id, while it runs
-    ended: set[str] = set()  # refs whose job ended before start() returned
-    ids_lock = threading.Lock()
 
     def on_notify(n: Notification) -> None:
-        with ids_lock:
-            if ids.pop(n.ref or "", None) is None:
-                ended.add(n.ref or "")
+        ids.pop(n.ref or "", None)
         send({"op": "note", **n.model_dump()})
 
-    manager = JobManager(root, on_notify=on_notify, manager=(lead_pid, procs.start_ticks(lead_pid)))
-    for line in _lines(requests):
-        msg = json.loads(line)
-        op = msg.pop("op")
-        if op == "shutdown":
-            break
-        ref = msg.pop("ref")
-        if op == "kill":
-            with ids_lock:
-                job_id = ids.get(ref)
-            if job_id is not None:  # kill waits out the grace: not on the request loop
-                threading.Thread(target=manager.kill, args=(job_id,), daemon=True).start()
-            continue
-        cwd = msg.pop("cwd")
-        try:
-            record = manager.start(msg.pop("command"), ref=ref, cwd=Path(cwd) if cwd else None, **msg)
-        except (OSError, TeamError) as e:
-            send({"op": "error", "ref": ref, "error": str(e)})
-            continue
-        with ids_lock:
-            if ref in ended:  # its notification is sent already
-                ended.discard(ref)
-            else:
-                ids[ref] = record.id
-    manager.shutdown()
+    manager = JobManager(root, on_notify=on_notify, manager=(lead_pid, procs.start_ticks(lead_pid)),
+                         spares=SPARE_LOGS, deferred_records=True)
+    buf = bytearray()
+
+    def on_requests() -> bool:
+        """Handle every complete request line; False (stop reading) on shutdown or end of file."""
+        chunk = os.read(requests, 65536)
+        if not chunk:
+            return _stop()
+        buf.extend(chunk)
+        *lines, rest = bytes(buf).split(b"\n")
+        buf[:] = rest
+        for line in lines:
+            msg = json.loads(line)
+            op = msg.pop("op")
+            if op == "shutdown":
+                return _stop()
+            ref = msg.pop("ref")
+            if op == "kill":
+                if ref in ids:
+                    manager.begin_kill(ids[ref])
+                continue
+            cwd = msg.pop("cwd")
+            try:
+                record = manager.start(msg.pop("command"), ref=ref, cwd=Path(cwd) if cwd else None, **msg)
+            except (OSError, TeamError) as e:
+                send({"op": "error", "ref": ref, "error": str(e)})
+                continue
+            ids[ref] = record.id
+        return True
+
+    def _stop() -> bool:
+        """Kill what runs (TERM, grace, KILL: the loop goes on until every job has ended)."""
+        for job_id in list(ids.values()):
+            manager.begin_kill(job_id)
+        return False
+
+    manager.serve(requests, on_requests)  # returns once the requests ended and no job is left
+    manager.files.close()
     send({"op": "bye"})

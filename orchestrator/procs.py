@@ -37,6 +37,35 @@ def alive(pid: int | None, ticks: int | None = None) -> bool:
     return ticks is None or st[2] == ticks
 
 
+def environ(pid: int) -> dict[str, str]:
+    """``pid``'s initial environment ({} when it is gone or not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def cmdline(pid: int) -> str:
+    """``pid``'s command line, words joined by spaces ("" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def pids() -> list[int]:
+    """Every process id in ``/proc``."""
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
 def has_env(pid: int, key: str, value: str) -> bool:
     """``pid`` carries ``key=value`` in its (initial) environment."""
     try:

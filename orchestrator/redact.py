@@ -27,17 +27,20 @@ KEY_VARS = ("OPENAI_API_KEY",)
 """Variables that hold the model key: never passed to jobs unless asked for."""
 
 _SECRETS: set[str] = set()
+generation = 0
+"""Bumped whenever a secret is registered (so callers can cache ``secret_env_names``)."""
 _ORDERED: tuple[str, ...] = ()  # longest first, so a secret containing another is replaced whole
 _LOCK = threading.Lock()
 
 
 def register_secret(value: str | None) -> None:
     """Never write ``value`` to a transcript, log or task file."""
-    global _ORDERED
+    global _ORDERED, generation
     if value and len(value) >= 4:
         with _LOCK:
             _SECRETS.add(value)
             _ORDERED = tuple(sorted(_SECRETS, key=len, reverse=True))
+            generation += 1
 
 
 def register_env_secrets(env: Mapping[str, str] = os.environ) -> None:

@@ -219,6 +219,26 @@ def test_reap_orphans_after_the_manager_is_sigkilled(tmp_path):
     assert lead.reap_orphans() == []
 
 
+def test_a_job_whose_manager_died_before_its_record_is_found_and_reaped(tmp_path):
+    """The job server writes a job's record off its start path; a lead killed in between leaves
+    a running job with no record: it is found by its environment and reaped all the same."""
+    proc = subprocess.Popen([sys.executable, "-c", MANAGER_SCRIPT, str(tmp_path)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    job_id = proc.stdout.readline().strip()
+    child = read_pid(tmp_path / "child.pid")
+    lead = JobManager(tmp_path)
+    leader = lead.get(job_id).pid
+    (tmp_path / ".team" / "jobs" / f"{job_id}.json").unlink()  # as if it had never been written
+    assert lead.reap_orphans() == [] and pid_alive(leader)  # its manager is alive: left alone
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    reaped = lead.reap_orphans()
+    assert [(r.id, r.status, r.pid) for r in reaped] == [(job_id, "lost", leader)]
+    assert lead.get(job_id).log == f".team/jobs/{job_id}.log"
+    wait_until(lambda: not pid_alive(leader) and not pid_alive(child), timeout=10, what="job killed")
+    assert lead.reap_orphans() == []
+
+
 TIMED_MANAGER = """
 import os, signal, sys
 from orchestrator.jobs import JobManager

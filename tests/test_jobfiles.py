@@ -1,0 +1,55 @@
+"""jobfiles: spare logs made ahead, deferred records written in order, superseded ones skipped."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from orchestrator.jobfiles import STALE_AFTER, JobFiles
+from orchestrator.jobrecords import JobRecord
+
+
+def record(job_id: str, status: str = "running") -> JobRecord:
+    return JobRecord(id=job_id, command="true", started_at=1.0, log=f".team/jobs/{job_id}.log",
+                     manager_pid=1, status=status)
+
+
+def test_spare_logs_are_made_in_quiet_time_taken_by_starts_and_removed_on_close(tmp_path):
+    files = JobFiles(tmp_path, spares=3)
+    while files.pending():
+        files.work_once()
+    made = sorted(p.name for p in tmp_path.glob("*.log"))
+    assert len(made) == 3
+    job_id, fd = files.new_log()
+    os.write(fd, b"output\n")
+    os.close(fd)
+    assert f"{job_id}.log" in made and files.pending()  # one to make again
+    files.close()
+    assert [p.name for p in tmp_path.glob("*.log")] == [f"{job_id}.log"]  # only the used one stays
+
+
+def test_deferred_records_are_written_in_order_and_a_superseded_one_is_skipped(tmp_path):
+    files = JobFiles(tmp_path, deferred=True)
+    written, done = [], []
+    write = files._write
+    files._write = lambda job_id, data: (written.append(job_id), write(job_id, data))
+    files.save(record("j000001"), then=lambda: done.append("first"))
+    files.save(record("j000002"))
+    files.save(record("j000001", "completed"), then=lambda: done.append("final"))
+    assert not (tmp_path / "j000001.json").exists()  # nothing on disk until the owner has a quiet moment
+    while files.pending():
+        files.work_once()
+    assert written == ["j000002", "j000001"] and done == ["first", "final"]
+    assert JobRecord.model_validate_json((tmp_path / "j000001.json").read_bytes()).status == "completed"
+
+
+def test_only_old_empty_logs_without_a_record_are_stale_spares(tmp_path):
+    old = time.time() - STALE_AFTER - 5
+    for name, data, age in (("jaaaaaa.log", b"", old), ("jbbbbbb.log", b"", None), ("jcccccc.log", b"x", old),
+                            ("jdddddd.log", b"", old)):
+        (tmp_path / name).write_bytes(data)
+        if age:
+            os.utime(tmp_path / name, (age, age))
+    (tmp_path / "jdddddd.json").write_bytes(record("jdddddd").model_dump_json().encode())
+    assert JobFiles(tmp_path, spares=1).remove_stale_spares() == 1
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == ["jbbbbbb.log", "jcccccc.log", "jdddddd.log"]
