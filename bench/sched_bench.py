@@ -11,6 +11,9 @@ Makefile, then both run with W workers in a fresh directory:
   with fsync) is shown next to it.
 * bound: max(critical path, total work / W) with the body's nominal time.
 
+Run directories are kept until every run is measured (see ``main``), and
+``sync`` settles writeback before each timed command.
+
 Targets: ratio ≤ 1.10 on the ``sleep 0.05`` shapes; team overhead per task
 ≤ 3 ms on ``true`` ((team makespan - make wall) / tasks).
 
@@ -121,26 +124,33 @@ def main() -> None:
     wanted = [w for w in args.only.split(",") if w]
     rows = []
     t_all = time.perf_counter()
+    # Run directories are deleted only once every run is measured: deleting a
+    # run's thousands of files (discards on this VM's disk) slows file
+    # creation for seconds afterwards, which would bill one run's teardown to
+    # the next one (make creates no files, so only team would pay it).
+    scratch = tempfile.TemporaryDirectory(prefix="sched-bench-")
+    n_run = 0
     for shape, needs in shapes(args.quick).items():
         if wanted and not any(shape.startswith(w) for w in wanted):
             continue
         for label, (body, cost) in bodies.items():
             runs = []
             for _ in range(args.repeat):  # make and team alternate, so both see the same noise
-                with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
-                    d = Path(tmp)
-                    write_plan(d / "plan.yaml", "bench", needs, body, w)
-                    write_makefile(d / "Makefile", needs, body)
-                    os.sync()  # settle earlier runs' writeback and deletions (discard) before timing
-                    make_s = run_make(d, w)
-                    os.sync()
-                    runs.append((make_s, *run_team(d, w)))
+                n_run += 1
+                d = Path(scratch.name) / f"run{n_run}"
+                d.mkdir()
+                write_plan(d / "plan.yaml", "bench", needs, body, w)
+                write_makefile(d / "Makefile", needs, body)
+                os.sync()  # settle earlier runs' writeback before timing
+                make_s = run_make(d, w)
                 os.sync()
+                runs.append((make_s, *run_team(d, w)))
             make_s, team_s, team_wall = (statistics.median(r[i] for r in runs) for i in range(3))
             n = len(needs)
             bound = max(critical_len(needs) * cost, n * cost / w)
             rows.append((shape, label, n, bound, make_s, team_s, team_wall))
             print(f"  {shape:16} {label:10} done", file=sys.stderr, flush=True)
+    scratch.cleanup()
     print(f"\nworkers W={w}; makespans in seconds (median of {args.repeat} runs each); "
           f"team = run_started → summary, process = whole `team run`")
     head = f"{'shape':16} {'body':10} {'tasks':>5} {'bound':>6} {'make':>7} {'team':>7} {'ratio':>6} " \
