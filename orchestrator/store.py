@@ -76,6 +76,7 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
     def __init__(self, root: Path | str, *, clock: Clock = time.time, durable: bool = True):
         self.root = Path(root)
         self.dir = tasks_dir(self.root)
+        self.key = self.dir.absolute()  # names this store to the process's pipeline (store_pipeline)
         self.clock = clock
         self.durable = durable
         self.lock_path = self.dir / ".lock"
@@ -108,7 +109,7 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
         goes through it: the section starts once its queued batches are on
         disk, and then works on the files directly (``store_pipeline``).
         """
-        pipe = active(self.dir)
+        pipe = active(self.key)
         if pipe is not None:
             with pipe.exclusive(drain=True):
                 yield
@@ -120,7 +121,7 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
     @contextmanager
     def _locked_for_commit(self) -> Iterator[None]:
         """``locked``, except that in a pipelined run the section's batch is queued, not written."""
-        pipe = active(self.dir)
+        pipe = active(self.key)
         if pipe is None:
             with self.locked():
                 yield
@@ -129,7 +130,7 @@ class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
             yield
 
     def _load_file(self, path: Path) -> Task:
-        pipe = active(self.dir)
+        pipe = active(self.key)
         data = pipe.peek(path) if pipe is not None else None
         try:
             if data is None:

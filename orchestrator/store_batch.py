@@ -96,7 +96,7 @@ class BatchWriter:
             task.updated_at = now
         files = {self.path(t.id): self._serialize(t).encode() for t in tasks}
         lines = self._event_lines(list(records)) if records else ""
-        pipe = active(self.dir)
+        pipe = active(self.key)
         if pipe is not None and pipe.queueing == threading.get_ident():
             pipe.submit(Batch(files, lines, logged=bool(logged_first)))
             return
@@ -140,6 +140,6 @@ class BatchWriter:
 
     def flush(self) -> None:
         """Wait until every batch queued by this process's pipeline is durable."""
-        pipe = active(self.dir)
+        pipe = active(self.key)
         if pipe is not None:
             pipe.flush()

@@ -22,7 +22,7 @@ State (one ``Pipeline`` per ``.tasks`` directory per process)::
 
     mutex     one thread at a time inside ``store.locked()`` in this process
     lock_fd   the store flock; held while a batch is queued or being written
-    overlay   task file -> bytes of its newest decided version not yet renamed
+    overlay   task file name -> bytes of its newest decided version not yet renamed
     queue     batches waiting for the writer; ``busy`` while it writes one group
     error     the writer's failure, raised to every later caller
 
@@ -65,18 +65,18 @@ from .fsutil import flock_fd, waiters
 HOLD_MAX = 0.05
 """Seconds the flock may be held across batches before it is handed to a waiting process."""
 YIELD_PAUSE = 0.002
+"""How long the pipeline stays off the flock when it hands it over."""
 GROUP_DELAY = 0.003
 """Seconds the writer waits after the first queued batch for more to join its group (unless a
 caller is waiting for it): a task claimed and finished within that time is written once."""
-"""How long the pipeline stays off the flock when it hands it over."""
 
 _active: dict[Path, Pipeline] = {}
 _active_lock = threading.Lock()
 
 
-def active(tasks_dir: Path) -> Pipeline | None:
-    """The pipeline running for this ``.tasks`` directory in this process, if any."""
-    return _active.get(tasks_dir) if _active else None
+def active(key: Path) -> Pipeline | None:
+    """The pipeline running in this process for the ``.tasks`` directory ``key`` (absolute), if any."""
+    return _active.get(key) if _active else None
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Pipeline:
         self.store = store
         self.mutex = threading.Lock()
         self.cond = threading.Condition()
-        self.overlay: dict[Path, bytes] = {}
+        self.overlay: dict[str, bytes] = {}
         self.queue: list[Batch] = []
         self.busy = False
         self.error: BaseException | None = None
@@ -114,9 +114,9 @@ class Pipeline:
         """Make a pipeline active for ``store.dir`` in this process for the block."""
         pipe = cls(store)
         with _active_lock:
-            if store.dir in _active:
+            if store.key in _active:
                 raise RuntimeError(f"{store.dir}: a pipeline is already active in this process")
-            _active[store.dir] = pipe
+            _active[store.key] = pipe
         try:
             yield pipe
         finally:
@@ -124,7 +124,7 @@ class Pipeline:
                 pipe.close()
             finally:
                 with _active_lock:
-                    _active.pop(store.dir, None)
+                    _active.pop(store.key, None)
 
     def close(self) -> None:
         """Write everything queued, stop the writer, let go of the flock."""
@@ -167,16 +167,16 @@ class Pipeline:
                         self._release_flock()
 
     def peek(self, path: Path) -> bytes | None:
-        """The queued bytes of ``path``, newer than the file, if any."""
+        """The queued bytes of ``path`` (a file of this ``.tasks``), newer than the file, if any."""
         with self.cond:
-            return self.overlay.get(path)
+            return self.overlay.get(path.name)
 
     def submit(self, batch: Batch) -> None:
         """Queue a decided batch (inside ``exclusive(drain=False)``, on its thread)."""
         if self.queueing != threading.get_ident():
             raise RuntimeError("Pipeline.submit outside its commit section")
         with self.cond:
-            self.overlay.update(batch.files)
+            self.overlay.update((path.name, data) for path, data in batch.files.items())
             self.queue.append(batch)
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_loop, name="team-store-writer", daemon=True)
@@ -262,8 +262,8 @@ class Pipeline:
                 return
             with self.cond:
                 for path, data in files.items():
-                    if self.overlay.get(path) is data:
-                        del self.overlay[path]
+                    if self.overlay.get(path.name) is data:
+                        del self.overlay[path.name]
                 self.busy = False
                 self.cond.notify_all()
                 if not self.queue and self.mutex.acquire(blocking=False):

@@ -242,6 +242,18 @@ def test_pipelined_batches_are_visible_at_once_here_and_on_disk_once_flushed(sto
     assert sorted(e["task"] for e in claims) == ids
 
 
+def test_every_store_of_the_root_in_this_process_goes_through_its_pipeline(store, tmp_path, monkeypatch):
+    ids = [store.create(f"t{i}").id for i in range(2)]
+    monkeypatch.chdir(tmp_path)
+    other = TaskStore(".")  # the same root spelled another way, as a teammate thread might hold it
+    with store.pipelined():
+        store.commit([], [ids[0]], "lead")
+        assert other.read(ids[0]).status == Status.in_progress  # the queued claim, before it is on disk
+        other.update(ids[1], subject="renamed")  # a locked section: the writer drains first
+        assert json.loads(store.path(ids[0]).read_bytes())["status"] == "in_progress"
+        assert store.read(ids[1]).subject == "renamed"
+
+
 def test_a_pipeline_write_failure_stops_the_next_caller_loudly(store, monkeypatch):
     ids = [store.create(f"t{i}").id for i in range(2)]
 

@@ -1,0 +1,26 @@
+"""The benchmarks still run (a brief sample; `make bench` runs them in full and prints the figures)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def run_bench(*args: str) -> str:
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_sched_bench_runs_team_and_make_on_the_same_dag_and_prints_the_ratio():
+    out = run_bench("bench/sched_bench.py", "--quick", "--repeat", "1", "--only", "chain,layers", "--body", "true")
+    rows = [line.split() for line in out.splitlines() if line.startswith(("chain-", "layers-"))]
+    assert [r[0] for r in rows] == ["chain-200", "layers-60x8"] and [int(r[2]) for r in rows] == [40, 96]
+    assert "worst overhead on true" in out and "durable write on this disk" in out
+
+
+def test_token_bench_compares_the_projected_context_with_the_naive_loop():
+    out = run_bench("bench/token_bench.py", "--turns", "20")
+    assert "naive" in out.lower()
