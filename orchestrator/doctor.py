@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import graph, render
+from .errors import UnknownRef
 from .fsutil import TMP_PREFIX, read_jsonl
 from .models import Status, Task
 from .paths import team_dir
@@ -330,12 +331,19 @@ def check_orphaned_jobs(ctx: Context) -> list[Finding]:
     from .jobs import JobManager, job_orphaned
 
     mgr = JobManager(ctx.root)
-    return [Finding(
+    hint = "`team doctor --fix` (or the next `team run`) kills what is left of it and marks it lost"
+    found = [Finding(
         "orphaned-job",
         f"job {r.id} is marked running but its manager pid {r.manager_pid} is gone (command: {r.command})",
-        hint="`team doctor --fix` (or the next `team run`) kills what is left of it and marks it lost",
-        path=r.log, fix=_job_reaper(mgr, r.id))
+        hint=hint, path=r.log, fix=_job_reaper(mgr, r.id))
         for r in mgr.list() if job_orphaned(r)]
+    for o in mgr.unrecorded_orphans():
+        pids = ", ".join(str(pid) for pid, _, _ in sorted(o.pids))
+        found.append(Finding(
+            "orphaned-job",
+            f"job {o.job_id} runs (pids {pids}) without a record, and its manager pid {o.manager_pid} is gone",
+            hint=hint, path=ctx.rel(mgr.dir / f"{o.job_id}.log"), fix=_job_reaper(mgr, o.job_id)))
+    return found
 
 
 def _job_reaper(mgr, job_id: str) -> Callable[[], str]:
@@ -343,8 +351,11 @@ def _job_reaper(mgr, job_id: str) -> Callable[[], str]:
         from . import procs
         from .jobs import JOB_ENV
 
-        rec = mgr.get(job_id)
-        doomed = procs.group_members(rec.pgid, JOB_ENV, rec.id) if rec.pgid else []
+        try:
+            rec = mgr.get(job_id)
+            doomed = procs.group_members(rec.pgid, JOB_ENV, rec.id) if rec.pgid else []
+        except UnknownRef:  # no record yet: its processes are what reap_orphans finds
+            doomed = [pid for o in mgr.unrecorded_orphans() if o.job_id == job_id for pid, _, _ in o.pids]
         if job_id not in {r.id for r in mgr.reap_orphans()}:
             return f"{job_id} was already {mgr.get(job_id).status}"
         killed = f"killed pids {', '.join(map(str, sorted(doomed)))}" if doomed else "nothing of it was left running"

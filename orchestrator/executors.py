@@ -94,6 +94,7 @@ class Context:
     workspace: Path | None = None  # where agent tasks work (default: root)
     team: list[tuple[str, str]] = field(default_factory=list)  # the plan's (name, role) teammates
     plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
+    note: Callable[[str], None] | None = None  # tells the user something that is not an outcome
 
 
 ExecutorFactory = Callable[[Context], Executor]
@@ -243,10 +244,12 @@ class ShellExecutor:
     def _secret_names(self) -> list[str]:
         """``secret_env_names(os.environ)``, recomputed only when a secret was registered since
         (the lead's environment does not change during a run)."""
-        if self._secrets_seen != redact.generation:
-            self._secrets_seen = redact.generation
-            self._secret_env = secret_env_names(os.environ)
-        return self._secret_env
+        with self._lock:
+            generation = redact.generation
+            if self._secrets_seen != generation:
+                self._secret_env = secret_env_names(os.environ)
+                self._secrets_seen = generation
+            return self._secret_env
 
     def _take(self, ref: str) -> tuple[int, int, DoneCallback, float | None] | None:
         with self._lock:
@@ -286,6 +289,10 @@ class ShellExecutor:
         for t in self._starters:  # a start in flight registers (and is killed) before we shut down
             t.join(timeout=10)
         self.backend.close()
+        errors = getattr(self.backend, "errors", [])
+        if errors and self.ctx.note is not None:
+            self.ctx.note(f"warning: {len(errors)} job record(s) in .team/jobs could not be written "
+                          f"(first: {errors[0]}); the tasks' results are in the task store")
 
 
 register("shell", ShellExecutor)

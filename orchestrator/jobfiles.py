@@ -12,8 +12,9 @@ to the job running and from its exit to the notification:
   (or creates one itself when none is left). Unused spares are removed on
   ``close``. A manager killed with spares left leaves empty logs without a
   record; the next job server deletes those older than ``STALE_AFTER``
-  seconds (``remove_stale_spares``): a live manager writes a record within
-  milliseconds of taking a log.
+  seconds that no running process names as its ``TEAM_JOB_ID``
+  (``remove_stale_spares``): a live manager writes a record within
+  milliseconds of taking a log, and a dead one's jobs are still running.
 * **Deferred records** (``deferred=True``): ``save`` serialises the record
   at once and queues the bytes; they are written in order (temp file +
   rename, no fsync: the task store is the durable truth). A record
@@ -38,7 +39,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 
-from .jobrecords import JobRecord
+from . import procs
+from .jobrecords import JOB_ENV, JobRecord
 
 STALE_AFTER = 10.0
 """Seconds after which an empty log without a record is a dead manager's spare."""
@@ -57,6 +59,7 @@ class JobFiles:
         self._records: deque[tuple[str, bytes, Callable[[], None] | None]] = deque()
         self._queued: Counter[str] = Counter()  # job id -> records of it in the queue
         self.fill_error: OSError | None = None  # why spares stopped being made, if they did
+        self.write_errors: list[str] = []  # deferred records that could not be written
         self._lock = threading.Lock()  # the queues (a threaded manager saves on the caller's thread)
 
     def _ensure_dir(self) -> None:
@@ -83,12 +86,13 @@ class JobFiles:
         return self._create_log()
 
     def remove_stale_spares(self) -> int:
-        """Delete empty logs that have no record and are older than ``STALE_AFTER``."""
+        """Delete empty logs that have no record, are older than ``STALE_AFTER`` and belong to no
+        running process (a job of a killed lead may not have printed anything yet)."""
         self._ensure_dir()
-        removed = 0
         now = time.time()
         with os.scandir(self.dir) as it:
             entries = {e.name: e for e in it}
+        stale = []
         for name, entry in entries.items():
             if not name.endswith(".log") or f"{name[:-4]}.json" in entries:
                 continue
@@ -97,9 +101,13 @@ class JobFiles:
             except FileNotFoundError:
                 continue
             if st.st_size == 0 and now - st.st_mtime > STALE_AFTER:
-                Path(entry.path).unlink(missing_ok=True)
-                removed += 1
-        return removed
+                stale.append(entry)
+        if stale:
+            running = {procs.environ(pid).get(JOB_ENV) for pid in procs.pids()}
+            stale = [e for e in stale if e.name[:-4] not in running]
+        for entry in stale:
+            Path(entry.path).unlink(missing_ok=True)
+        return len(stale)
 
     # -- records -------------------------------------------------------------------
     def save(self, record: JobRecord, then: Callable[[], None] | None = None) -> None:
@@ -139,8 +147,11 @@ class JobFiles:
                     del self._queued[entry[0]]
         if entry is not None:
             job_id, data, then = entry
-            if latest:
-                self._write(job_id, data)
+            try:
+                if latest:
+                    self._write(job_id, data)
+            except OSError as e:  # the job ran and was reported; only its record is missing
+                self.write_errors.append(f"{job_id}: {e}")
             if then is not None:
                 then()
             return

@@ -14,10 +14,12 @@ and ``_save`` it uses.
   they inherit (procs.py), never by a bare pid that may have been reused.
   A job whose manager died before writing its first record (the job server
   writes records off its start path, ``jobfiles``) has no record to find:
-  its processes are found by ``TEAM_JOB_ID`` (with a log under this root)
-  and ``TEAM_JOB_MANAGER`` (naming a dead manager), killed, and recorded
-  ``lost``. (A command that wipes its environment, ``env -i``, cannot be
-  found either way.)
+  its processes are found by ``TEAM_JOB_ID`` and ``TEAM_JOB_MANAGER``
+  (naming a dead manager and this root's jobs directory), each checked
+  again just before it is killed, with their groups; the job is recorded
+  ``lost`` (``unrecorded_orphans`` lists them for ``team doctor``). (A
+  command that wipes its environment, ``env -i``, cannot be found either
+  way.)
 * ``kill`` of a job another live manager watches leaves a ``<id>.kill``
   marker (so that manager records ``killed``), signals the group
   (TERM, grace, KILL) and waits for the final record; if nobody writes it,
@@ -30,11 +32,48 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import dataclass, field
 
 from . import procs
 from .fsutil import file_lock
 from .jobrecords import JOB_ENV, MANAGER_ENV, JobRecord, job_leader_alive, read_tail
 from .models import NAME_RE
+
+
+def parse_manager(value: str) -> tuple[int, int | None, str] | None:
+    """``MANAGER_ENV``'s ``<pid>:<start ticks>:<jobs dir>`` -> its parts (None if malformed)."""
+    pid, _, rest = value.partition(":")
+    ticks, _, jobs_dir = rest.partition(":")
+    if not pid.isdigit() or not jobs_dir:
+        return None
+    return int(pid), int(ticks) if ticks.isdigit() else None, jobs_dir
+
+
+@dataclass
+class Unrecorded:
+    """A job with live processes, no record, and a dead manager."""
+
+    job_id: str
+    manager_pid: int
+    manager_start: int | None
+    pids: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, process group, start ticks)
+
+
+def _kill_job(orphan: Unrecorded) -> None:
+    """SIGKILL the job's processes, each checked again to still be this job's (no reused pid),
+    their groups, and whatever of the job is found alive afterwards."""
+    def ours(pid: int, ticks: int | None = None) -> bool:
+        return procs.alive(pid, ticks) and procs.has_env(pid, JOB_ENV, orphan.job_id)
+
+    for pid, pgrp, ticks in orphan.pids:
+        if ours(pid, ticks):
+            procs.killpg(pid, signal.SIGKILL) if pid == pgrp else procs.kill(pid, signal.SIGKILL)
+    for pgrp in {pgrp for _, pgrp, _ in orphan.pids}:
+        for pid in procs.group_members(pgrp, JOB_ENV, orphan.job_id):
+            procs.kill(pid, signal.SIGKILL)
+    for pid in procs.pids():  # children started after the scan, in a group of their own
+        if ours(pid):
+            procs.kill(pid, signal.SIGKILL)
 
 
 class UnwatchedJobs:
@@ -62,34 +101,41 @@ class UnwatchedJobs:
             time.sleep(0.01)
         return True
 
-    def _reap_unrecorded(self) -> list[JobRecord]:
-        found: dict[str, list[tuple[int, dict[str, str]]]] = {}
+    def unrecorded_orphans(self) -> list[Unrecorded]:
+        """Live processes of jobs of this root that have no record and a dead manager (reported, not killed)."""
+        here = str(self.dir.absolute())
+        found: dict[str, Unrecorded] = {}
         for pid in procs.pids():
             env = procs.environ(pid)
-            job_id, manager = env.get(JOB_ENV), env.get(MANAGER_ENV, "")
-            if job_id is None or not NAME_RE.match(job_id) or not (self.dir / f"{job_id}.log").exists():
+            job_id, manager = env.get(JOB_ENV), parse_manager(env.get(MANAGER_ENV, ""))
+            if not job_id or not NAME_RE.match(job_id) or manager is None or manager[2] != here:
                 continue  # not a job, or a job of another root
-            mpid, _, ticks = manager.partition(":")
-            if mpid.isdigit() and procs.alive(int(mpid), int(ticks) if ticks.isdigit() else None):
-                continue  # its manager runs: it writes the record
-            found.setdefault(job_id, []).append((pid, env))
-        lost = []
-        for job_id, members in found.items():
-            with file_lock(self.dir / ".lock"):
+            mpid, ticks, _ = manager
+            st = procs.stat(pid)
+            if st is None or st[0] in ("Z", "X") or procs.alive(mpid, ticks):
+                continue  # gone, or its manager runs (and writes its record)
+            if job_id not in found:
                 if (self.dir / f"{job_id}.json").exists():
+                    continue  # recorded: reap_orphans' record pass handles it
+                found[job_id] = Unrecorded(job_id, mpid, ticks)
+            found[job_id].pids.append((pid, st[1], st[2]))
+        return list(found.values())
+
+    def _reap_unrecorded(self) -> list[JobRecord]:
+        lost = []
+        for orphan in self.unrecorded_orphans():
+            with file_lock(self.dir / ".lock"):
+                if (self.dir / f"{orphan.job_id}.json").exists():
                     continue  # recorded meanwhile: the record pass handles it
-                states = {pid: procs.stat(pid) for pid, _ in members}
-                for pid, _ in members:
-                    procs.kill(pid, signal.SIGKILL)
-                leader = next((pid for pid, st in states.items() if st and st[1] == pid), min(states))
-                mpid, _, ticks = members[0][1].get(MANAGER_ENV, "").partition(":")
+                leader = next((pid for pid, pgrp, _ in orphan.pids if pid == pgrp), min(orphan.pids)[0])
+                command = procs.cmdline(leader) or "?"
+                _kill_job(orphan)
+                log = self.dir / f"{orphan.job_id}.log"
                 record = JobRecord(
-                    id=job_id, command=procs.cmdline(leader) or "?", owner="?", pid=leader, pgid=leader,
-                    status="lost", started_at=self.clock(), finished_at=self.clock(),
-                    log=str((self.dir / f"{job_id}.log").relative_to(self.root)),
-                    manager_pid=int(mpid) if mpid.isdigit() else 0,
-                    manager_start=int(ticks) if ticks.isdigit() else None,
-                    tail=read_tail(self.dir / f"{job_id}.log", self.tail_bytes))
+                    id=orphan.job_id, command=command, owner="?", pid=leader, pgid=leader, status="lost",
+                    started_at=self.clock(), finished_at=self.clock(), log=str(log.relative_to(self.root)),
+                    manager_pid=orphan.manager_pid, manager_start=orphan.manager_start,
+                    tail=read_tail(log, self.tail_bytes))
                 self._save(record)
                 lost.append(record)
         return lost

@@ -9,8 +9,9 @@ is queued a ``Notification`` carrying the same.
 A job's processes carry ``TEAM_JOB_ID=<id>`` (``JOB_ENV``) in their
 environment, so ``job_leader_alive`` can tell the job's own leader from an
 unrelated process that reused its pid, and ``TEAM_JOB_MANAGER=<pid>:<start
-ticks>`` (``MANAGER_ENV``), so a job whose manager died before writing its
-record is still found and reaped (``joborphans``).
+ticks>:<jobs dir>`` (``MANAGER_ENV``), so a job whose manager died before
+writing its record is still found, and known to be this root's, and reaped
+(``joborphans``).
 """
 
 from __future__ import annotations

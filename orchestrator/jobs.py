@@ -136,26 +136,18 @@ _BUILTINS = frozenset(
 )
 
 
-def command_argv(command: str, path: str, found: dict[tuple[str, str], str] | None = None) -> list[str]:
+def command_argv(command: str, path: str) -> list[str]:
     """``argv`` to run ``command``: exec'd directly when it is plain words
-    naming a program on ``path``, else through ``/bin/sh -c``.
-
-    ``found`` memoises the programs located (the job server keeps one): a
-    program removed since is caught at exec (ENOENT) and left to the shell.
-    """
+    naming a program on ``path``, else through ``/bin/sh -c``."""
     text = command.strip()
-    if not _PLAIN.fullmatch(text):
-        return ["/bin/sh", "-c", command]
-    words = text.split()
-    key = (words[0], path)
-    program = found.get(key) if found is not None else None
     # A relative PATH entry would be resolved from our cwd, not the job's: leave it to the shell.
-    if program is None and all(os.path.isabs(d) for d in path.split(os.pathsep)):
+    if _PLAIN.fullmatch(text) and all(os.path.isabs(d) for d in path.split(os.pathsep)):
+        words = text.split()
         if words[0] not in _BUILTINS and "/" not in words[0]:
             program = shutil.which(words[0], path=path)
-            if program is not None and found is not None:
-                found[key] = program
-    return [program, *words[1:]] if program is not None else ["/bin/sh", "-c", command]
+            if program is not None:
+                return [program, *words[1:]]
+    return ["/bin/sh", "-c", command]
 
 
 class JobManager(UnwatchedJobs):
@@ -193,10 +185,9 @@ class JobManager(UnwatchedJobs):
         self._serving = False  # serve() runs the watcher on the caller's thread
         self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
         self._extra: dict[int, Callable[[], bool]] = {}  # serve(): fd -> handler
-        # serve(): the environment snapshot and programs found on PATH (a server's
-        # environment does not change; a threaded manager reads os.environ each time)
+        # serve(): the environment, read once (a server's environment does not change;
+        # a threaded manager reads os.environ at each start)
         self._environ: dict[str, str] | None = None
-        self._found: dict[tuple[str, str], str] | None = None
         atexit.register(_shutdown_at_exit, weakref.ref(self))
 
     # -- paths and records -------------------------------------------------
@@ -251,11 +242,11 @@ class JobManager(UnwatchedJobs):
         if env:
             child_env.update(env)
         child_env[JOB_ENV] = job_id
-        child_env[MANAGER_ENV] = f"{self._pid}:{self._pid_start}"
+        child_env[MANAGER_ENV] = f"{self._pid}:{self._pid_start}:{self.dir.absolute()}"
         # $PWD names the job's directory, as a shell (or make) would set it.
         child_env["PWD"] = str(Path(cwd).absolute()) if cwd is not None else os.getcwd()
         shell_argv = ["/bin/sh", "-c", command]
-        argv = command_argv(command, child_env.get("PATH", ""), self._found)
+        argv = command_argv(command, child_env.get("PATH", ""))
         prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
 
         def spawn_argv(argv: list[str]) -> Child | subprocess.Popen:
@@ -270,8 +261,6 @@ class JobManager(UnwatchedJobs):
             except OSError as e:  # a script without #!, a program gone since: the shell says what it can
                 if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES, errno.ENOENT):
                     raise
-                if self._found is not None:
-                    self._found.clear()
                 return spawn_argv(shell_argv)
 
         try:
@@ -323,7 +312,7 @@ class JobManager(UnwatchedJobs):
         work (``jobfiles``) when nothing else is ready.
         """
         self._serving = True
-        self._environ, self._found = dict(os.environ), {}
+        self._environ = dict(os.environ)
         with self._cond:
             if self._epoll is None:
                 self._open_epoll()

@@ -52,7 +52,7 @@ Protocol, one JSON object per line::
                     {"op": "kill", "ref"}        {"op": "shutdown"}
     server → lead   {"op": "note", "ref", ...Notification}
                     {"op": "error", "ref", "error"}   the job could not start; nothing runs
-                    {"op": "bye"}
+                    {"op": "bye", "errors": [records it could not write]}
 
 If the server dies unexpectedly, every attempt still out is reported as an
 error ("the job server died"); its jobs are reaped as orphans by the next lead.
@@ -138,6 +138,7 @@ class JobServer:
         self._out: set[str] = set()  # refs started and not yet reported
         self._out_lock = threading.Lock()
         self._bye = threading.Event()
+        self.errors: list[str] = []  # job records the server could not write (sent with its bye)
         self._closed = False
         self._reader = threading.Thread(target=self._read, args=(replies,), name="team-job-server-reader",
                                         daemon=True)
@@ -227,6 +228,7 @@ class JobServer:
                 msg = json.loads(line)
                 op = msg.pop("op")
                 if op == "bye":
+                    self.errors = msg.get("errors") or []
                     self._bye.set()
                     continue
                 ref = msg.pop("ref")
@@ -328,4 +330,4 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
 
     manager.serve(requests, on_requests)  # returns once the requests ended and no job is left
     manager.files.close()
-    send({"op": "bye"})
+    send({"op": "bye", "errors": manager.files.write_errors})

@@ -173,7 +173,7 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
         ctx = executors.Context(root=root, plan=lp.plan.name, model=lp.model,
                                 workspace=(lp.base / cwd).resolve() if cwd else lp.base,
                                 team=[(m.name, m.role) for m in lp.plan.team],
-                                plan_mode={m.name for m in lp.plan.team if m.plan_mode})
+                                plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note)
         iso = _isolation(lp, root, fresh)
         execs = executors.build(set(kinds), ctx)
         if iso is not None:

@@ -51,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConflictError, CorruptFile, UnknownRef
+from .errors import ConflictError, CorruptFile, TeamError, UnknownRef
 from .executors import Executor, Outcome
 from .models import Status, Task
 from .store import TaskStore
@@ -120,6 +120,7 @@ class Scheduler:
                                    deps=list(t.blockedBy)) for t in tasks}
         self._leases: dict[int, int] = {}
         self._hb_stop = threading.Event()
+        self._failure: BaseException | None = None  # from another thread (store writer, heartbeat)
 
     # ------------------------------------------------------------------ state
     def _init_state(self) -> None:
@@ -157,7 +158,7 @@ class Scheduler:
         hb = threading.Thread(target=self._heartbeat, name="team-heartbeat", daemon=True)
         hb.start()
         try:
-            with self.store.pipelined():  # batches are made durable by a writer thread
+            with self.store.pipelined(on_error=self._fail):  # batches are made durable by a writer thread
                 self._loop()
         except BaseException:
             self._abort("interrupted")
@@ -195,6 +196,8 @@ class Scheduler:
                     batch.append(self.events.get_nowait())
                 except queue.Empty:
                     break
+            if self._failure is not None:
+                raise self._failure
             finals = self._handle(batch)
 
     def _promote_delayed(self) -> None:
@@ -377,9 +380,18 @@ class Scheduler:
                 continue
         self.running.clear()
 
+    def _fail(self, error: BaseException) -> None:
+        """Another thread hit an error the run cannot go on with: wake the loop to raise it."""
+        self._failure = error
+        self.events.put(Outcome(-1, -1, "failed", error=str(error)))  # a wake-up; the loop raises first
+
     def _heartbeat(self) -> None:
         every = max(0.05, self.opts.lease / 3)
         while not self._hb_stop.wait(every):
             leases = dict(self._leases)
             if leases:
-                self.store.renew_many(leases, self.opts.lease)
+                try:
+                    self.store.renew_many(leases, self.opts.lease)
+                except (OSError, TeamError) as e:  # the disk failed (or the store writer did)
+                    self._fail(e)
+                    return

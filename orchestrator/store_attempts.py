@@ -1,7 +1,7 @@
 """The attempt lifecycle of a task: claim, lease, hand over, finish, release.
 
 Mixed into ``store.TaskStore`` (``AttemptLifecycle``), whose lock, file and
-event primitives (``locked``, ``read``, ``get``, ``_write``, ``_save``,
+event primitives (``locked``, ``read``, ``get``, ``_save``,
 ``_event_record``, ``_write_batch``) it uses; callers only ever see
 ``TaskStore``.
 

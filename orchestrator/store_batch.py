@@ -127,15 +127,16 @@ class BatchWriter:
             log_sync.result()
 
     @contextmanager
-    def pipelined(self) -> Iterator[None]:
+    def pipelined(self, on_error: Callable[[BaseException], None] | None = None) -> Iterator[None]:
         """``commit`` batches made in the block go to a group-commit writer (``store_pipeline``).
 
         This process then holds the store lock while it has batches not yet
         on disk, and every read in this process sees them at once; the block
         ends once everything is durable. The run scheduler uses it, so it
         never waits for the disk between outcomes and job starts.
+        ``on_error(exc)``: called from the writer thread when a write fails.
         """
-        with Pipeline.running(self):
+        with Pipeline.running(self, on_error):
             yield
 
     def flush(self) -> None:

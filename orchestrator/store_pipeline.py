@@ -24,7 +24,8 @@ State (one ``Pipeline`` per ``.tasks`` directory per process)::
     lock_fd   the store flock; held while a batch is queued or being written
     overlay   task file name -> bytes of its newest decided version not yet renamed
     queue     batches waiting for the writer; ``busy`` while it writes one group
-    error     the writer's failure, raised to every later caller
+    error     the writer's failure, raised to every later caller (the queue and
+              overlay are dropped and the lock let go: the run must stop)
 
 Sections (``exclusive``):
 
@@ -35,12 +36,14 @@ Sections (``exclusive``):
   synchronously, exactly as without a pipeline.
 
 Other processes wait for the flock as usual. It is released whenever
-nothing is queued or being written; under back-to-back batches (a chain of
-instant tasks) it is handed over (drain, release, a short pause, take
-again) once it has been held ``HOLD_MAX`` seconds while another process is
-blocked on it (a waiter holds ``.tasks/.lock-waiting`` shared while it
-blocks: ``fsutil.file_lock(announce=...)``), so ``team task update`` from
-another shell waits at most about that long.
+nothing is queued or being written (at the latest ``GROUP_DELAY`` plus one
+group's write after the last batch); under back-to-back batches (a chain of
+instant tasks) it is handed over (drain, release, a ``YIELD_PAUSE``, take
+again) at the first batch after it has been held ``HOLD_MAX`` seconds while
+another process is blocked on it (a waiter holds ``.tasks/.lock-waiting``
+shared while it blocks: ``fsutil.file_lock(announce=...)``), so ``team task
+update`` from another shell typically waits tens of milliseconds. If a
+write fails, the queue is dropped and the lock let go at once.
 
 Crash safety: a batch's claims are in the event log before its jobs start
 (``TaskStore.commit``); a SIGKILL before the writer renamed its files leaves
@@ -55,12 +58,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .fsutil import flock_fd, waiters
+from .fsutil import file_lock, flock_fd, waiters
 
 HOLD_MAX = 0.05
 """Seconds the flock may be held across batches before it is handed to a waiting process."""
@@ -91,8 +94,9 @@ class Batch:
 class Pipeline:
     """See the module docstring. Built and closed by ``TaskStore.pipelined``."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store, on_error: Callable[[BaseException], None] | None = None) -> None:
         self.store = store
+        self.on_error = on_error
         self.mutex = threading.Lock()
         self.cond = threading.Condition()
         self.overlay: dict[str, bytes] = {}
@@ -105,14 +109,20 @@ class Pipeline:
         self._waiting_fd = -1  # .lock-waiting, kept open to ask whether someone waits
         self._writer: threading.Thread | None = None
         self._closing = False
+        self._closed = False  # after close(): sections fall back to the plain store lock
         self._draining = 0  # threads waiting for the writer to be idle: no group delay then
 
     # -- lifecycle ---------------------------------------------------------------
     @classmethod
     @contextmanager
-    def running(cls, store) -> Iterator[Pipeline]:
-        """Make a pipeline active for ``store.dir`` in this process for the block."""
-        pipe = cls(store)
+    def running(cls, store, on_error: Callable[[BaseException], None] | None = None) -> Iterator[Pipeline]:
+        """Make a pipeline active for ``store.dir`` in this process for the block.
+
+        ``on_error(exc)`` is called on the writer's thread if a write fails
+        (so a caller asleep on something else can stop at once); the error
+        is raised to every later caller as well.
+        """
+        pipe = cls(store, on_error)
         with _active_lock:
             if store.key in _active:
                 raise RuntimeError(f"{store.dir}: a pipeline is already active in this process")
@@ -141,6 +151,7 @@ class Pipeline:
                 if self._waiting_fd >= 0:
                     os.close(self._waiting_fd)
                     self._waiting_fd = -1
+                self._closed = True
         self._raise_error()
 
     # -- sections ------------------------------------------------------------------
@@ -148,6 +159,10 @@ class Pipeline:
     def exclusive(self, *, drain: bool) -> Iterator[None]:
         """Hold the store for this thread (see the module docstring)."""
         with self.mutex:
+            if self._closed:  # a thread that found the pipeline just before it closed
+                with file_lock(self.store.lock_path, announce=self.store.waiting_path):
+                    yield
+                return
             try:
                 self._raise_error()
                 if drain:
@@ -176,17 +191,20 @@ class Pipeline:
         if self.queueing != threading.get_ident():
             raise RuntimeError("Pipeline.submit outside its commit section")
         with self.cond:
+            if self._writer is None:  # started before anything is queued: a failed start queues nothing
+                writer = threading.Thread(target=self._write_loop, name="team-store-writer", daemon=True)
+                writer.start()
+                self._writer = writer
             self.overlay.update((path.name, data) for path, data in batch.files.items())
             self.queue.append(batch)
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_loop, name="team-store-writer", daemon=True)
-                self._writer.start()
             self.cond.notify_all()
 
     def flush(self) -> None:
         """Wait until everything queued so far is durable (re-raises a writer error)."""
         with self.mutex:
             self._wait_idle()
+            with self.cond:
+                self._release_flock()  # idle: nothing left to protect
 
     # -- the flock --------------------------------------------------------------------
     def _take_flock(self) -> None:
@@ -239,35 +257,53 @@ class Pipeline:
             raise self.error
 
     def _write_loop(self) -> None:
-        while True:
-            with self.cond:
-                while not self.queue and not self._closing:
-                    self.cond.wait()
-                if not self.queue:
-                    return
-                if GROUP_DELAY and not self._closing and not self._draining:
-                    self.cond.wait_for(lambda: self._closing or self._draining, GROUP_DELAY)
-                group, self.queue = self.queue, []
-                self.busy = True
-            files: dict[Path, bytes] = {}
-            for batch in group:
-                files.update(batch.files)
-            lines = "\n".join(b.lines for b in group if b.lines)
+        try:
+            while self._write_group():
+                pass
+        except BaseException as e:  # kept and raised in every later caller: the run stops loudly
+            self._fail(e)
+
+    def _write_group(self) -> bool:
+        """Take what is queued (after the group delay) and write it; False once closing and empty."""
+        with self.cond:
+            while not self.queue and not self._closing:
+                self.cond.wait()
+            if not self.queue:
+                return False
+            if GROUP_DELAY and not self._closing and not self._draining:
+                self.cond.wait_for(lambda: self._closing or self._draining, GROUP_DELAY)
+            group, self.queue = self.queue, []
+            self.busy = True
+        files: dict[Path, bytes] = {}
+        for batch in group:
+            files.update(batch.files)
+        lines = "\n".join(b.lines for b in group if b.lines)
+        self.store._write_files(files, lines, synced_lines=any(b.logged for b in group))
+        with self.cond:
+            for path, data in files.items():
+                if self.overlay.get(path.name) is data:
+                    del self.overlay[path.name]
+            self.busy = False
+            self.cond.notify_all()
+            self._release_if_idle()
+        return True
+
+    def _release_if_idle(self) -> None:
+        """Let go of the flock when nothing is queued and no section runs (``cond`` held)."""
+        if not self.queue and not self.busy and self.mutex.acquire(blocking=False):
             try:
-                self.store._write_files(files, lines, synced_lines=any(b.logged for b in group))
-            except BaseException as e:  # kept and raised in the next caller: the run stops loudly
-                with self.cond:
-                    self.error, self.busy = e, False
-                    self.cond.notify_all()
-                return
-            with self.cond:
-                for path, data in files.items():
-                    if self.overlay.get(path.name) is data:
-                        del self.overlay[path.name]
-                self.busy = False
-                self.cond.notify_all()
-                if not self.queue and self.mutex.acquire(blocking=False):
-                    try:
-                        self._release_flock()
-                    finally:
-                        self.mutex.release()
+                self._release_flock()
+            finally:
+                self.mutex.release()
+
+    def _fail(self, error: BaseException) -> None:
+        """A write failed: drop what is queued (its tasks run again after a restart), free the lock."""
+        with self.cond:
+            self.error = error
+            self.queue.clear()
+            self.overlay.clear()
+            self.busy = False
+            self.cond.notify_all()
+            self._release_if_idle()
+        if self.on_error is not None:
+            self.on_error(error)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 from orchestrator.jobfiles import STALE_AFTER, JobFiles
@@ -53,3 +55,31 @@ def test_only_old_empty_logs_without_a_record_are_stale_spares(tmp_path):
     (tmp_path / "jdddddd.json").write_bytes(record("jdddddd").model_dump_json().encode())
     assert JobFiles(tmp_path, spares=1).remove_stale_spares() == 1
     assert sorted(p.name for p in tmp_path.glob("*.log")) == ["jbbbbbb.log", "jcccccc.log", "jdddddd.log"]
+
+
+def test_a_stale_looking_log_of_a_job_still_running_is_kept(tmp_path):
+    """A lead killed before its job printed anything or was recorded: the log is the job's, not a spare."""
+    old = time.time() - STALE_AFTER - 5
+    (tmp_path / "jeeeeee.log").write_bytes(b"")
+    os.utime(tmp_path / "jeeeeee.log", (old, old))
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                           env={**os.environ, "TEAM_JOB_ID": "jeeeeee"})
+    try:
+        assert JobFiles(tmp_path, spares=1).remove_stale_spares() == 0
+    finally:
+        job.kill()
+        job.wait()
+    assert JobFiles(tmp_path, spares=1).remove_stale_spares() == 1
+
+
+def test_a_record_that_cannot_be_written_is_noted_and_the_loop_goes_on(tmp_path):
+    files = JobFiles(tmp_path, deferred=True)
+    done = []
+
+    def disk_full(job_id, data):
+        raise OSError(28, "No space left on device")
+
+    files._write = disk_full
+    files.save(record("j000001", "completed"), then=lambda: done.append(1))
+    files.work_once()
+    assert done == [1] and files.write_errors == ["j000001: [Errno 28] No space left on device"]

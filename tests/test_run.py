@@ -271,3 +271,45 @@ def test_a_task_whose_cwd_vanished_fails_instead_of_hanging_the_run(tmp_path):
     assert tasks["b"].error.startswith("cannot start: job working directory") and "does not exist" in tasks["b"].error
     assert (tasks["c"].status.value, tasks["c"].error) == ("cancelled", "needs #2 (b), which failed")
     assert tasks["d"].status.value == "completed"  # the executor kept working after the failure
+
+
+def test_a_task_store_that_cannot_be_written_stops_the_run_at_once(tmp_path, monkeypatch):
+    """The group-commit writer fails (disk full) while a long job runs: the run stops with that
+    error instead of waiting for the job, and the job is killed."""
+    import threading
+
+    from orchestrator.plan import load_plan
+    from orchestrator.runplan import run_plan
+
+    plan(tmp_path, """name: full
+tasks:
+  - {id: long, run: 'sleep 600'}
+""")
+    real = TaskStore._write_files
+
+    def disk_full(self, files, lines, **kw):
+        if threading.current_thread().name == "team-store-writer":
+            raise OSError(28, "No space left on device")
+        return real(self, files, lines, **kw)
+
+    monkeypatch.setattr(TaskStore, "_write_files", disk_full)
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_plan(load_plan(tmp_path / "plan.yaml"), tmp_path, emit=lambda e: None, note=lambda s: None)
+        except OSError as e:
+            outcome.append(e)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the run waited for its job after the store failed"
+    assert [str(e) for e in outcome] == ["[Errno 28] No space left on device"]
+    from orchestrator import procs
+
+    def job_processes() -> list[int]:
+        return [pid for pid in procs.pids() if procs.alive(pid)
+                and procs.environ(pid).get("TEAM_ROOT") == str(tmp_path)]
+
+    wait_until(lambda: not job_processes(), timeout=15, what="the job killed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from util import wait_until
 
 from orchestrator.errors import (
     ConflictError,
@@ -236,6 +237,7 @@ def test_pipelined_batches_are_visible_at_once_here_and_on_disk_once_flushed(sto
         store.flush()
         on_disk = {json.loads(store.path(i).read_bytes())["status"] for i in ids}
         assert on_disk == {"completed"}
+        assert lock_is_free(store)  # nothing queued: another process may take the store lock
     completed = [e for e in store.events()[0] if e.get("to") == "completed"]
     assert sorted(e["task"] for e in completed) == ids
     claims = [e for e in store.events()[0] if e.get("event") == "claimed"]
@@ -254,16 +256,34 @@ def test_every_store_of_the_root_in_this_process_goes_through_its_pipeline(store
         assert store.read(ids[1]).subject == "renamed"
 
 
+def lock_is_free(store: TaskStore) -> bool:
+    import fcntl
+    import os
+
+    fd = os.open(store.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def test_a_pipeline_write_failure_stops_the_next_caller_loudly(store, monkeypatch):
     ids = [store.create(f"t{i}").id for i in range(2)]
+    told = []
 
     def disk_full(files, lines, **kw):
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):
-        with store.pipelined():
+        with store.pipelined(on_error=told.append):
             monkeypatch.setattr(store, "_write_files", disk_full)
             store.commit([], [ids[0]], "lead")
+            wait_until(lambda: told, timeout=10, what="the writer reports its failure")
+            assert lock_is_free(store)  # other processes are not locked out by a failed run
+            assert store.read(ids[0]).status == Status.pending  # the unwritten claim is not served
             with pytest.raises(OSError, match="No space left"):  # the writer failed in the background
                 store.flush()
             with pytest.raises(OSError, match="No space left"):  # and every later caller hears of it
