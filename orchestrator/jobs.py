@@ -16,11 +16,14 @@ Lifecycle::
                        └──► lost        its manager process died (``reap_orphans``)
 
 Modules: the record and notification (``jobrecords``), the process handle,
-exit fd and spawner thread (``jobspawn``), jobs this manager does not watch
-(``joborphans``, mixed into ``JobManager``), and here the manager itself.
+exit fd and spawner thread (``jobspawn``), log files and record writes
+(``jobfiles``), the watcher loop (``jobwatch``, mixed into ``JobManager``),
+jobs this manager does not watch (``joborphans``, mixed in too), and here
+the manager itself.
 
-* One watcher thread per manager waits on every job's pidfd with epoll (no
-  polling; no thread start on the ``start()`` path: ~1 ms is fork+exec).
+* One watcher loop per manager waits on every job's pidfd with epoll (no
+  polling; no thread start on the ``start()`` path: ~1 ms is fork+exec); it
+  runs on its own thread, or on the caller's in ``serve`` (the job server).
   A pidfd turns readable when the leader exits but does not reap it, so the
   leader stays a zombie and its pid, hence the group id, cannot be reused
   while we signal the group; the reap happens under the job's lock.
@@ -92,16 +95,13 @@ from .jobrecords import (
     shown_status,
 )
 from .jobspawn import SETPRIV, Child, WatchedJob, exit_fd_of, in_spawner, spawn
+from .jobwatch import QUIET_AFTER_START, Watcher
 from .models import NAME_RE
 from .paths import team_dir
 
 __all__ = ["FINAL", "JOB_ENV", "JobManager", "JobRecord", "JobStatus", "Notification", "job_leader_alive",
            "job_orphaned", "read_tail", "shown_status"]
 
-
-QUIET_AFTER_START = 0.001
-"""Seconds after a start before deferred file work (``jobfiles``) may run: a job that ends at
-once is reported first, and its first record is then superseded by its final one."""
 
 TIMEOUT_MARGIN = 1.0
 """Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
@@ -150,7 +150,7 @@ def command_argv(command: str, path: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
-class JobManager(UnwatchedJobs):
+class JobManager(Watcher, UnwatchedJobs):
     """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
 
     def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
@@ -289,81 +289,6 @@ class JobManager(UnwatchedJobs):
             self._wake()  # a new deadline, or deferred file work for the watcher thread
         return record.model_copy()
 
-    # -- watching -----------------------------------------------------------
-    def _open_epoll(self) -> None:
-        self._epoll = select.epoll()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
-        self._epoll.register(self._wake_r, select.EPOLLIN)
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # the pipe is full: the watcher is waking up anyway
-
-    def serve(self, fd: int, on_readable: Callable[[], bool]) -> None:
-        """Run the watcher on this thread, with ``fd`` in its epoll (the job server's loop).
-
-        ``on_readable()`` is called whenever ``fd`` is readable (it may call
-        ``start`` and ``begin_kill``); once it returns False the loop ends
-        when no job is left. One thread does everything, in this order of
-        priority: exits and requests, then timeouts, then the deferred file
-        work (``jobfiles``) when nothing else is ready.
-        """
-        self._serving = True
-        self._environ = dict(os.environ)
-        with self._cond:
-            if self._epoll is None:
-                self._open_epoll()
-        self._epoll.register(fd, select.EPOLLIN)
-        self._extra[fd] = on_readable
-        self._watch(serving=True)
-
-    def _watch(self, serving: bool = False) -> None:
-        """The one watcher thread: exits, timeouts and escalation, via epoll."""
-        while True:
-            with self._cond:
-                deadlines = [j.deadline for j in self._jobs.values() if j.deadline is not None]
-                if serving and not self._extra and not self._jobs:
-                    break
-            now = time.monotonic()
-            wait = -1.0 if not deadlines else max(0.0, min(deadlines) - now)
-            idle = self.files.pending()
-            if idle:  # deferred file work waits for a quiet moment (jobfiles; serve mode only)
-                quiet = max(0.0, self._quiet_until - now)
-                wait = quiet if wait < 0 else min(wait, quiet)
-            events = self._epoll.poll(wait)
-            if not events and idle and time.monotonic() >= self._quiet_until:
-                self.files.work_once()
-            for fd, _ in events:
-                if fd == self._wake_r:
-                    os.read(self._wake_r, 4096)
-                    continue
-                handler = self._extra.get(fd)
-                if handler is not None:
-                    if not handler():
-                        self._epoll.unregister(fd)
-                        del self._extra[fd]
-                    continue
-                with self._cond:
-                    job = self._by_fd.pop(fd, None)
-                if job is not None:
-                    self._epoll.unregister(fd)
-                    self._finish(job)
-            now = time.monotonic()
-            with self._cond:
-                due = [j for j in self._jobs.values() if j.deadline is not None and j.deadline <= now]
-            for job in due:
-                if not job.escalated:  # timeout: SIGTERM the group, SIGKILL after the grace
-                    job.reason = job.reason or "timeout"
-                    job.escalated = True
-                    job.deadline = now + self.grace
-                    job.signal(signal.SIGTERM)
-                else:
-                    job.deadline = None
-                    job.signal(signal.SIGKILL)
-
     def _finish(self, job: WatchedJob) -> None:
         # The leader is a zombie: its pid (== pgid) cannot be reused yet, so
         # killing the group hits only what the job left behind.
@@ -444,19 +369,6 @@ class JobManager(UnwatchedJobs):
         if record.status != "running":
             return record
         return self._kill_unwatched(job_id, record)
-
-    def begin_kill(self, job_id: str) -> None:
-        """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting."""
-        with self._cond:
-            job = self._jobs.get(job_id)
-            if job is None or job.escalated:
-                return
-            job.reason = job.reason or "killed"
-            job.escalated = True
-            job.deadline = time.monotonic() + self.grace
-        job.signal(signal.SIGTERM)
-        if not self._serving:
-            self._wake()
 
     def shutdown(self) -> None:
         """Kill every job this manager runs (TERM, grace, KILL) and wait for their records."""
