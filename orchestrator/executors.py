@@ -289,7 +289,7 @@ class ShellExecutor:
         for t in self._starters:  # a start in flight registers (and is killed) before we shut down
             t.join(timeout=10)
         self.backend.close()
-        errors = getattr(self.backend, "errors", [])
+        errors = self.backend.errors
         if errors and self.ctx.note is not None:
             self.ctx.note(f"warning: {len(errors)} job record(s) in .team/jobs could not be written "
                           f"(first: {errors[0]}); the tasks' results are in the task store")

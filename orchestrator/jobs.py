@@ -182,6 +182,7 @@ class JobManager(Watcher, UnwatchedJobs):
         self._epoll: select.epoll | None = None
         self._wake_r = self._wake_w = -1
         self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
+        self._manager_env = f"{self._pid}:{self._pid_start}:{self.dir.absolute()}"  # MANAGER_ENV
         self._serving = False  # serve() runs the watcher on the caller's thread
         self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
         self._extra: dict[int, Callable[[], bool]] = {}  # serve(): fd -> handler
@@ -242,7 +243,7 @@ class JobManager(Watcher, UnwatchedJobs):
         if env:
             child_env.update(env)
         child_env[JOB_ENV] = job_id
-        child_env[MANAGER_ENV] = f"{self._pid}:{self._pid_start}:{self.dir.absolute()}"
+        child_env[MANAGER_ENV] = self._manager_env
         # $PWD names the job's directory, as a shell (or make) would set it.
         child_env["PWD"] = str(Path(cwd).absolute()) if cwd is not None else os.getcwd()
         shell_argv = ["/bin/sh", "-c", command]

@@ -85,6 +85,7 @@ class LocalJobs:
     """The job manager in this process; ``start`` blocks for the fork (~0.6 ms)."""
 
     blocking = True
+    errors: list[str] = []  # job records it could not write: none, it writes them as jobs end
 
     def __init__(self, root: Path, on_note: OnNote, on_error: OnError):
         self.manager = JobManager(root, on_notify=lambda n: on_note(n.ref or "", n))

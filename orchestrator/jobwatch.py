@@ -74,7 +74,7 @@ class Watcher:
             now = time.monotonic()
             wait = -1.0 if not deadlines else max(0.0, min(deadlines) - now)
             idle = self.files.pending()
-            if idle:  # deferred file work waits for a quiet moment (jobfiles; serve mode only)
+            if idle:  # deferred file work waits for a quiet moment (jobfiles)
                 quiet = max(0.0, self._quiet_until - now)
                 wait = quiet if wait < 0 else min(wait, quiet)
             events = self._epoll.poll(wait)
@@ -99,14 +99,18 @@ class Watcher:
             with self._cond:
                 due = [j for j in self._jobs.values() if j.deadline is not None and j.deadline <= now]
             for job in due:
-                if not job.escalated:  # timeout: SIGTERM the group, SIGKILL after the grace
-                    job.reason = job.reason or "timeout"
-                    job.escalated = True
-                    job.deadline = now + self.grace
-                    job.signal(signal.SIGTERM)
+                if not job.escalated:  # timeout
+                    self._terminate(job, "timeout")
                 else:
                     job.deadline = None
                     job.signal(signal.SIGKILL)
+
+    def _terminate(self, job, reason: str) -> None:
+        """SIGTERM the job's group; the loop SIGKILLs it once the grace has passed."""
+        job.reason = job.reason or reason
+        job.escalated = True
+        job.deadline = time.monotonic() + self.grace
+        job.signal(signal.SIGTERM)
 
     def begin_kill(self, job_id: str) -> None:
         """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting."""
@@ -114,9 +118,6 @@ class Watcher:
             job = self._jobs.get(job_id)
             if job is None or job.escalated:
                 return
-            job.reason = job.reason or "killed"
-            job.escalated = True
-            job.deadline = time.monotonic() + self.grace
-        job.signal(signal.SIGTERM)
+            self._terminate(job, "killed")
         if not self._serving:
             self._wake()

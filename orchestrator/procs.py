@@ -68,22 +68,16 @@ def pids() -> list[int]:
 
 def has_env(pid: int, key: str, value: str) -> bool:
     """``pid`` carries ``key=value`` in its (initial) environment."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f"{key}={value}".encode() in f.read().split(b"\0")
-    except OSError:
-        return False
+    return environ(pid).get(key) == value
 
 
 def group_members(pgid: int, key: str, value: str) -> list[int]:
     """Live processes of group ``pgid`` that carry ``key=value``."""
     found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            pid = int(entry.name)
-            st = stat(pid)
-            if st and st[1] == pgid and st[0] not in ("Z", "X") and has_env(pid, key, value):
-                found.append(pid)
+    for pid in pids():
+        st = stat(pid)
+        if st and st[1] == pgid and st[0] not in ("Z", "X") and has_env(pid, key, value):
+            found.append(pid)
     return found
 
 

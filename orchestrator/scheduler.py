@@ -23,9 +23,10 @@ started as soon as the batch is decided and its claims are in the event
 log (``commit(on_logged=...)``; a lead killed before the claim reached the
 task file leaves a logged claim that the next lead counts and releases).
 The run is ``pipelined``: the batches' files are written and fsynced by a
-group-commit writer thread (``store_pipeline``), so the loop never waits
-for the disk between an outcome and the next start. Shell jobs are started and watched by a forked job server
-(``jobserver``), so a start costs the lead one request line.
+group-commit writer thread (``store_pipeline``), so the loop does not wait
+for the disk between an outcome and the next start. Shell jobs are started
+and watched by a forked job server (``jobserver``), so a start costs the
+lead one request line.
 
 A failed attempt with retries left goes back to ``pending`` (``release``)
 and waits ``retry_delay * 2**(n-1)`` seconds. A final failure cancels
@@ -58,6 +59,7 @@ from .store import TaskStore
 
 Emit = Callable[[dict[str, Any]], None]
 Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
+_WAKE = Outcome(-1, -1, "wake")  # put on the event queue by ``_fail``; never handled
 
 
 @dataclass
@@ -383,7 +385,7 @@ class Scheduler:
     def _fail(self, error: BaseException) -> None:
         """Another thread hit an error the run cannot go on with: wake the loop to raise it."""
         self._failure = error
-        self.events.put(Outcome(-1, -1, "failed", error=str(error)))  # a wake-up; the loop raises first
+        self.events.put(_WAKE)  # the loop raises the failure before it handles anything
 
     def _heartbeat(self) -> None:
         every = max(0.05, self.opts.lease / 3)
