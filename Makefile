@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo bench chaos lint test-live clean
+.PHONY: install test flaky demo bench chaos lint test-live clean
 
 install: $(STAMP)
 
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 
 test: install
 	$(BIN)/python -m pytest -q
+
+RUNS ?= 10
+flaky: install
+	$(BIN)/python scripts/flaky.py $(RUNS)
 
 demo: install
 	$(BIN)/team run examples/quickstart.yaml --root .demo --fresh

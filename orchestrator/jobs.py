@@ -39,9 +39,10 @@ the manager itself.
   and ``shutdown`` return once it is. ``drain`` pops a queue
   under a lock, so each notification is returned exactly once; ``wait``
   sleeps on a ``threading.Condition``.
-* Crash safety: like ``make``, a SIGKILLed manager's jobs run on to their
-  end by default; ``reap_orphans`` (run by every restarted lead) marks them
-  ``lost`` (see ``joborphans``). ``JobManager(pdeathsig=True)`` also gives
+* Crash safety: ``team run``'s jobs are run by a job server (``jobserver``)
+  that stops them when its lead dies. An in-process manager that is
+  SIGKILLed leaves its jobs running; ``reap_orphans`` (run by every
+  restarted lead) kills them and marks them ``lost`` (see ``joborphans``). ``JobManager(pdeathsig=True)`` also gives
   the direct child ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies
   with a killed manager; it costs an extra exec (~0.9 ms a job) and a hop to
   one long-lived spawner thread, because the signal follows the *thread*

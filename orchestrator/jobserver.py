@@ -30,11 +30,15 @@ matched to its attempt even when the job ends before ``start`` returns.
 The server, forked before the lead starts any thread, has the lead's modules
 imported already (no interpreter start-up: the fork costs ~3 ms). Its life:
 
-* ``PR_SET_PDEATHSIG=SIGKILL``: a SIGKILLed lead takes its server with it at
-  once, and the jobs run on as orphans exactly as with an in-process
-  manager: their records name the *lead* as their manager
-  (``JobManager(manager=...)``), so the next lead's ``reap_orphans`` marks
-  them ``lost``.
+* A killed lead takes its jobs with it: the server sees end of file on its
+  request pipe (the kernel closes a dead process's fds), stops every job it
+  runs (TERM, grace, KILL) and records them ``lost``, then exits. The server
+  deliberately has no parent-death signal: one would race with that end of
+  file (SIGKILL could land before or after the server began stopping its
+  jobs, so the jobs lived or died by chance). Only a server that is itself
+  SIGKILLed leaves its jobs running; they carry the lead as their manager
+  (``JobManager(manager=...)``), so the next lead's ``reap_orphans`` kills
+  them and marks them ``lost``.
 * It keeps only its two pipes (everything else it inherited, such as the
   lead lock's fd, is closed; stdin/stdout/stderr become ``/dev/null``), with
   the garbage collector off, so no inherited object is finalised there.
@@ -44,7 +48,8 @@ imported already (no interpreter start-up: the fork costs ~3 ms). Its life:
 * ``shutdown`` (the lead's ``close``): the server kills its running jobs
   (TERM, grace, KILL, as ``JobManager.shutdown``), sends their notifications,
   writes their records, removes its spare logs, then ``bye``. End of file on
-  its request pipe (the lead exited without ``close``) does the same.
+  its request pipe (the lead exited without ``close``, or was killed) does
+  the same, with the jobs recorded ``lost`` (their manager is gone).
 
 Protocol, one JSON object per line::
 
@@ -264,27 +269,22 @@ def _keep_only(fds: set[int]) -> None:
                 continue  # the listing's own fd, closed already
 
 
-def _die_with(lead_pid: int) -> None:
-    """SIGKILL this process when the lead dies (PR_SET_PDEATHSIG)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != lead_pid:  # the lead died before prctl took effect
-        os._exit(0)
-
-
 def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
     gc.disable()
     _keep_only({requests, replies})
-    _die_with(lead_pid)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
 
+    lead_gone = False
+
     def send(msg: dict[str, Any]) -> None:
+        nonlocal lead_gone
         view = memoryview((json.dumps(msg, separators=(",", ":")) + "\n").encode())
-        while view:
-            view = view[os.write(replies, view):]
+        while view and not lead_gone:
+            try:
+                view = view[os.write(replies, view):]
+            except BrokenPipeError:  # the lead is dead: nobody reads; the records still get written
+                lead_gone = True
 
     ids: dict[str, str] = {}  # ref -> job id, while it runs
 
@@ -299,8 +299,8 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
     def on_requests() -> bool:
         """Handle every complete request line; False (stop reading) on shutdown or end of file."""
         chunk = os.read(requests, 65536)
-        if not chunk:
-            return _stop()
+        if not chunk:  # the lead exited without ``shutdown``: it died, or was killed
+            return _stop("lost")
         buf.extend(chunk)
         *lines, rest = bytes(buf).split(b"\n")
         buf[:] = rest
@@ -308,7 +308,7 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
             msg = json.loads(line)
             op = msg.pop("op")
             if op == "shutdown":
-                return _stop()
+                return _stop("killed")
             ref = msg.pop("ref")
             if op == "kill":
                 if ref in ids:
@@ -323,10 +323,10 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
             ids[ref] = record.id
         return True
 
-    def _stop() -> bool:
+    def _stop(reason: str) -> bool:
         """Kill what runs (TERM, grace, KILL: the loop goes on until every job has ended)."""
         for job_id in list(ids.values()):
-            manager.begin_kill(job_id)
+            manager.begin_kill(job_id, reason)
         return False
 
     manager.serve(requests, on_requests)  # returns once the requests ended and no job is left

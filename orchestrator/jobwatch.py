@@ -112,12 +112,15 @@ class Watcher:
         job.deadline = time.monotonic() + self.grace
         job.signal(signal.SIGTERM)
 
-    def begin_kill(self, job_id: str) -> None:
-        """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting."""
+    def begin_kill(self, job_id: str, reason: str = "killed") -> None:
+        """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting.
+
+        ``reason`` is the status the job is recorded with (``killed``, or ``lost``
+        when its lead died)."""
         with self._cond:
             job = self._jobs.get(job_id)
             if job is None or job.escalated:
                 return
-            self._terminate(job, "killed")
+            self._terminate(job, reason)
         if not self._serving:
             self._wake()

@@ -8,6 +8,7 @@ SIGKILLed lead.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -77,7 +78,9 @@ tasks:
     assert len({rec.manager_pid for rec in recs}) == 1
 
 
-def test_the_job_server_dies_with_a_killed_lead_and_its_jobs_are_reaped_next_run(tmp_path):
+def test_a_killed_leads_jobs_die_with_it_and_the_next_run_reruns_the_task(tmp_path):
+    """No process a task starts outlives the run, even a SIGKILLed one: the
+    job server sees its lead's end of file, stops the jobs and records them lost."""
     (tmp_path / "plan.yaml").write_text("""name: orphan
 tasks:
   - id: long
@@ -93,8 +96,41 @@ tasks:
         assert job.manager_pid == lead.pid
         lead.send_signal(signal.SIGKILL)
         lead.wait()
-        wait_until(lambda: not procs.alive(server), timeout=10, what="the job server to die with its lead")
-        assert procs.alive(job.pid), "like make, a killed lead's jobs run on until the next lead reaps them"
+        wait_until(lambda: not procs.alive(job.pid), timeout=10, what="the job to die with its lead")
+        wait_until(lambda: not procs.alive(server), timeout=10, what="the job server to exit")
+        final = wait_until(lambda: (r := JobManager(tmp_path).get(job.id)).status != "running" and r,
+                           timeout=10, what="the job's final record")
+        assert final.status == "lost"
+    finally:
+        if lead.poll() is None:
+            lead.kill()
+            lead.wait()
+        lead.stderr.close()
+    r = run_team(tmp_path, "run", "plan.yaml")
+    assert r.returncode == 0, r.stderr
+    assert JobManager(tmp_path).get(job.id).status == "lost"
+    task = TaskStore(tmp_path).all()[0]
+    assert task.status.value == "completed" and task.attempts == 2
+
+
+def test_jobs_of_a_killed_lead_and_job_server_are_reaped_by_the_next_run(tmp_path):
+    """When the job server is SIGKILLed too, its jobs are orphans: the next lead kills them."""
+    (tmp_path / "plan.yaml").write_text("""name: orphan
+tasks:
+  - id: long
+    run: 'if [ "$TEAM_ATTEMPT" = 1 ]; then sleep 300; fi; echo done'
+""")
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                            env=team_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        job = wait_until(lambda: next((r for r in records(tmp_path) if r.pid), None), what="the job's record")
+        server = ppid(job.pid)
+        os.kill(server, signal.SIGSTOP)  # it must not see its lead's end of file before it dies
+        lead.send_signal(signal.SIGKILL)
+        lead.wait()
+        os.kill(server, signal.SIGKILL)
+        wait_until(lambda: not procs.alive(server), timeout=10, what="the job server to die")
+        assert procs.alive(job.pid), "a SIGKILLed job server cannot stop its jobs"
     finally:
         if lead.poll() is None:
             lead.kill()
