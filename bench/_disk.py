@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.fsutil import atomic_write  # noqa: E402
+from orchestrator.core.fsutil import atomic_write  # noqa: E402
 
 
 def durable_write_ms(n: int = 100) -> float:

@@ -27,12 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator.inbox import Bus  # noqa: E402
-from orchestrator.team import Team  # noqa: E402
+from orchestrator.team.inbox import Bus  # noqa: E402
+from orchestrator.team.roster import Team  # noqa: E402
 
 WRITER = """
 import sys
-from orchestrator.inbox import Bus
+from orchestrator.team.inbox import Bus
 root, name, n, durable = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 bus = Bus(root, durable=durable)
 print("ready", flush=True)
@@ -43,7 +43,7 @@ for i in range(n):
 
 DRAINER = """
 import sys, time
-from orchestrator.inbox import Bus
+from orchestrator.team.inbox import Bus
 root, total, durable = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 bus = Bus(root, durable=durable)
 print("ready", flush=True)
@@ -55,7 +55,7 @@ print(time.time(), flush=True)
 
 XREADER = """
 import sys, time
-from orchestrator.inbox import Bus
+from orchestrator.team.inbox import Bus
 root, n = sys.argv[1], int(sys.argv[2])
 bus = Bus(root)
 print("ready", flush=True)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from _disk import durable_write_ms  # noqa: E402
 
-from orchestrator.store import TaskStore  # noqa: E402
+from orchestrator.tasks.store import TaskStore  # noqa: E402
 
 RUNS = 5
 WRITES = 600

@@ -29,16 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.compaction import ContextWindow, files_touched  # noqa: E402
-from orchestrator.context import estimate_tokens, message_tokens  # noqa: E402
-from orchestrator.instructions import (  # noqa: E402
-    AgentState,
-    build_system_prompt,
-    canonical_tools,
-    stable_json,
-)
-from orchestrator.roles import get_role  # noqa: E402
-from orchestrator.skills import discover_skills  # noqa: E402
+from orchestrator.agent.compaction import ContextWindow, files_touched  # noqa: E402
+from orchestrator.agent.projection import estimate_tokens, message_tokens  # noqa: E402
+from orchestrator.agent.prompt import AgentState, build_system_prompt, canonical_tools, stable_json
+from orchestrator.roles.roles import get_role  # noqa: E402
+from orchestrator.roles.skills import discover_skills  # noqa: E402
 
 TOOL_NAMES = ["bash", "edit_file", "glob", "grep", "read_file", "write_file", "task_get", "task_update",
               "send_message", "read_inbox", "load_skill", "compact"]

@@ -12,7 +12,7 @@ import json
 import threading
 from collections.abc import Callable
 
-from orchestrator.llm import Completion, ToolCall
+from orchestrator.llm.types import Completion, ToolCall
 
 _ids = itertools.count(1)
 

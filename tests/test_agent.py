@@ -13,18 +13,20 @@ import pytest
 from fake_model import FakeModel, call, say
 from util import wait_until
 
-from orchestrator.agent import Agent
-from orchestrator.inbox import Bus
-from orchestrator.jobs import JobManager
-from orchestrator.llm import LLMClient, LLMConfig
-from orchestrator.models import Status
-from orchestrator.roles import get_role
-from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
-from orchestrator.store import TaskStore
-from orchestrator.team import Team
+from orchestrator.agent.loop import Agent
+from orchestrator.agent.transcript import Transcript, transcript_path
+from orchestrator.core.models import Status
+from orchestrator.jobs.manager import JobManager
+from orchestrator.llm.client import LLMClient
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.llm.types import LLMConfig
+from orchestrator.roles.roles import get_role
+from orchestrator.tasks.store import TaskStore
+from orchestrator.team.inbox import Bus
+from orchestrator.team.roster import Team
 from orchestrator.tools import FileTruth, ToolContext
 from orchestrator.tools.coordination import agent_registry
-from orchestrator.transcript import Transcript, transcript_path
 
 
 def make_agent(root, srv=None, *, max_steps=10, jobs=None, model=None):

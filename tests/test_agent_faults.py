@@ -15,7 +15,8 @@ from conftest import REPO, run_team
 from test_e2e_agents import KEY, llm_env, tasks_by_name
 from util import wait_until
 
-from orchestrator.scripted_server import Fault, Reply, ScriptedServer, tool_call
+from orchestrator.llm.script import Fault, Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
 
 ONE_TASK = "name: f\ntasks:\n  - id: work\n    assignee: alice\n    prompt: Do the work.\n"
 
@@ -102,9 +103,10 @@ def test_model_mistakes_and_refused_actions_come_back_as_observations(tmp_path):
 KILLED_RUN = textwrap.dedent("""
     import sys, threading
     from pathlib import Path
-    from orchestrator.llm import LLMClient, LLMConfig
-    from orchestrator.store import TaskStore
-    from orchestrator.teammates import TeamRuntime
+    from orchestrator.llm.client import LLMClient
+    from orchestrator.llm.types import LLMConfig
+    from orchestrator.runtime.runtime import TeamRuntime
+    from orchestrator.tasks.store import TaskStore
 
     root, url = Path(sys.argv[1]), sys.argv[2]
     client = LLMClient(LLMConfig(model="m", base_url=url, api_key="k-local", max_retries=0))
@@ -117,9 +119,10 @@ KILLED_RUN = textwrap.dedent("""
 
 
 def test_a_teammate_killed_mid_task_resumes_from_its_transcript(tmp_path):
-    from orchestrator.llm import LLMClient, LLMConfig
-    from orchestrator.store import TaskStore
-    from orchestrator.teammates import TeamRuntime
+    from orchestrator.llm.client import LLMClient
+    from orchestrator.llm.types import LLMConfig
+    from orchestrator.runtime.runtime import TeamRuntime
+    from orchestrator.tasks.store import TaskStore
 
     store = TaskStore(tmp_path)
     store.create("write notes", "write notes.txt then finish", assignee="alice")

@@ -8,11 +8,11 @@ from collections import Counter
 from fake_model import FakeModel, say
 from util import wait_until
 
-from orchestrator.autoclaim import candidates
-from orchestrator.models import Task
-from orchestrator.store import TaskStore
-from orchestrator.team import Team
-from orchestrator.teammates import TeamRuntime
+from orchestrator.core.models import Task
+from orchestrator.runtime.autoclaim import candidates
+from orchestrator.runtime.runtime import TeamRuntime
+from orchestrator.tasks.store import TaskStore
+from orchestrator.team.roster import Team
 
 
 def events(root) -> list[dict]:

@@ -13,13 +13,14 @@ from conftest import run_team, team_env
 from test_e2e_agents import llm_env
 from util import wait_until
 
-from orchestrator.chat import COMMANDS, Goal, help_text, nearest, route, unknown_command
-from orchestrator.errors import UserError
-from orchestrator.lead import LeadLock, lead_info
-from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
-from orchestrator.store import TaskStore
-from orchestrator.team import Team
-from orchestrator.transcript import transcript_path
+from orchestrator.agent.transcript import transcript_path
+from orchestrator.chat.commands import COMMANDS, Goal, help_text, nearest, route, unknown_command
+from orchestrator.core.errors import UserError
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.tasks.store import TaskStore
+from orchestrator.team.lead import LeadLock, lead_info
+from orchestrator.team.roster import Team
 
 
 def test_router_sends_slash_lines_to_commands_and_the_rest_to_the_model():

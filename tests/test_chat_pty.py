@@ -11,9 +11,10 @@ import pexpect
 from conftest import team_env
 from test_e2e_agents import llm_env
 
-from orchestrator.lead import lead_info
-from orchestrator.scripted_server import Reply, ScriptedServer
-from orchestrator.transcript import transcript_path
+from orchestrator.agent.transcript import transcript_path
+from orchestrator.llm.script import Reply
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.team.lead import lead_info
 
 PROMPT = "you> "
 ANSWER = "We split the work into three tasks: parse, check, report."

@@ -6,7 +6,7 @@ import json
 
 from conftest import run_team
 
-from orchestrator.store import TaskStore
+from orchestrator.tasks.store import TaskStore
 
 
 def ok(result) -> str:
@@ -187,7 +187,7 @@ def test_root_option_and_env_agree(team, tmp_path):
 
 def test_reopening_a_finished_task_unassigns_it_so_it_can_be_claimed_again(team):
     assert team("task", "create", "build").returncode == 0
-    from orchestrator.store import TaskStore
+    from orchestrator.tasks.store import TaskStore
 
     store = TaskStore(team.root)
     t = store.claim(1, "lead")
@@ -215,7 +215,7 @@ def test_a_copied_task_file_is_refused_not_listed_twice(team):
 
 
 def test_finished_tasks_do_not_show_an_owner_in_the_list(team):
-    from orchestrator.store import TaskStore
+    from orchestrator.tasks.store import TaskStore
 
     store = TaskStore(team.root)
     for name in ("a", "b", "c"):

@@ -11,11 +11,11 @@ import pytest
 from conftest import REPO
 from util import wait_until
 
-from orchestrator import procs
-from orchestrator.jobs import JobManager
-from orchestrator.lead import LeadLock
-from orchestrator.store import TaskStore
-from orchestrator.team import Team
+from orchestrator.core import procs
+from orchestrator.jobs.manager import JobManager
+from orchestrator.tasks.store import TaskStore
+from orchestrator.team.lead import LeadLock
+from orchestrator.team.roster import Team
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_broadcast(crew):
 
 BEATER = """
 import sys, time
-from orchestrator.team import Team
+from orchestrator.team.roster import Team
 Team(sys.argv[1]).heartbeat(sys.argv[2])
 print("beat", flush=True)
 time.sleep(600)
@@ -165,7 +165,7 @@ def test_seed_written_inbox_is_read_through_the_cli(crew):
 
 ORPHANING_MANAGER = """
 import os, signal, sys
-from orchestrator.jobs import JobManager
+from orchestrator.jobs.manager import JobManager
 r = JobManager(sys.argv[1]).start("sleep 300 & echo $! > " + sys.argv[1] + "/child.pid; wait", owner="alice")
 print(r.id, os.getpid(), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)

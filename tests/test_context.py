@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.compaction import (
+from orchestrator.agent.compaction import (
     ContextWindow,
     compact,
     extractive_summary,
     files_touched,
     summary_request,
 )
-from orchestrator.context import estimate_tokens, project, repair_pairs
-from orchestrator.instructions import AgentState, build_system_prompt, render_state
-from orchestrator.roles import get_role
+from orchestrator.agent.projection import estimate_tokens, project, repair_pairs
+from orchestrator.agent.prompt import AgentState, build_system_prompt, render_state
+from orchestrator.roles.roles import get_role
 
 REPO = Path(__file__).resolve().parent.parent
 

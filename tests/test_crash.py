@@ -25,9 +25,9 @@ import pytest
 from conftest import run_team, team_env
 from util import wait_until
 
-from orchestrator.fsutil import read_jsonl
-from orchestrator.jobs import JobRecord
-from orchestrator.models import Task
+from orchestrator.core.fsutil import read_jsonl
+from orchestrator.core.models import Task
+from orchestrator.jobs.records import JobRecord
 
 LAYERS, WIDTH = 8, 8
 

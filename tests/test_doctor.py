@@ -13,9 +13,10 @@ import time
 from conftest import REPO
 from util import wait_until
 
-from orchestrator import doctor, procs
-from orchestrator.jobs import JobManager
-from orchestrator.store import TaskStore
+from orchestrator.core import procs
+from orchestrator.jobs.manager import JobManager
+from orchestrator.status import doctor
+from orchestrator.tasks.store import TaskStore
 
 
 def damage(root):
@@ -168,7 +169,7 @@ def test_doctor_lists_inbox_lines_that_are_not_messages_and_leaves_them(team):
 
 ORPHANING_MANAGER = """
 import os, signal, sys
-from orchestrator.jobs import JobManager
+from orchestrator.jobs.manager import JobManager
 r = JobManager(sys.argv[1]).start("sleep 300 & echo $! > " + sys.argv[1] + "/child.pid; wait")
 print(r.id, r.pid, os.getpid(), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)

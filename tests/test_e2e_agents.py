@@ -9,7 +9,8 @@ from pathlib import Path
 
 from conftest import run_team
 
-from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
 
 KEY = "sk-e2e-secret-7f3a9c1d2b"
 

@@ -7,8 +7,8 @@ import stat
 import subprocess
 import sys
 
-from orchestrator import fsutil
-from orchestrator.fsutil import TMP_PREFIX, atomic_write
+from orchestrator.core import fsutil
+from orchestrator.core.fsutil import TMP_PREFIX, atomic_write
 
 
 def _mode(path) -> int:
@@ -34,7 +34,7 @@ def test_rewriting_keeps_the_mode_of_the_existing_file(tmp_path):
 def _new_file_mode_in_child(tmp_path, umask: int) -> str:
     """Create a new file with atomic_write in a fresh interpreter started under ``umask``."""
     code = (
-        "import os, sys; from pathlib import Path; from orchestrator import fsutil; "
+        "import os, sys; from pathlib import Path; from orchestrator.core import fsutil; "
         "p = Path(sys.argv[1]); fsutil.atomic_write(p, 'x'); "
         "print(oct(os.stat(p).st_mode & 0o7777), oct(fsutil.UMASK), oct(os.umask(0)))"
     )
@@ -63,7 +63,7 @@ def test_the_umask_is_read_from_procfs_or_by_set_and_restore(tmp_path):
 
 
 def test_an_append_cut_short_by_a_kill_is_cut_off_by_the_next_append(tmp_path):
-    from orchestrator.fsutil import append_line, read_jsonl
+    from orchestrator.core.fsutil import append_line, read_jsonl
 
     log = tmp_path / "events.jsonl"
     append_line(log, {"n": 1})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from orchestrator import graph, render
-from orchestrator.models import Task
+from orchestrator.core.models import Task
+from orchestrator.tasks import graph, render
 
 
 def T(id, subject=None, status="pending", deps=(), owner="", estimate=None):

@@ -8,13 +8,15 @@ import json
 
 from util import wait_until
 
-from orchestrator.chat import ChatSession
-from orchestrator.context import estimate_tokens
-from orchestrator.llm import LLMClient, LLMConfig
-from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
-from orchestrator.store import TaskStore
-from orchestrator.team import Team
-from orchestrator.teammates import TeamRuntime
+from orchestrator.agent.projection import estimate_tokens
+from orchestrator.chat.session import ChatSession
+from orchestrator.llm.client import LLMClient
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.llm.types import LLMConfig
+from orchestrator.runtime.runtime import TeamRuntime
+from orchestrator.tasks.store import TaskStore
+from orchestrator.team.roster import Team
 
 
 def client(srv: ScriptedServer) -> LLMClient:

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from orchestrator.errors import ConflictError, InvalidName, UnknownRef, UserError
-from orchestrator.inbox import Bus
-from orchestrator.team import Team
+from orchestrator.core.errors import ConflictError, InvalidName, UnknownRef, UserError
+from orchestrator.team.inbox import Bus
+from orchestrator.team.roster import Team
 
 
 @pytest.fixture

@@ -19,12 +19,12 @@ import pytest
 from conftest import REPO
 from util import wait_until
 
-from orchestrator.fsutil import parse_jsonl
-from orchestrator.team import Team
+from orchestrator.core.fsutil import parse_jsonl
+from orchestrator.team.roster import Team
 
 WRITER = """
 import sys
-from orchestrator.inbox import Bus
+from orchestrator.team.inbox import Bus
 root, name, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 start = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 bus = Bus(root, durable=len(sys.argv) <= 6 or sys.argv[6] == "1")
@@ -37,8 +37,8 @@ for i in range(start, start + count):
 READER = """
 import sys
 from pathlib import Path
-from orchestrator.fsutil import append_line, read_jsonl
-from orchestrator.inbox import Bus
+from orchestrator.core.fsutil import append_line, read_jsonl
+from orchestrator.team.inbox import Bus
 import time
 root, total = sys.argv[1], int(sys.argv[2])
 out = Path(root) / "received.jsonl"
@@ -187,7 +187,7 @@ def test_writer_chaos_long(tmp_path, seed):
 def test_reader_dedupes_after_a_crash_between_persist_and_ack(tmp_path):
     """The exact crash window: persisted but not acked -> delivered again, filtered by id."""
     Team(tmp_path).add("reader")
-    from orchestrator.inbox import Bus
+    from orchestrator.team.inbox import Bus
 
     bus = Bus(tmp_path)
     first = [bus.send("reader", f"w0:{i}:", sender="w0") for i in range(3)]

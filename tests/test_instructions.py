@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import UserError
-from orchestrator.instructions import (
+from orchestrator.agent.prompt import (
     AgentState,
     agents_md_files,
     build_system_prompt,
@@ -21,9 +20,10 @@ from orchestrator.instructions import (
     stable_json,
     state_message,
 )
-from orchestrator.models import Member
-from orchestrator.roles import get_role
-from orchestrator.skills import discover_skills
+from orchestrator.core.errors import UserError
+from orchestrator.core.models import Member
+from orchestrator.roles.roles import get_role
+from orchestrator.roles.skills import discover_skills
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,8 +72,8 @@ def test_system_prompt_is_byte_identical_across_processes(ws):
     """Same inputs, different interpreter runs (and hash seeds): the same bytes."""
     code = (
         "import sys; from pathlib import Path; "
-        "from orchestrator.instructions import build_system_prompt; "
-        "from orchestrator.roles import get_role; from orchestrator.skills import discover_skills; "
+        "from orchestrator.agent.prompt import build_system_prompt; "
+        "from orchestrator.roles.roles import get_role; from orchestrator.roles.skills import discover_skills; "
         "ws = Path(sys.argv[1]); "
         "sys.stdout.write(build_system_prompt(name='alice', role=get_role('coder', ws), team='mig', "
         "workspace=ws, work_dirs=['src/api', 'docs'], skills=discover_skills(ws)))"

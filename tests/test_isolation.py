@@ -23,7 +23,7 @@ from conftest import run_team, team_env
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
 from util import wait_until
 
-from orchestrator.worktree import Worktrees
+from orchestrator.git.worktrees import Worktrees
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -249,7 +249,8 @@ def test_kill_nine_mid_run_and_mid_merge_then_resume_soak(tmp_path):
 
 def test_agent_tasks_work_in_their_own_worktree_and_are_merged(tmp_path):
     """Real CLI + openai client against the scripted server: the agent's tools act in its worktree."""
-    from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
+    from orchestrator.llm.script import Reply, tool_call
+    from orchestrator.llm.scripted import ScriptedServer
 
     plan = ("name: ag\nworkers: 2\nisolation: worktree\nteam:\n  - {name: ada, role: coder}\ntasks:\n"
             "  - id: write\n    assignee: ada\n    prompt: Put hello in greet.txt.\n"

@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from orchestrator.jobfiles import STALE_AFTER, JobFiles
-from orchestrator.jobrecords import JobRecord
+from orchestrator.jobs.files import STALE_AFTER, JobFiles
+from orchestrator.jobs.records import JobRecord
 
 
 def record(job_id: str, status: str = "running") -> JobRecord:

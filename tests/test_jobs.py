@@ -15,8 +15,9 @@ import pytest
 from conftest import REPO
 from util import wait_until
 
-from orchestrator.errors import UnknownRef, UserError
-from orchestrator.jobs import JobManager, JobRecord, job_orphaned
+from orchestrator.core.errors import UnknownRef, UserError
+from orchestrator.jobs.manager import JobManager
+from orchestrator.jobs.records import JobRecord, job_orphaned
 
 
 def pid_alive(pid: int) -> bool:
@@ -150,7 +151,7 @@ def test_kill_in_process(mgr, tmp_path):
 def test_kill_from_another_process(mgr, tmp_path):
     rec = mgr.start(f"sleep 300 & echo $! > {tmp_path}/child.pid; wait")
     child = read_pid(tmp_path / "child.pid")
-    code = f"from orchestrator.jobs import JobManager; print(JobManager({str(tmp_path)!r}).kill({rec.id!r}).status)"
+    code = f"from orchestrator.jobs.manager import JobManager; print(JobManager({str(tmp_path)!r}).kill({rec.id!r}).status)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "killed"
@@ -193,7 +194,7 @@ def test_list_shows_jobs_from_disk(mgr, tmp_path):
 
 MANAGER_SCRIPT = """
 import sys, time
-from orchestrator.jobs import JobManager
+from orchestrator.jobs.manager import JobManager
 m = JobManager(sys.argv[1])
 r = m.start("sleep 300 & echo $! > " + sys.argv[1] + "/child.pid; wait")
 print(r.id, flush=True)
@@ -241,7 +242,7 @@ def test_a_job_whose_manager_died_before_its_record_is_found_and_reaped(tmp_path
 
 TIMED_MANAGER = """
 import os, signal, sys
-from orchestrator.jobs import JobManager
+from orchestrator.jobs.manager import JobManager
 m = JobManager(sys.argv[1], grace=0.2)
 r = m.start("(trap '' TERM; sleep 300) & echo $! > " + sys.argv[1] + "/child.pid; wait", timeout=1.0)
 print(r.id, r.pid, flush=True)
@@ -291,7 +292,7 @@ def test_record_round_trips_through_json(tmp_path):
 
 
 def test_plain_commands_skip_the_shell_and_everything_else_keeps_it():
-    from orchestrator.jobs import command_argv
+    from orchestrator.jobs.manager import command_argv
 
     path = os.environ["PATH"]
     sleep = shutil.which("sleep", path=path)

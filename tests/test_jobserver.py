@@ -18,9 +18,10 @@ import pytest
 from conftest import run_team, team_env
 from util import wait_until
 
-from orchestrator import procs
-from orchestrator.jobs import JobManager, JobRecord
-from orchestrator.store import TaskStore
+from orchestrator.core import procs
+from orchestrator.jobs.manager import JobManager
+from orchestrator.jobs.records import JobRecord
+from orchestrator.tasks.store import TaskStore
 
 BACKENDS = pytest.mark.parametrize("server", ["1", "0"], ids=["job-server", "in-process"])
 

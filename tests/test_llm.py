@@ -8,10 +8,13 @@ import traceback
 
 import pytest
 
-from orchestrator import pricing
-from orchestrator.errors import ModelError, UserError
-from orchestrator.llm import Completion, LLMClient, LLMConfig, RetryEvent, ToolCall, Usage
-from orchestrator.scripted_server import Fault, Reply, ScriptedServer, tool_call
+from orchestrator.core.errors import ModelError, UserError
+from orchestrator.llm import pricing
+from orchestrator.llm.client import LLMClient
+from orchestrator.llm.pricing import Usage
+from orchestrator.llm.script import Fault, Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.llm.types import Completion, LLMConfig, RetryEvent, ToolCall
 
 KEY = "sk-test-very-secret-0123456789"
 USER = [{"role": "user", "content": "hi"}]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import run_team
 
-from orchestrator import executors
+from orchestrator.run import executors
 
 PLANS = Path(__file__).parent / "plans"
 CORPUS = sorted(PLANS.glob("*.yaml"))

@@ -14,12 +14,12 @@ import pytest
 from fake_model import FakeModel, call, say, tool_results
 from util import wait_until
 
-from orchestrator import protocols
-from orchestrator.agent import RunResult
-from orchestrator.errors import UserError
-from orchestrator.protocols import ProtocolTimeout
-from orchestrator.store import TaskStore
-from orchestrator.teammates import TeamRuntime
+from orchestrator.agent.loop import RunResult
+from orchestrator.core.errors import UserError
+from orchestrator.runtime.runtime import TeamRuntime
+from orchestrator.tasks.store import TaskStore
+from orchestrator.team import protocols
+from orchestrator.team.protocols import ProtocolTimeout
 
 
 def runtime(root, model) -> TeamRuntime:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import UserError
-from orchestrator.instructions import build_system_prompt
-from orchestrator.roles import builtin_agents_dir, check_tools, discover_roles, get_role
-from orchestrator.skills import discover_skills, load_skill
+from orchestrator.agent.prompt import build_system_prompt
+from orchestrator.core.errors import UserError
+from orchestrator.roles.roles import builtin_agents_dir, check_tools, discover_roles, get_role
+from orchestrator.roles.skills import discover_skills, load_skill
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import REPO
 from util import wait_until
 
-from orchestrator.errors import CorruptFile, InvalidName, UnknownRef, UserError
-from orchestrator.team import Team
+from orchestrator.core.errors import CorruptFile, InvalidName, UnknownRef, UserError
+from orchestrator.team.roster import Team
 
 
 def config(root):
@@ -75,7 +75,7 @@ def test_corrupt_roster_is_reported(tmp_path):
 
 ADDER = """
 import sys
-from orchestrator.team import Team
+from orchestrator.team.roster import Team
 t = Team(sys.argv[1])
 for i in range(15):
     t.add(f"{sys.argv[2]}-{i}")
@@ -121,7 +121,7 @@ def test_heartbeats_do_not_rewrite_the_roster(tmp_path):
 
 BEATER = """
 import sys, time
-from orchestrator.team import Team
+from orchestrator.team.roster import Team
 Team(sys.argv[1]).heartbeat("alice")
 print("beat", flush=True)
 time.sleep(600)

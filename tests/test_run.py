@@ -11,8 +11,8 @@ from pathlib import Path
 from conftest import REPO, run_team, team_env
 from util import wait_until
 
-from orchestrator.fsutil import read_jsonl
-from orchestrator.store import TaskStore
+from orchestrator.core.fsutil import read_jsonl
+from orchestrator.tasks.store import TaskStore
 
 
 def plan(root: Path, text: str, name: str = "plan.yaml") -> Path:
@@ -161,7 +161,7 @@ def test_never_more_than_workers_at_once(tmp_path):
     r = run_team(tmp_path, "run", "plan.yaml")
     assert r.returncode == 0
     # Jobs that ran at once, from their records (a job's life: started_at to finished_at).
-    from orchestrator.jobs import JobManager
+    from orchestrator.jobs.manager import JobManager
 
     edges = sorted(e for rec in JobManager(tmp_path).list()
                    for e in ((rec.started_at, 1), (rec.finished_at, -1)))
@@ -278,8 +278,8 @@ def test_a_task_store_that_cannot_be_written_stops_the_run_at_once(tmp_path, mon
     error instead of waiting for the job, and the job is killed."""
     import threading
 
-    from orchestrator.plan import load_plan
-    from orchestrator.runplan import run_plan
+    from orchestrator.plan.load import load_plan
+    from orchestrator.run.runner import run_plan
 
     plan(tmp_path, """name: full
 tasks:
@@ -306,7 +306,7 @@ tasks:
     runner.join(timeout=60)
     assert not runner.is_alive(), "the run waited for its job after the store failed"
     assert [str(e) for e in outcome] == ["[Errno 28] No space left on device"]
-    from orchestrator import procs
+    from orchestrator.core import procs
 
     def job_processes() -> list[int]:
         return [pid for pid in procs.pids() if procs.alive(pid)

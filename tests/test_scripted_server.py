@@ -12,8 +12,10 @@ import urllib.request
 import pytest
 from conftest import REPO, team_env
 
-from orchestrator.llm import LLMClient, LLMConfig, ToolCall
-from orchestrator.scripted_server import Fault, Reply, ScriptedServer, step_from_dict, tool_call
+from orchestrator.llm.client import LLMClient
+from orchestrator.llm.script import Fault, Reply, step_from_dict, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.llm.types import LLMConfig, ToolCall
 
 
 def post(url: str, body: dict, headers: dict | None = None) -> tuple[int, bytes]:
@@ -159,7 +161,7 @@ def test_cli_serves_a_json_script(tmp_path):
         {"tool_calls": [{"name": "bash", "arguments": {"command": "echo hi"}, "id": "t1"}]},
     ]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.scripted_server", str(script), "--port", "0"],
+        [sys.executable, "-m", "orchestrator.llm.scripted", str(script), "--port", "0"],
         cwd=REPO, env=team_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -181,7 +183,7 @@ def test_cli_refuses_a_bad_script(tmp_path):
     script = tmp_path / "bad.json"
     script.write_text('[{"content": "x", "bogus": 1}]')
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.scripted_server", str(script)],
+        [sys.executable, "-m", "orchestrator.llm.scripted", str(script)],
         cwd=REPO, env=team_env(tmp_path), capture_output=True, text=True, timeout=30,
     )
     assert (proc.returncode, proc.stdout) == (2, "")

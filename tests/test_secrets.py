@@ -44,7 +44,7 @@ def test_an_error_quoting_the_key_is_redacted_in_the_task_file(tmp_path):
 
 
 def test_env_values_expand_names_and_keep_a_doubled_dollar(tmp_path):
-    from orchestrator.executors import expand_env
+    from orchestrator.run.executors import expand_env
 
     environ = {"USER": "alice", "HOME": "/home/alice"}
     assert expand_env("price$USER", environ) == "pricealice"
@@ -54,8 +54,8 @@ def test_env_values_expand_names_and_keep_a_doubled_dollar(tmp_path):
 
 
 def test_the_event_log_never_holds_the_key(tmp_path):
-    from orchestrator.redact import register_secret
-    from orchestrator.store import TaskStore
+    from orchestrator.core.redact import register_secret
+    from orchestrator.tasks.store import TaskStore
 
     register_secret(KEY)
     store = TaskStore(tmp_path)

@@ -7,7 +7,7 @@ import json
 import pytest
 from util import wait_until
 
-from orchestrator.errors import (
+from orchestrator.core.errors import (
     ConflictError,
     CorruptFile,
     CycleError,
@@ -15,8 +15,8 @@ from orchestrator.errors import (
     UnknownRef,
     UserError,
 )
-from orchestrator.models import Status
-from orchestrator.store import TaskStore
+from orchestrator.core.models import Status
+from orchestrator.tasks.store import TaskStore
 
 
 class Clock:
@@ -172,7 +172,7 @@ def test_stale_counter_never_reuses_an_id(store):
 def test_unwritable_root_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a dir")
-    from orchestrator.errors import NotWritable
+    from orchestrator.core.errors import NotWritable
 
     with pytest.raises(NotWritable, match="pass a writable --root"):
         TaskStore(blocker).create("x")

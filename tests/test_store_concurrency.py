@@ -16,9 +16,9 @@ import pytest
 from conftest import REPO
 from util import wait_until
 
-from orchestrator import doctor
-from orchestrator.models import Status
-from orchestrator.store import TaskStore
+from orchestrator.core.models import Status
+from orchestrator.status import doctor
+from orchestrator.tasks.store import TaskStore
 
 PROCS = 8
 SHARED = 4  # tasks every process writes its own counter field into
@@ -124,7 +124,7 @@ def test_eight_processes_racing_for_100_tasks_one_winner_each(tmp_path):
 
 CHURN = r"""
 import random, sys
-from orchestrator.store import TaskStore
+from orchestrator.tasks.store import TaskStore
 store = TaskStore(sys.argv[1])
 rng = random.Random(int(sys.argv[2]))
 own = [t.id for t in store.all()]

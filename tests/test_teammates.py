@@ -12,13 +12,15 @@ from conftest import run_team, team_env
 from test_e2e_agents import llm_env, tasks_by_name, text_of
 from util import wait_until
 
-from orchestrator.inbox import Bus
-from orchestrator.lead import lead_info
-from orchestrator.llm import LLMClient, LLMConfig
-from orchestrator.scripted_server import Reply, ScriptedServer, tool_call
-from orchestrator.team import Team
-from orchestrator.teammates import TeamRuntime
-from orchestrator.transcript import Transcript, transcript_path
+from orchestrator.agent.transcript import Transcript, transcript_path
+from orchestrator.llm.client import LLMClient
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.llm.types import LLMConfig
+from orchestrator.runtime.runtime import TeamRuntime
+from orchestrator.team.inbox import Bus
+from orchestrator.team.lead import lead_info
+from orchestrator.team.roster import Team
 
 
 def runtime(root, srv: ScriptedServer) -> TeamRuntime:

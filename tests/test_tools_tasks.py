@@ -8,7 +8,7 @@ import threading
 import pytest
 from tools_harness import Harness
 
-from orchestrator.fsutil import read_jsonl
+from orchestrator.core.fsutil import read_jsonl
 
 
 @pytest.fixture

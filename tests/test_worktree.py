@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
 
-from orchestrator.errors import InvalidName, UserError
-from orchestrator.worktree import GitError, MergeConflict, Worktrees
+from orchestrator.core.errors import InvalidName, UserError
+from orchestrator.git.command import GitError
+from orchestrator.git.worktrees import MergeConflict, Worktrees
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "refactor"
@@ -323,7 +324,7 @@ def test_orphans_found_and_cleaned(tmp_path):
 
 MERGER = """
 import sys
-from orchestrator.worktree import Worktrees
+from orchestrator.git.worktrees import Worktrees
 wt = Worktrees(sys.argv[1], sys.argv[2])
 print("merging", flush=True)
 wt.merge(sys.argv[3])
@@ -384,7 +385,7 @@ def test_kill_mid_merge_then_resume_soak(tmp_path):
 def test_refactor_example_offline_plan(tmp_path):
     """Run plan-offline.yaml's tasks by hand through Worktrees: the codemods run in
     parallel worktrees, merge back, and the final test task passes on the result."""
-    from orchestrator.plan import load_plan
+    from orchestrator.plan.load import load_plan
 
     repo = tmp_path / "refactor"
     out = subprocess.run([str(EXAMPLE / "setup.sh"), str(repo)], capture_output=True, text=True)

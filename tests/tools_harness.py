@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.fsutil import read_jsonl
-from orchestrator.store import TaskStore
+from orchestrator.core.fsutil import read_jsonl
+from orchestrator.tasks.store import TaskStore
 from orchestrator.tools import FileTruth, Observation, ToolContext, ToolRegistry, default_registry
 
 

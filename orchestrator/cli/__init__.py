@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import TeamError
+from ..core.errors import TeamError
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -46,7 +46,7 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..redact import register_env_secrets
+    from ..core.redact import register_env_secrets
 
     register_env_secrets()  # the model key never reaches a task file, transcript or job
     try:

@@ -26,8 +26,8 @@ def spawn_cmd(
     root: RootOpt = None,
 ) -> None:
     """Add a teammate to the running lead (`team run` or `team chat`); it works messages and tasks."""
-    from ..control import request
-    from ..team import check_name
+    from ..team.control import request
+    from ..team.roster import check_name
 
     check_name(name)
     reply = request(root_of(root), "spawn", {"name": name, "role": role, "prompt": prompt, "plan_mode": plan_mode},

@@ -64,10 +64,11 @@ def chat_cmd(
     root: RootOpt = None,
 ) -> None:
     """Talk to the lead: it plans, spawns teammates and delegates; /help lists the local commands."""
-    from ..agent_executor import max_steps_from_env
-    from ..chat import ChatSession
-    from ..llm import LLMClient, LLMConfig
-    from ..redact import register_secret
+    from ..chat.session import ChatSession
+    from ..core.redact import register_secret
+    from ..llm.client import LLMClient
+    from ..llm.types import LLMConfig
+    from ..run.agents import max_steps_from_env
 
     config = LLMConfig.resolve(None, model)
     register_secret(config.api_key.get_secret_value())

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..paths import resolve_root
+from ..core.paths import resolve_root
 
 RootOpt = Annotated[
     Path | None,

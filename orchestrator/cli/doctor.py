@@ -20,7 +20,7 @@ def doctor_cmd(
 ) -> None:
     """Check .tasks/ and .team/ for damage: corrupt files, missing or cyclic
     dependencies, leftover temp files, expired leases, stale indexes."""
-    from .. import doctor
+    from ..status import doctor
 
     where = root_of(root)
     findings = doctor.diagnose(where)

@@ -32,19 +32,20 @@ def run_cmd(
     root: RootOpt = None,
 ) -> None:
     """Run a plan: every unblocked task in parallel, resumable after a crash."""
-    from .. import progress, usage
-    from ..plan import load_plan
+    from ..plan.load import load_plan
+    from ..status import usage
+    from . import progress
 
     lp = load_plan(plan_file, model=model)
     state_root = root_of(root)
     if dry_run:
-        from ..executors import check_supported
-        from ..runplan import kinds_of
+        from ..run.executors import check_supported
+        from ..run.runner import kinds_of
 
         check_supported(kinds_of(lp))
         _dry_run(lp, state_root, workers, json_out)
         return
-    from ..runplan import run_plan
+    from ..run.runner import run_plan
 
     if json_out:
         sink = progress.JsonProgress(sys.stdout)
@@ -78,8 +79,8 @@ def run_cmd(
 
 
 def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
-    from ..plan import analyse
-    from ..store import TaskStore
+    from ..plan.analysis import analyse
+    from ..tasks.store import TaskStore
 
     a = analyse(lp.plan)
     store = TaskStore(state_root)
@@ -108,7 +109,7 @@ def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
 
 def schema_cmd() -> None:
     """Print the plan file's JSON Schema (for editors)."""
-    from ..plan import json_schema
+    from ..plan.model import json_schema
 
     out(json.dumps(json_schema(), indent=2))
 
@@ -118,9 +119,9 @@ def check_cmd(
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks.")] = None,
 ) -> None:
     """Validate a plan without running it (exit 2 with file:line: field: problem)."""
-    from ..executors import check_supported
-    from ..plan import load_plan
-    from ..runplan import kinds_of
+    from ..plan.load import load_plan
+    from ..run.executors import check_supported
+    from ..run.runner import kinds_of
 
     lp = load_plan(plan_file, model=model)
     check_supported(kinds_of(lp))

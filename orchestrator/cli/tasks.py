@@ -17,9 +17,10 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import graph, render
-from ..models import Status, Task
-from ..store import TaskStore, parse_status
+from ..core.models import Status, Task
+from ..tasks import graph, render
+from ..tasks.attempts import parse_status
+from ..tasks.store import TaskStore
 from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 task_app = typer.Typer(no_args_is_help=True, help="Inspect and edit the task graph (.tasks/).")
@@ -146,7 +147,7 @@ def create_cmd(
 ) -> None:
     """Create a task with the next id. Dependencies must exist."""
     if not subject.strip():
-        from ..errors import UserError
+        from ..core.errors import UserError
 
         raise UserError("the subject is empty: give the task a one-line title")
     fields: dict[str, Any] = {}

@@ -12,10 +12,10 @@ from typing import Annotated
 
 import typer
 
-from .. import overview
-from ..inbox import Bus
-from ..jobs import JobManager
-from ..models import MESSAGE_TYPES
+from ..core.models import MESSAGE_TYPES
+from ..jobs.manager import JobManager
+from ..status import overview
+from ..team.inbox import Bus
 from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 jobs_app = typer.Typer(help="Background shell jobs (.team/jobs/): list, show, kill.")

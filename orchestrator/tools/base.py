@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from ..store import TaskStore
+    from ..tasks.store import TaskStore
     from .filetruth import FileTruth
 
 Risk = Literal["read", "write", "execute", "coordinate"]

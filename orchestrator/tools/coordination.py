@@ -32,7 +32,7 @@ import dataclasses
 
 from pydantic import Field
 
-from ..skills import load_skill as _load_skill
+from ..roles.skills import load_skill as _load_skill
 from .base import Args, Call, Refused, ToolError, tool
 from .shell import secret_names
 from .tasks import task_update as _store_task_update
@@ -206,7 +206,7 @@ def request_shutdown(call: Call) -> str:
     if ctx.spawner is not None:
         r = ctx.spawner.request_shutdown(a.teammate, reason=a.reason, timeout=a.timeout)
     else:
-        from ..protocols import request_shutdown as ask
+        from ..team.protocols import request_shutdown as ask
 
         r = ask(ctx.require("bus"), a.teammate, reason=a.reason, timeout=a.timeout, sender=ctx.agent)
     verdict = "approved: it has shut down" if r.approve else "refused"
@@ -250,7 +250,7 @@ class ReviewPlanArgs(Args):
 @tool("review_plan", args=ReviewPlanArgs, risk="coordinate", budget=500)
 def review_plan(call: Call) -> str:
     """Approve or reject a teammate's plan (a plan_approval_request in your inbox)."""
-    from ..protocols import review_plan as answer
+    from ..team.protocols import review_plan as answer
 
     a, ctx = call.args, call.ctx
     answer(ctx.require("bus"), a.teammate, a.request_id, a.approve, a.feedback, sender=ctx.agent)

@@ -27,7 +27,7 @@ import re
 
 from pydantic import Field
 
-from ..fsutil import atomic_write
+from ..core.fsutil import atomic_write
 from .base import Args, Call, ToolError, ToolOutput, tool
 
 READ_BUDGET = 24_000

@@ -35,9 +35,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import TeamError
-from ..fsutil import append_line, dumps, file_lock
-from ..instructions import stable_json
+from ..agent.prompt import stable_json
+from ..core.errors import TeamError
+from ..core.fsutil import append_line, dumps, file_lock
 from . import bound
 from .base import Call, Observation, Refused, Tool, ToolContext, ToolError, ToolOutput
 from .policy import check_plan, confine

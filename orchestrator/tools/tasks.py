@@ -16,10 +16,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from .. import graph
-from ..errors import ConflictError
-from ..fsutil import dumps
-from ..models import MARKERS, Status, Task
+from ..core.errors import ConflictError
+from ..core.fsutil import dumps
+from ..core.models import MARKERS, Status, Task
+from ..tasks import graph
 from .base import Args, Call, ToolError, tool
 
 Ref = int | str

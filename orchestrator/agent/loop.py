@@ -1,0 +1,320 @@
+"""The agent loop: one conversation, a model, a tool registry.
+
+The loop sees two small seams (mini-swe-agent style): a ``ChatModel``
+(``complete(messages, tools) -> Completion``) and a ``ToolRegistry``
+(``call(name, raw_args, ctx, call_id) -> Observation``). One *run* (a task
+attempt, or a turn woken by messages) is::
+
+    for step in 1..max_steps:
+        cancelled?                      -> Interrupted
+        drain inbox + job notes         -> user messages (transcript, then ack)
+        ContextWindow.prepare           -> projected request (maybe compacted)
+        model.complete (stream)         -> assistant message (transcript first)
+        no tool calls                   -> final answer: the run ends, "completed"
+        each tool call -> registry.call -> tool message (transcript first)
+        a tool raised a signal          -> TaskDone (task_update on the current task)
+                                           or idle (the idle tool): the run ends
+    -> LimitsExceeded
+
+Control flow uses exceptions carrying messages: ``TaskDone`` (the agent
+marked its current task completed/failed through ``task_update``; the loop
+reports it, the *executor* writes the store with the claim's epoch),
+``LimitsExceeded`` (step limit), ``Interrupted`` (cancelled by the lead).
+``ModelError`` from the client (retries exhausted) ends the run as failed.
+Model mistakes never end a run: bad JSON, unknown tools and refused actions
+come back from the registry as error observations.
+
+The system prompt (identity, role, AGENTS.md, skills index, tool rules) is
+built once per agent and is byte-identical on every call; what changes
+(task, roster, files changed) goes in the state block at the end of each
+request (instructions.py / context.py).
+
+Durability: every message is appended to the agent's transcript *before*
+it is acted on. Inbox messages reach the conversation exactly once, even if
+the process is killed at any instant: fetch -> ONE transcript line holding
+the text and the messages' bus ids -> ack. A kill before that line leaves
+them unacked (delivered again); a kill after it leaves their ids in the
+transcript (``Transcript.load`` returns them; ``fetch(seen=)`` skips them
+and the next ack passes over them). Both ways in follow this order:
+
+* ``drain`` (before each model call): the user message carries the ids.
+* the ``read_inbox`` tool: the handler only fetches (``drain_inbox_text``
+  parks the ids and the ack in ``_inbox_pending``); the loop writes the tool
+  message carrying the text with the ids, then acks. A tool error drops
+  the batch unacked (``Batch`` releases its lock when dropped), so the
+  messages come again with the next drain.
+
+A restarted agent resumes with the conversation it had.
+
+Usage: each call's ``Usage`` is summed per run (stored on the task by the
+executor) and per agent (``on_usage`` lets the team runtime persist it in the
+roster for ``team status``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ModelError
+from ..llm.pricing import Usage
+from ..llm.types import ChatModel
+from ..roles.roles import Role
+from ..roles.skills import discover_skills
+from ..tools import ToolContext, ToolRegistry
+from .compaction import ContextWindow, summary_request
+from .prompt import AgentState, build_system_prompt
+from .transcript import Transcript
+
+DEFAULT_MAX_STEPS = 40
+DEFAULT_BUDGET = 100_000  # tokens of context before auto-compaction (x threshold)
+
+
+class AgentStop(Exception):
+    """Base of the loop's control-flow exceptions; ``str(e)`` is the reason."""
+
+
+class TaskDone(AgentStop):
+    """The agent marked its current task ``completed`` or ``failed``."""
+
+    def __init__(self, status: str, result: str):
+        super().__init__(f"task marked {status}")
+        self.status, self.result = status, result
+
+
+class LimitsExceeded(AgentStop):
+    """The run used its step budget without finishing."""
+
+
+class Interrupted(AgentStop):
+    """The run was cancelled from outside (the lead stopped it)."""
+
+
+@dataclass
+class Signals:
+    """How tools talk to the loop running them (``ToolContext.extra["signals"]``)."""
+
+    finish: tuple[str, str] | None = None
+    """(status, result) set by task_update on the agent's current task."""
+    idle: bool = False
+    """Set by the idle tool: end this run after the current tool calls."""
+    compact: bool = False
+    """Set by the compact tool: compact before the next model call."""
+
+
+@dataclass
+class RunResult:
+    """How one run of the loop ended."""
+
+    status: str  # completed | failed | idle | interrupted
+    result: str = ""
+    error: str | None = None
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    log: str | None = None
+    """The agent's transcript, relative to the state root (set by the teammate)."""
+
+
+Inbox = Callable[[set[str]], tuple[list[Any], Callable[[], None]]]
+"""``fetch(seen) -> (messages, ack)``: the agent's inbox (None: no inbox)."""
+
+
+def format_message(m: Any) -> str:
+    """One inbox message as the agent reads it."""
+    extra = f", request {m.request_id}" if getattr(m, "request_id", None) else ""
+    return f"[message from {m.sender} ({m.type}{extra})]\n{m.content}"
+
+
+def format_note(n: Any) -> str:
+    """One background-job notification as the agent reads it."""
+    code = "" if n.exit_code is None else f", exit code {n.exit_code}"
+    return (f"[background job {n.job_id} {n.status}{code} after {n.duration:.1f}s; full log: {n.log}]\n"
+            f"{n.tail.strip() or '(no output)'}")
+
+
+class Agent:
+    """One agent's conversation and loop. Not thread-safe: one thread runs it."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        role: Role,
+        model: ChatModel,
+        tools: ToolRegistry,
+        ctx: ToolContext,
+        transcript: Transcript,
+        team_name: str = "team",
+        inbox: Inbox | None = None,
+        jobs: Any = None,
+        roster: Callable[[], list[Any]] = lambda: [],
+        max_steps: int = DEFAULT_MAX_STEPS,
+        budget: int = DEFAULT_BUDGET,
+        on_usage: Callable[[Usage], None] | None = None,
+        on_step: Callable[[], None] | None = None,
+    ):
+        self.name, self.role, self.model, self.tools, self.ctx = name, role, model, tools, ctx
+        self.tool_schemas = tools.schemas()  # the tool set is fixed per agent: built once
+        self.transcript, self.team_name, self.inbox, self.jobs = transcript, team_name, inbox, jobs
+        self.roster, self.max_steps, self.on_usage, self.on_step = roster, max_steps, on_usage, on_step
+        self.signals = Signals()
+        ctx.extra["signals"] = self.signals
+        ctx.extra["inbox_text"] = self.drain_inbox_text
+        self.cancelled = threading.Event()
+        self.usage = Usage()
+        self.task_label: str | None = None
+        self.system = {"role": "system", "content": build_system_prompt(
+            name=name, role=role, team=team_name, workspace=ctx.workspace,
+            skills=discover_skills(ctx.workspace))}
+        rel = transcript.path.relative_to(ctx.root) if transcript.path.is_relative_to(ctx.root) else transcript.path
+        self.window = ContextWindow(budget=budget, transcripts_dir=transcript.path.parent / f"{name}.compactions",
+                                    summarize=self._summarize, transcript_ref=str(rel), display_root=ctx.root)
+        loaded, self.seen, self.last_task = transcript.load()
+        self.messages: list[dict[str, Any]] = [self.system, *loaded]
+        self._inbox_pending: tuple[list[str], Callable[[], None] | None] | None = None
+
+    # ------------------------------------------------------------------ state
+    @property
+    def resumed(self) -> bool:
+        return len(self.messages) > 1
+
+    def add(self, msg: dict[str, Any], inbox_ids: list[str] | tuple[str, ...] = ()) -> None:
+        """Record ``msg`` durably (with the ids of the inbox messages it carries, same
+        line), then make it part of the conversation."""
+        self.transcript.add(msg, inbox_ids=inbox_ids)
+        self.seen.update(inbox_ids)
+        self.messages.append(msg)
+
+    def state(self) -> AgentState:
+        written = sorted(self.ctx.rel(Path(p)) for p in self.ctx.truth.written())
+        return AgentState(name=self.name, role=self.role.name, team=self.team_name, task=self.task_label,
+                          roster=self.roster(), changed_files=written)
+
+    # ------------------------------------------------------------------ inbox
+    def _fetch(self) -> tuple[list[str], list[str], Callable[[], None] | None]:
+        """(texts, ids, ack) of unread inbox messages; ``ack`` None when nothing to ack."""
+        if self.inbox is None:
+            return [], [], None
+        messages, ack = self.inbox(self.seen)
+        texts = [format_message(m) for m in messages]
+        return texts, [m.id for m in messages], ack
+
+    def drain_inbox_text(self) -> str:
+        """For the read_inbox tool: unread messages as text. Not acked here: the ids and
+        the ack wait in ``_inbox_pending`` until ``_run_tools`` has written the tool
+        message carrying this text (see the module docstring)."""
+        self._inbox_pending = None  # a batch nobody settled (no loop around the call): unacked
+        texts, ids, ack = self._fetch()
+        if not texts:
+            if ack is not None:
+                ack()  # passes over messages already in the transcript
+            return "no new messages"
+        self._inbox_pending = (ids, ack)
+        return "\n\n".join(texts)
+
+    def drain(self, extra_notes: list[Any] = ()) -> int:
+        """Fold unread inbox messages and job notifications into the conversation:
+        one transcript line with the text and the inbox ids, then the ack."""
+        self._inbox_pending = None
+        texts, ids, ack = self._fetch()
+        notes = list(extra_notes) + (list(self.jobs.drain(self.name)) if self.jobs is not None else [])
+        texts += [format_note(n) for n in notes]
+        if texts:
+            self.add({"role": "user", "content": "\n\n".join(texts), "_kind": "inbox"}, inbox_ids=ids)
+        if ack is not None:
+            ack()
+        return len(texts)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, prompt: str | None = None, *, task_label: str | None = None,
+            notes: list[Any] = (), max_steps: int | None = None) -> RunResult:
+        """Run until a final answer, a finished task, idle, a limit or an error."""
+        limit = max_steps if max_steps is not None else self.max_steps
+        self.task_label = task_label
+        self.signals.finish, self.signals.idle = None, False
+        if prompt:
+            self.add({"role": "user", "content": prompt})
+        usage, steps = Usage(), 0
+        pending_notes = list(notes)
+        try:
+            while True:
+                if self.cancelled.is_set():
+                    raise Interrupted("stopped by the lead")
+                if steps >= limit:
+                    raise LimitsExceeded(f"step limit reached ({limit} model calls) without finishing")
+                self.drain(pending_notes)
+                pending_notes = []
+                steps += 1
+                completion = self._call_model()
+                usage += completion.usage
+                if completion.tool_calls:
+                    self.add(completion.to_message())
+                    self._run_tools(completion.tool_calls)
+                    if self.signals.finish is not None:
+                        raise TaskDone(*self.signals.finish)
+                    if self.signals.idle:
+                        return RunResult("idle", "", None, steps, usage)
+                    continue
+                text = (completion.content or "").strip()
+                self.add({"role": "assistant", "content": completion.content or ""})
+                return RunResult("completed", text, None, steps, usage)
+        except TaskDone as done:
+            return RunResult(done.status, done.result, None if done.status == "completed" else
+                             (done.result or "the agent marked the task failed"), steps, usage)
+        except LimitsExceeded as e:
+            return RunResult("failed", "", str(e), steps, usage)
+        except Interrupted as e:
+            return RunResult("interrupted", "", str(e), steps, usage)
+        except ModelError as e:
+            return RunResult("failed", "", f"ModelError: {e}", steps, usage)
+
+    def _call_model(self):
+        if self.signals.compact:
+            self.signals.compact = False
+            self.compact("requested by the agent")
+        prepared = self.window.prepare(self.messages, self.state(), self.tool_schemas)
+        if prepared.compaction is not None:
+            self._adopt(prepared.messages, prepared.compaction)
+        completion = self.model.complete(prepared.request, self.tool_schemas, stream=True)
+        self.usage += completion.usage
+        if self.on_usage is not None:
+            self.on_usage(self.usage)
+        return completion
+
+    def _run_tools(self, calls: list[Any]) -> None:
+        for tc in calls:
+            if self.on_step is not None:
+                self.on_step()
+            try:
+                obs = self.tools.call(tc.name, tc.arguments, self.ctx, tc.id)
+                msg = obs.to_message()
+                if obs.full_output:
+                    msg["_ref"] = self.ctx.rel(Path(obs.full_output))
+                if obs.is_error:
+                    msg["_error"] = obs.stage
+                # read_inbox: the text and the ids in one line, then the ack (an error: left unread)
+                ids, ack = self._inbox_pending if self._inbox_pending and not obs.is_error else ((), None)
+                self.add(msg, inbox_ids=ids)
+                if ack is not None:
+                    ack()
+            finally:
+                self._inbox_pending = None
+
+    # ------------------------------------------------------------------ compaction
+    def compact(self, reason: str = "requested") -> str:
+        done = self.window.compact(self.messages, self.state(), reason=reason)
+        if done.replaced:
+            self._adopt(done.messages, done)
+            return f"compacted {done.replaced} messages; full transcript: {done.transcript_path}"
+        return "nothing to compact yet"
+
+    def _adopt(self, messages: list[dict[str, Any]], info: Any) -> None:
+        body = [m for m in messages if m.get("role") != "system"]
+        self.transcript.add_compaction(body, replaced=info.replaced)
+        self.messages = [self.system, *body]
+
+    def _summarize(self, span: list[dict]) -> str:
+        return self.model.complete(summary_request(span), None, stream=False).content or ""

@@ -1,0 +1,267 @@
+"""What ``team run`` shows while it runs, and the summary after.
+
+The scheduler emits plain dict events (``run_started``, ``started``,
+``completed``, ``failed``, ``retry``, ``cancelled``, ``stopping``,
+``stale``). A sink is any callable taking one; three ship here and the CLI
+picks one:
+
+* ``LiveProgress``  on a terminal: a rich live view (counts per state, the
+  running tasks with elapsed time, finished/total, ETA), redrawn 4×/s.
+* ``PlainProgress`` without a terminal: one line per event.
+* ``JsonProgress``  ``--json``: one JSON object per line, with ``ts``.
+
+``summarise`` turns a ``RunResult`` into data (failed tasks with log paths,
+per-task durations, the critical path as it actually ran, wall time vs task
+time; with worktree isolation, the integration branch and the commands to
+take it); ``render_summary`` turns that into text lines. Sinks write to the
+stream they are given; only the CLI chooses stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from ..run.scheduler import RunResult
+
+STATES = ("completed", "running", "retrying", "pending", "failed", "cancelled")
+
+
+class _Tracker:
+    """Per-task state rebuilt from events; counts are derived from it."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.workers = 0
+        self.before = 0  # completed by earlier runs
+        self.state: dict[int, str] = {}
+        self.running: dict[int, tuple[str, float, int]] = {}
+        self.durations: list[float] = []
+        self.t0 = time.monotonic()
+
+    def apply(self, ev: dict[str, Any]) -> None:
+        kind = ev["event"]
+        if kind == "run_started":
+            self.total, self.workers, self.before = ev["total"], ev["workers"], ev["completed"]
+        elif kind == "started":
+            self.running[ev["task"]] = (ev["name"], time.monotonic(), ev["attempt"])
+            self.state[ev["task"]] = "running"
+        elif kind in ("completed", "failed", "retry", "cancelled"):
+            self.running.pop(ev["task"], None)
+            self.state[ev["task"]] = "retrying" if kind == "retry" else kind
+            if kind == "completed":
+                self.durations.append(ev.get("duration") or 0.0)
+
+    @property
+    def done(self) -> int:
+        return self.before + sum(1 for s in self.state.values() if s == "completed")
+
+    def counts(self) -> dict[str, int]:
+        c = {s: 0 for s in STATES}
+        for s in self.state.values():
+            c[s] += 1
+        c["completed"] += self.before
+        c["pending"] = self.total - sum(c.values())
+        return c
+
+    def eta(self) -> float | None:
+        c = self.counts()
+        left = c["pending"] + c["running"] + c["retrying"]
+        if not self.durations or left <= 0:
+            return None
+        mean = sum(self.durations) / len(self.durations)
+        return mean * -(-left // max(1, self.workers))
+
+
+def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
+    """One plain line for an event (None for events not worth a line)."""
+    kind = ev["event"]
+    stamp = f"[{time.monotonic() - t.t0:7.2f}s]"
+    who = f"#{ev.get('task')} {ev.get('name', '')}".rstrip()
+    if kind == "run_started":
+        return f"{stamp} run: {t.total} tasks, {t.before} already completed, {t.workers} workers"
+    if kind == "started":
+        return f"{stamp} start {who} (attempt {ev['attempt']})"
+    if kind == "completed":
+        return f"{stamp} done  {who} in {ev['duration']:.2f}s [{t.done}/{t.total}]"
+    if kind == "failed":
+        return f"{stamp} FAIL  {who}: {ev['error']} (log: {ev.get('log')})"
+    if kind == "retry":
+        return f"{stamp} retry {who}: {ev['error']}; again in {ev['delay']:.2f}s (log: {ev.get('log')})"
+    if kind == "cancelled":
+        return f"{stamp} skip  {who}: {ev['reason']}"
+    if kind == "stopping":
+        return f"{stamp} stopping: {ev['reason']}; waiting for {ev['running']} running task(s)"
+    if kind == "stale":
+        return f"{stamp} stale completion of #{ev['task']} (epoch {ev['epoch']}) ignored"
+    return None
+
+
+class PlainProgress:
+    """One line per event (no terminal)."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+        self.t = _Tracker()
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        self.t.apply(ev)
+        line = format_event(self.t, ev)
+        if line:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class JsonProgress:
+    """``--json``: one JSON object per event."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        self.stream.write(json.dumps({"ts": round(time.time(), 6), **ev}) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class LiveProgress:
+    """A rich live view on a terminal."""
+
+    def __init__(self, console: Any, plan: str):
+        from rich.live import Live
+
+        self.t = _Tracker()
+        self.plan = plan
+        self.lock = threading.Lock()
+        self.console = console
+        self.log: list[str] = []
+        # Started on the first event: its refresh thread must not exist yet when
+        # ``team run`` forks its job server (jobserver.py).
+        self.live = Live(get_renderable=self._render, console=console, refresh_per_second=4, transient=True)
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if not self.live.is_started:
+            self.live.start()
+        with self.lock:
+            self.t.apply(ev)
+            if ev["event"] in ("failed", "cancelled", "retry", "stopping"):
+                line = format_event(self.t, ev)
+                if line:
+                    self.console.print(line, markup=False, highlight=False)
+
+    def _render(self) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        with self.lock:
+            t = self.t
+            now = time.monotonic()
+            head = " · ".join(f"{s} {n}" for s, n in t.counts().items() if n)
+            eta = t.eta()
+            grid = Table.grid(padding=(0, 2))
+            title = Text(self.plan, style="bold")
+            title.append(f"  {t.done}/{t.total} done  {now - t.t0:.1f}s elapsed"
+                         + (f"  ETA ~{eta:.0f}s" if eta is not None else ""), style="")
+            grid.add_row(title)
+            grid.add_row(Text(head))
+            running = sorted(t.running.items(), key=lambda kv: kv[1][1])
+            for tid, (name, since, attempt) in running[:12]:
+                extra = f" (attempt {attempt})" if attempt > 1 else ""
+                row = Text("  ")
+                row.append("▶", style="cyan")
+                row.append(f" #{tid} {name}{extra}  {now - since:.1f}s")
+                grid.add_row(row)
+            if len(running) > 12:
+                grid.add_row(Text(f"  … and {len(running) - 12} more running"))
+            return grid
+
+    def close(self) -> None:
+        self.live.stop()
+
+
+# ---------------------------------------------------------------- summary
+def _shown(root: Path | None, log: str | None) -> str | None:
+    """A log path the user can open from where they ran ``team``."""
+    if not log or root is None:
+        return log
+    path = root / log
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def summarise(result: RunResult, workers: int, root: Path | None = None) -> dict[str, Any]:
+    runs = result.runs
+    ran = [r for r in runs.values() if r.finished is not None]
+    task_time = sum(r.duration for r in ran)
+    path: list[int] = []
+    cur = max(ran, key=lambda r: r.finished or 0.0, default=None)
+    while cur is not None:
+        path.append(cur.id)
+        prev = [runs[d] for d in cur.deps if d in runs and runs[d].finished is not None]
+        cur = max(prev, key=lambda r: r.finished or 0.0, default=None)
+    path.reverse()
+    return {
+        "plan": result.plan,
+        "ok": result.ok,
+        "total": len(runs),
+        "counts": result.counts,
+        "wall": round(result.wall, 3),
+        "task_time": round(task_time, 3),
+        "speedup": round(task_time / result.wall, 2) if result.wall > 0 else None,
+        "workers": workers,
+        "failed": [{"task": r.id, "name": r.name, "error": r.error, "log": _shown(root, r.log)}
+                   for r in runs.values() if r.status in ("failed", "lost")],
+        "cancelled": [{"task": r.id, "name": r.name, "reason": r.error}
+                      for r in runs.values() if r.status == "cancelled"],
+        "durations": sorted(({"task": r.id, "name": r.name, "seconds": round(r.duration, 3),
+                              "attempts": r.attempts} for r in ran), key=lambda d: -d["seconds"]),
+        "critical_path": [{"task": i, "name": runs[i].name, "seconds": round(runs[i].duration, 3)} for i in path],
+        "stopped": result.stopped,
+        "deadlock": result.deadlock,
+        "worktrees": result.worktrees,
+    }
+
+
+def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
+    if not s["durations"] and s["ok"]:
+        return [f"plan {s['plan']}: nothing to run, all {s['total']} tasks already completed "
+                "(--fresh starts over)"] + (s["worktrees"]["text"].splitlines() if s.get("worktrees") else [])
+    lines = [f"plan {s['plan']}: {counts} (of {s['total']})",
+             f"wall {s['wall']:.2f}s · task time {s['task_time']:.2f}s · speed-up "
+             f"{s['speedup'] or 0:.2f}× with {s['workers']} workers"]
+    if s["critical_path"]:
+        chain = " → ".join(f"{c['name']} ({c['seconds']:.2f}s)" for c in s["critical_path"])
+        lines.append(f"critical path as run: {chain}")
+    if s["durations"]:
+        shown = s["durations"][:limit]
+        more = f" (slowest {limit} of {len(s['durations'])})" if len(s["durations"]) > limit else ""
+        lines.append(f"durations{more}:")
+        lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}"
+                  + (f" ({d['attempts']} attempts)" if d["attempts"] > 1 else "") for d in shown]
+    for f in s["failed"]:
+        lines.append(f"FAILED #{f['task']} {f['name']}: {f['error']}\n  log: {f['log']}")
+    for c in s["cancelled"][:limit]:
+        lines.append(f"cancelled #{c['task']} {c['name']}: {c['reason']}")
+    if len(s["cancelled"]) > limit:
+        lines.append(f"... and {len(s['cancelled']) - limit} more cancelled")
+    pending = s["counts"].get("pending", 0) + s["counts"].get("retrying", 0)
+    if s["stopped"]:
+        left = f"; {pending} task(s) not run" if pending else ""
+        lines.append(f"stopped starting new work: {s['stopped']}{left}. "
+                     "Run again to retry, or pass --keep-going to run every branch not downstream of a failure.")
+    if s["deadlock"]:
+        lines.append("deadlock: " + s["deadlock"])
+    if s.get("worktrees"):
+        lines += s["worktrees"]["text"].splitlines()
+    return lines

@@ -1,0 +1,9 @@
+"""The ground floor: what every other package may use, and which imports nothing of ours.
+
+    errors.py   the exception tree (TeamError and its exit codes)
+    models.py   pydantic records kept on disk: Task, Event, Member, Roster, Message
+    paths.py    where state lives (--root, $TEAM_ROOT, the current directory)
+    fsutil.py   crash-safe files: atomic_write, append_line, read_jsonl, file_lock
+    procs.py    process identity robust against pid reuse (/proc)
+    redact.py   secrets that must never reach disk, and scrubbing them out
+"""

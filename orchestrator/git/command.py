@@ -1,0 +1,99 @@
+"""Running git for ``team``: one subprocess helper, a clean environment, clear errors.
+
+* Always ``git -C DIR``; nothing depends on the caller's current directory.
+* Location variables inherited from the caller (``GIT_DIR``, ``GIT_WORK_TREE``,
+  ``GIT_INDEX_FILE``..., e.g. when ``team`` runs inside a git hook) are dropped,
+  so a command can never act on another repository or index.
+* Machine commands run with ``-c`` overrides: no hooks, no commit signing, no
+  automatic gc or maintenance, no autostash. ``GIT_OPTIONAL_LOCKS=0`` keeps
+  read-only commands (``status``) from rewriting an index; ``LC_ALL=C`` keeps
+  messages stable; ``GIT_TERMINAL_PROMPT=0`` never waits for a password.
+* When the repository has no author identity (a fresh CI box), commits are made
+  as ``team <team@localhost>`` through ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` in our
+  environment only: git config is never written.
+* A few read-only queries every caller needs (``rev``, ``is_ancestor``,
+  ``dirty``, ``gitdir``, ``worktrees``) answer in plain values: a missing
+  ref is ``None``, not an error.
+* A failure raises ``GitError`` (a ``WorkFailed``, exit 1) carrying the command,
+  the directory and git's stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from ..core.errors import WorkFailed
+
+LOCATION_VARS = {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                 "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX"}
+OVERRIDES = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "gc.auto=0",
+             "-c", "maintenance.auto=false", "-c", "merge.autoStash=false")
+FALLBACK_IDENTITY = {"NAME": "team", "EMAIL": "team@localhost"}
+
+
+class GitError(WorkFailed):
+    """A git command failed; the message carries the command and git's stderr."""
+
+    def __init__(self, args: list[str], cwd: Path, returncode: int, stderr: str):
+        super().__init__(f"git {' '.join(args)} (in {cwd}) failed with exit {returncode}: "
+                         f"{stderr.strip() or '(no output)'}")
+        self.returncode, self.stderr = returncode, stderr
+
+
+class Git:
+    """``git(*args, cwd=..., check=..., fd=...)`` for the repository at ``cwd``."""
+
+    def __init__(self, cwd: Path):
+        self.cwd = cwd
+        self.env = {k: v for k, v in os.environ.items() if k not in LOCATION_VARS}
+        self.env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+
+    def __call__(self, *args: str, cwd: Path | None = None, check: bool = True,
+                 fd: int | None = None) -> subprocess.CompletedProcess:
+        """Run git; ``fd`` is inherited by the child (a lock it must keep holding if we die)."""
+        cwd = cwd or self.cwd
+        proc = subprocess.run(["git", "-C", str(cwd), *OVERRIDES, *args], env=self.env, text=True,
+                              capture_output=True, pass_fds=(fd,) if fd is not None else ())
+        if check and proc.returncode:
+            raise GitError(list(args), cwd, proc.returncode, proc.stderr)
+        return proc
+
+    def ensure_identity(self) -> None:
+        """Supply a fallback author/committer in our env when the repository has none."""
+        for var, value in FALLBACK_IDENTITY.items():
+            if self("config", f"user.{var.lower()}", check=False).returncode:
+                self.env.setdefault(f"GIT_AUTHOR_{var}", value)
+                self.env.setdefault(f"GIT_COMMITTER_{var}", value)
+
+    # -- queries ------------------------------------------------------------------
+    def rev(self, ref: str, cwd: Path | None = None) -> str | None:
+        """The commit ``ref`` names, or None when there is none."""
+        proc = self("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=cwd, check=False)
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return self("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+    def dirty(self, path: Path) -> bool:
+        """Uncommitted changes (untracked files included) in the worktree at ``path``; False if none there."""
+        if not (path / ".git").exists():
+            return False
+        return bool(self("status", "--porcelain", "--untracked-files=all", cwd=path).stdout.strip())
+
+    def gitdir(self, path: Path) -> Path | None:
+        """The private git directory of the linked worktree at ``path``, or None."""
+        if not (path / ".git").is_file():
+            return None
+        proc = self("rev-parse", "--absolute-git-dir", cwd=path, check=False)
+        return Path(proc.stdout.strip()) if proc.returncode == 0 else None
+
+    def worktrees(self) -> dict[Path, dict[str, str]]:
+        """Registered worktrees: resolved path -> porcelain attributes (branch, locked, ...)."""
+        out: dict[Path, dict[str, str]] = {}
+        for block in self("worktree", "list", "--porcelain").stdout.split("\n\n"):
+            attrs = dict((line.split(" ", 1) + [""])[:2] for line in block.splitlines() if line)
+            if "worktree" in attrs:
+                out[Path(attrs["worktree"]).resolve()] = attrs
+        return out

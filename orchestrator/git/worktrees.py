@@ -1,0 +1,386 @@
+"""Per-task git worktrees and serialised merge-back (``isolation: worktree``).
+
+Layout for a user repository at ``<root>`` and a plan ``<plan>``::
+
+    team/<plan>/integration               branch: the plan's result, forked from HEAD
+    <root>/.team/worktrees/<plan>/_integration   its worktree; every merge happens here
+    team/<plan>/<task>                    branch of one task, forked from integration
+    <root>/.team/worktrees/<plan>/<task>  its worktree, where the task runs
+    <root>/.team/worktrees/<plan>/.lock   flock serialising prepare/merge/cleanup
+
+The user's working tree, index and current branch are never touched: the
+integration branch is made with ``git branch``, never checked out there, and
+``.tasks/`` and ``.team/`` go to ``.git/info/exclude`` so ``git status`` stays
+clean. Every git call goes through ``gitcmd.Git`` (no hooks, no signing, a
+fallback identity through the environment, never through git config).
+
+The scheduler calls, around each task::
+
+    path = wt.prepare(slug)       # after the task's dependencies were merged
+    ... run the task with cwd=path ...
+    wt.commit(slug, "subject")    # git add -A; no-op when clean
+    wt.merge(slug)                # -> MergeResult, or raises MergeConflict
+
+``merge`` runs ``git merge --no-ff`` in the integration worktree under the
+lock, so merges land one at a time in completion order. Each merge commit
+carries a ``Team-Task: <slug>`` trailer. On success the task's worktree *and
+branch* are deleted (the merge commit's second parent keeps the history), so a
+surviving ``team/<plan>/<task>`` branch always means work not merged yet. On a
+conflict the merge is aborted, the branch and worktree are kept and
+``MergeConflict`` lists the files.
+
+Crash safety. Git children started under the lock inherit the lock's file
+descriptor, so if the lead is SIGKILLed mid-merge the orphaned ``git merge``
+keeps the lock until it exits and nobody races it. Whoever takes the lock next
+repairs what a dead holder left: stale ``*.lock`` files of the integration
+worktree, a ``MERGE_HEAD`` (``git merge --abort``), a half-written tree
+(``reset --hard`` + ``clean``). A task branch that is already an ancestor of
+integration is "up-to-date" (never merged twice); a deleted branch whose merge
+commit is found by its trailer is "up-to-date" too. ``prepare`` likewise
+reuses a healthy worktree, and rebuilds a half-created one (``git worktree
+add`` killed mid-checkout leaves it ``locked initializing``) or a stray dir;
+a ``.removing-<task>`` marker makes an interrupted removal finish next time.
+Leftovers nobody will come back for (``team doctor``) are worktree_doctor.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.errors import InvalidName, UserError, WorkFailed
+from ..core.fsutil import LockTimeout, atomic_write, file_lock
+from . import orphans as worktree_doctor
+from .command import Git, GitError
+from .orphans import Orphan
+
+SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+INTEGRATION = "integration"
+TRAILER = "Team-Task"
+EXCLUDES = (".tasks/", ".team/")
+
+
+class MergeConflict(WorkFailed):
+    """A task's branch conflicts with the integration branch; nothing was merged."""
+
+    def __init__(self, task: str, branch: str, integration: str, files: list[str], worktree: Path):
+        super().__init__(
+            f"merge conflict: task '{task}' ({branch}) conflicts with {integration} in "
+            f"{', '.join(files)}; nothing was merged, the branch and its worktree {worktree} are "
+            f"kept for inspection (resolve by hand, or re-run the task from a fresh worktree)")
+        self.task, self.branch, self.files, self.worktree = task, branch, files, worktree
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    task: str
+    branch: str
+    status: str  # "merged" | "up-to-date" (already merged, or nothing to merge)
+    commit: str | None = None  # the new merge commit
+    recovered: tuple[str, ...] = ()  # repairs done first (a dead merger's leftovers)
+
+
+@dataclass(frozen=True)
+class Summary:
+    plan: str
+    branch: str
+    base: str  # merge-base of the user's HEAD and the integration branch
+    ahead: int  # commits on the integration branch not in the user's HEAD
+    merged: list[str] = field(default_factory=list)
+    unmerged: list[str] = field(default_factory=list)  # task branches still present
+    commands: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"result: branch {self.branch} ({self.ahead} commits ahead of your HEAD; "
+                 f"{len(self.merged)} tasks merged)"]
+        if self.unmerged:
+            lines.append(f"not merged (branches kept): {', '.join(self.unmerged)}")
+        lines.append("to review and take the result into your current branch:")
+        lines += [f"  {c}" for c in self.commands]
+        return "\n".join(lines)
+
+
+def check_slug(name: str, what: str) -> str:
+    if not SLUG.match(name) or ".." in name or name.endswith((".lock", ".")):
+        raise InvalidName(f"{what} {name!r} cannot name a git branch: use letters, digits, '.', '_' "
+                          f"and '-', starting with a letter or digit")
+    return name
+
+
+class Worktrees:
+    """Worktrees and branches of one plan in the git repository holding ``root``."""
+
+    def __init__(self, root: str | os.PathLike, plan: str):
+        self.plan = check_slug(plan, "plan name")
+        self.root = Path(root).absolute()
+        self.git = Git(self.root)
+        probe = self.git("rev-parse", "--show-prefix", "--git-common-dir", cwd=self.root, check=False) \
+            if self.root.is_dir() else None
+        if probe is None or probe.returncode:
+            raise UserError(f"isolation: worktree needs a git repository at {self.root} "
+                            f"(run `git init && git add -A && git commit -m init` there, "
+                            f"or set `isolation: none` in the plan)")
+        self.prefix, common = probe.stdout.splitlines()[:2]
+        self.common_dir = (self.root / common).resolve()
+        self.git.ensure_identity()
+        self.base_dir = self.root / ".team" / "worktrees" / self.plan
+        self.integration = f"team/{self.plan}/{INTEGRATION}"
+        self.integration_dir = self.base_dir / "_integration"
+
+    # -- names ----------------------------------------------------------------
+    def branch(self, task: str) -> str:
+        check_slug(task, "task id")
+        if task == INTEGRATION:
+            raise InvalidName(f"task id {task!r} is reserved by worktree isolation "
+                              f"(branch {self.integration}); rename the task")
+        return f"team/{self.plan}/{task}"
+
+    def path(self, task: str) -> Path:
+        self.branch(task)
+        return self.base_dir / task
+
+    @property
+    def toplevel(self) -> Path:
+        """The repository's top directory (``root`` minus its offset ``prefix``)."""
+        top = self.root.resolve()
+        for _ in Path(self.prefix).parts:
+            top = top.parent
+        return top
+
+    def workdir(self, task: str) -> Path:
+        """Where the task runs: its worktree plus ``root``'s offset inside the repository."""
+        return self.path(task) / self.prefix
+
+    # -- the scheduler's API --------------------------------------------------
+    def ensure_integration(self) -> list[str]:
+        """Create (or repair) the integration branch and its worktree now; the repairs made."""
+        with self.locked() as fd:
+            return self.setup_integration(fd)
+
+    def prepare(self, task: str, fresh: bool = False) -> Path:
+        """Create (or reuse, or repair) the task's worktree; return its ``workdir``.
+
+        A new branch forks from the integration tip *now*. ``fresh=True`` drops an
+        existing branch and worktree first (a retry after a conflict). A branch
+        whose work is already merged and whose worktree is clean is re-forked too.
+        """
+        branch, path = self.branch(task), self.path(task)
+        with self.locked() as fd:
+            self.setup_integration(fd)
+            self._finish_removal(task, fd)
+            tip = self.git.rev(self.integration)
+            if self.git.rev(branch) is not None:
+                stale = self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
+                if fresh or (stale and not self.git.dirty(path)):
+                    self.remove_task(task, fd)
+            self._ensure_checkout(path, branch, tip, fd)
+        return self.workdir(task)
+
+    def commit(self, task: str, message: str) -> str | None:
+        """Commit everything the task changed (``git add -A``); the new sha, or None if clean."""
+        path = self.path(task)
+        if path.resolve() not in self.git.worktrees():
+            raise UserError(f"task '{task}' has no worktree at {path}; call prepare() first")
+        self.git("add", "-A", cwd=path)
+        if self.git("diff", "--cached", "--quiet", cwd=path, check=False).returncode == 0:
+            return None
+        self.git("commit", "-q", "--no-verify", "-m", message, cwd=path)
+        return self.git.rev("HEAD", cwd=path)
+
+    def merge(self, task: str) -> MergeResult:
+        """Merge the task's branch into integration (serialised); see the module docstring."""
+        branch, path = self.branch(task), self.path(task)
+        with self.locked() as fd:
+            recovered = tuple(self.setup_integration(fd) + self._finish_removal(task, fd))
+            tip = self.git.rev(branch)
+            if tip is None:
+                if task in self.merged_tasks():
+                    return MergeResult(task, branch, "up-to-date", None, recovered)
+                raise UserError(f"task '{task}' has no branch {branch} to merge; call prepare() first")
+            if self.git.dirty(path):
+                raise UserError(f"task '{task}' has uncommitted changes in {path}; call commit() first")
+            commit = None
+            if not self.git.is_ancestor(tip, self.integration):
+                msg = f"team: merge {task} into {self.plan}\n\n{TRAILER}: {task}\n"
+                proc = self.git("merge", "--no-ff", "--no-edit", "-m", msg, tip,
+                                 cwd=self.integration_dir, check=False, fd=fd)
+                if proc.returncode:
+                    files = self.git("diff", "--name-only", "--diff-filter=U",
+                                      cwd=self.integration_dir, fd=fd).stdout.split()
+                    self._recover_integration(fd)
+                    if files:
+                        raise MergeConflict(task, branch, self.integration, files, path)
+                    raise GitError(["merge", branch], self.integration_dir, proc.returncode,
+                                   proc.stderr + proc.stdout)
+                commit = self.git.rev(self.integration)
+            self.remove_task(task, fd)
+        return MergeResult(task, branch, "merged" if commit else "up-to-date", commit, recovered)
+
+    def finish(self, task: str, message: str) -> MergeResult:
+        """``commit`` then ``merge``."""
+        self.commit(task, message)
+        return self.merge(task)
+
+    def has_branch(self, task: str) -> bool:
+        return self.git.rev(self.branch(task)) is not None
+
+    def committed_work(self, task: str) -> int:
+        """Commits on the task's branch not in integration, when its worktree is clean (else 0).
+
+        ``commit`` runs only after a successful attempt, so such commits are finished
+        work whose merge did not happen (the lead died, or a conflict was resolved by hand).
+        """
+        branch = self.branch(task)
+        if self.git.rev(branch) is None or self.git.rev(self.integration) is None or self.git.dirty(self.path(task)):
+            return 0
+        return int(self.git("rev-list", "--count", f"{self.integration}..{branch}").stdout)
+
+    def merged_tasks(self) -> list[str]:
+        """Task slugs merged into integration, oldest first, from the merge trailers."""
+        if self.git.rev(self.integration) is None:
+            return []
+        out = self.git("log", "--first-parent", "--merges", "--reverse",
+                        f"--format=%(trailers:key={TRAILER},valueonly)%x00", self.integration).stdout
+        return [t.strip() for t in out.split("\0") if t.strip()]
+
+    def task_branches(self) -> list[str]:
+        """Slugs of the task branches that exist (work not merged, or in flight)."""
+        out = self.git("for-each-ref", "--format=%(refname)", f"refs/heads/team/{self.plan}/").stdout
+        names = [r.rsplit("/", 1)[1] for r in out.split()]
+        return [n for n in names if n != INTEGRATION]
+
+    def summary(self) -> Summary:
+        """Where the result is and the exact commands to take it into the user's branch."""
+        if self.git.rev(self.integration) is None:
+            raise UserError(f"plan '{self.plan}' has no integration branch {self.integration} yet")
+        base = self.git("merge-base", "HEAD", self.integration).stdout.strip()
+        ahead = int(self.git("rev-list", "--count", f"HEAD..{self.integration}").stdout)
+        b = self.integration
+        cmds = [f"git log --oneline --first-parent HEAD..{b}", f"git diff HEAD...{b}", f"git merge {b}"]
+        return Summary(self.plan, b, base, ahead, self.merged_tasks(), self.task_branches(), cmds)
+
+    # -- doctor (worktree_doctor.py) ---------------------------------------------
+    def orphans(self, live: Iterable[str] = ()) -> list[Orphan]:
+        """Leftovers of tasks not in ``live`` and of killed git commands (worktree_doctor.orphans)."""
+        return worktree_doctor.orphans(self, live)
+
+    def cleanup(self, live: Iterable[str] = (), timeout: float = 30) -> list[str]:
+        """Remove what ``orphans(live)`` reports (worktree_doctor.cleanup); what was done."""
+        return worktree_doctor.cleanup(self, live, timeout)
+
+    def release(self) -> None:
+        """Remove the integration worktree (the branch stays) so the user can check it out."""
+        with self.locked() as fd:
+            self._drop_worktree(self.integration_dir, fd)
+
+    def reset(self) -> None:
+        """Delete every worktree and branch of the plan, integration included (``--fresh``)."""
+        with self.locked() as fd:
+            for task in self.task_names(self.git.worktrees()):
+                self.remove_task(task, fd)
+            self._drop_worktree(self.integration_dir, fd)
+            if self.git.rev(self.integration) is not None:
+                self.git("branch", "-D", self.integration, fd=fd)
+
+    # -- internals (worktree_doctor.py uses locked, task_names, setup_integration, remove_task) --
+    @contextmanager
+    def locked(self, timeout: float | None = None) -> Iterator[int]:
+        """Hold the plan's flock (its fd, for git children to inherit); ``UserError`` on timeout."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with file_lock(self.base_dir / ".lock", timeout=timeout) as fd:
+                yield fd
+        except LockTimeout:
+            if timeout == 0:
+                raise
+            raise UserError(f"another process holds {self.base_dir / '.lock'} (a `team run` "
+                            f"merging?); wait for it to finish and retry") from None
+
+    def task_names(self, wts: dict[Path, dict[str, str]]) -> set[str]:
+        """Tasks with a branch, a registered worktree or an interrupted removal."""
+        base = self.base_dir.resolve()
+        names = set(self.task_branches()) | {p.name for p in wts if p.parent == base}
+        if self.base_dir.is_dir():
+            names |= {p.name[len(".removing-"):] for p in self.base_dir.glob(".removing-*")}
+        return names - {"_integration"}
+
+    def setup_integration(self, fd: int) -> list[str]:
+        """Create the integration branch and worktree if missing; repair a dead merger's state."""
+        self._exclude()
+        if self.git.rev(self.integration) is None:
+            head = self.git.rev("HEAD")
+            if head is None:
+                raise UserError(f"isolation: worktree needs at least one commit in {self.root} "
+                                f"(commit your files first)")
+            self.git("branch", self.integration, head, fd=fd)
+        self._ensure_checkout(self.integration_dir, self.integration, None, fd)
+        return self._recover_integration(fd)
+
+    def _recover_integration(self, fd: int) -> list[str]:
+        notes, wt = [], self.integration_dir
+        gitdir = self.git.gitdir(wt)
+        ref_lock = self.common_dir / "refs" / "heads" / f"{self.integration}.lock"
+        for lock in [*sorted(gitdir.glob("*.lock")), ref_lock]:
+            if lock.exists():  # every git writing here holds our flock: its holder is dead
+                lock.unlink()
+                notes.append(f"removed stale {lock.name}")
+        if (gitdir / "MERGE_HEAD").exists():
+            self.git("merge", "--abort", cwd=wt, check=False, fd=fd)
+            notes.append("aborted an unfinished merge")
+        if self.git.dirty(wt) or (gitdir / "MERGE_HEAD").exists():
+            self.git("reset", "-q", "--hard", "HEAD", cwd=wt, fd=fd)
+            self.git("clean", "-q", "-ffdx", cwd=wt, fd=fd)
+            notes.append("reset the integration worktree to its branch")
+        return notes
+
+    def _ensure_checkout(self, path: Path, branch: str, base: str | None, fd: int) -> None:
+        info = self.git.worktrees().get(path.resolve())
+        healthy = (info is not None and info.get("branch") == f"refs/heads/{branch}"
+                   and "locked" not in info and (path / ".git").is_file())
+        if healthy:
+            return
+        self._drop_worktree(path, fd)
+        if self.git.rev(branch) is None:
+            self.git("branch", branch, base, fd=fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.git("worktree", "add", "-q", str(path), branch, fd=fd)
+
+    def _drop_worktree(self, path: Path, fd: int) -> None:
+        if path.resolve() in self.git.worktrees():
+            self.git("worktree", "remove", "-f", "-f", str(path), fd=fd)
+        if path.is_dir() and not path.is_symlink():  # a directory git does not know: ours
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+    def remove_task(self, task: str, fd: int) -> None:
+        """Discard the task's worktree and branch; a marker makes a killed removal resumable."""
+        marker = self._removing(task)
+        marker.touch()
+        self._drop_worktree(self.path(task), fd)
+        if self.git.rev(self.branch(task)) is not None:
+            self.git("branch", "-D", self.branch(task), fd=fd)
+        marker.unlink()
+
+    def _removing(self, task: str) -> Path:
+        return self.base_dir / f".removing-{task}"
+
+    def _finish_removal(self, task: str, fd: int) -> list[str]:
+        if self._removing(task).exists():
+            self.remove_task(task, fd)
+            return [f"finished removing task {task}'s worktree"]
+        return []
+
+    def _exclude(self) -> None:
+        exclude = self.common_dir / "info" / "exclude"
+        text = exclude.read_text() if exclude.exists() else ""
+        missing = [p for p in EXCLUDES if p not in text.splitlines()]
+        if missing:
+            exclude.parent.mkdir(parents=True, exist_ok=True)
+            sep = "" if not text or text.endswith("\n") else "\n"
+            atomic_write(exclude, text + sep + "".join(f"{p}\n" for p in missing))

@@ -1,0 +1,379 @@
+"""Background shell jobs: ``.team/jobs/<id>.json`` + ``.team/jobs/<id>.log``.
+
+A job is ``/bin/sh -c COMMAND`` in a new session (so its own process group,
+``pgid == pid``), stdin from ``/dev/null``, stdout and stderr straight into
+the log file descriptor: output never passes through Python, so a job
+printing 50 MB costs no memory and leaves the whole log on disk. Like make,
+a COMMAND of plain words naming a program on PATH (``pytest -q``) is exec'd
+without the shell, one exec less per job (``command_argv``).
+
+Lifecycle::
+
+    start() ──► running ──► completed   exit status 0
+                       ├──► failed      non-zero exit, or killed by a signal
+                       ├──► timeout     ran past ``timeout``
+                       ├──► killed      ``kill()`` from this or any process
+                       └──► lost        its manager process died (``reap_orphans``)
+
+Modules: the record and notification (``jobrecords``), the process handle,
+exit fd and spawner thread (``jobspawn``), log files and record writes
+(``jobfiles``), the watcher loop (``jobwatch``, mixed into ``JobManager``),
+jobs this manager does not watch (``joborphans``, mixed in too), and here
+the manager itself.
+
+* One watcher loop per manager waits on every job's pidfd with epoll (no
+  polling; no thread start on the ``start()`` path: ~1 ms is fork+exec); it
+  runs on its own thread, or on the caller's in ``serve`` (the job server).
+  A pidfd turns readable when the leader exits but does not reap it, so the
+  leader stays a zombie and its pid, hence the group id, cannot be reused
+  while we signal the group; the reap happens under the job's lock.
+* Timeout or kill: SIGTERM to the whole group, ``grace`` seconds for the
+  leader to exit, then SIGKILL to the group. Exit codes follow subprocess:
+  ``-N`` for death by signal N.
+* When the job's main process exits, whatever it left running in its group
+  (``cmd &`` without ``wait``) is SIGKILLed: a job owns nothing after it ends.
+* On completion a ``Notification`` carrying a bounded head+tail of the log
+  is queued for the owner (or handed to ``on_notify`` before the record is
+  rewritten, to save the consumer that rename) and the record is rewritten
+  (atomic rename, no fsync: the task store is the durable truth); ``kill``
+  and ``shutdown`` return once it is. ``drain`` pops a queue
+  under a lock, so each notification is returned exactly once; ``wait``
+  sleeps on a ``threading.Condition``.
+* Crash safety: ``team run``'s jobs are run by a job server (``jobserver``)
+  that stops them when its lead dies. An in-process manager that is
+  SIGKILLed leaves its jobs running; ``reap_orphans`` (run by every
+  restarted lead) kills them and marks them ``lost`` (see ``joborphans``). ``JobManager(pdeathsig=True)`` also gives
+  the direct child ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies
+  with a killed manager; it costs an extra exec (~0.9 ms a job) and a hop to
+  one long-lived spawner thread, because the signal follows the *thread*
+  that forked.
+* On normal interpreter exit (``atexit``) a manager kills its running jobs.
+* A timeout holds without the manager, too: a job with a timeout runs as
+  ``timeout --signal=KILL T+grace+1s /bin/sh -c COMMAND`` (coreutils, if
+  installed), the group leader, which SIGKILLs the whole group at that
+  point if the manager did not end it first (a SIGKILLed manager). The
+  manager's TERM-grace-KILL at ``T`` stays the normal path; ``timeout``
+  passes exit codes through (``-N`` for death by signal N), and a job it
+  killed is recorded ``timeout``. No timeout, no extra exec.
+
+Notifications are in-process; another process sees jobs through their
+records (``get``/``list``) and can ``kill`` them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..core import procs
+from ..core.errors import CorruptFile, UnknownRef, UserError
+from ..core.models import NAME_RE
+from ..core.paths import team_dir
+from .files import JobFiles
+from .orphans import UnwatchedJobs
+from .records import (
+    JOB_ENV,
+    MANAGER_ENV,
+    JobRecord,
+    Notification,
+    read_tail,
+)
+from .spawn import SETPRIV, Child, WatchedJob, exit_fd_of, in_spawner, spawn
+from .watcher import QUIET_AFTER_START, Watcher
+
+TIMEOUT_MARGIN = 1.0
+"""Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
+
+_timeout_bin: list[str | None] = []
+
+
+def _timeout_prefix(seconds: float) -> list[str]:
+    """``timeout --signal=KILL SECONDS`` if coreutils' ``timeout`` exists, else nothing."""
+    if not _timeout_bin:
+        _timeout_bin.append(shutil.which("timeout"))
+    if _timeout_bin[0] is None:
+        return []
+    return [_timeout_bin[0], "--signal=KILL", f"{max(seconds, 0.001):.3f}"]
+
+
+def _shutdown_at_exit(ref: weakref.ref) -> None:
+    manager = ref()
+    if manager is not None:
+        manager.shutdown()
+
+
+# Like make: a command made only of plain words runs without a shell (one
+# exec less per job). Anything a shell would interpret — quotes, $, globs,
+# redirections, ;&|, ~, a VAR=value prefix, a builtin — goes to /bin/sh -c.
+_PLAIN = re.compile(r"[A-Za-z0-9_./:@%+,-]+( +[A-Za-z0-9_./:@%+,=-]+)*")
+_BUILTINS = frozenset(
+    "alias bg break cd command continue eval exec exit export fc fg getopts hash jobs local read "
+    "readonly return set shift source test times trap type ulimit umask unalias unset wait "
+    # built into /bin/sh with behaviour that differs from the binaries of the same name
+    "echo printf pwd kill [".split()
+)
+
+
+def command_argv(command: str, path: str) -> list[str]:
+    """``argv`` to run ``command``: exec'd directly when it is plain words
+    naming a program on ``path``, else through ``/bin/sh -c``."""
+    text = command.strip()
+    # A relative PATH entry would be resolved from our cwd, not the job's: leave it to the shell.
+    if _PLAIN.fullmatch(text) and all(os.path.isabs(d) for d in path.split(os.pathsep)):
+        words = text.split()
+        if words[0] not in _BUILTINS and "/" not in words[0]:
+            program = shutil.which(words[0], path=path)
+            if program is not None:
+                return [program, *words[1:]]
+    return ["/bin/sh", "-c", command]
+
+
+class JobManager(Watcher, UnwatchedJobs):
+    """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
+
+    def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
+                 grace: float = 2.0, pdeathsig: bool = False,
+                 on_notify: Callable[[Notification], None] | None = None,
+                 manager: tuple[int, int | None] | None = None, spares: int = 0,
+                 deferred_records: bool = False):
+        """``on_notify``: called on the watcher thread with each notification
+        instead of queueing it (for a single consumer that wants no extra hop;
+        it must be quick and must not block). ``manager``: the ``(pid, start
+        ticks)`` recorded as the jobs' manager (default: this process); a job
+        server names the lead it serves, so the lead's death orphans them.
+        ``spares``/``deferred_records``: keep log creation and record writes
+        off the start path (``jobfiles``; the job server uses both)."""
+        self.root = Path(root)
+        self.on_notify = on_notify
+        self.dir = team_dir(self.root) / "jobs"
+        self.tail_bytes = tail_bytes
+        self.clock = clock
+        self.grace = grace
+        self.pdeathsig = pdeathsig
+        self._jobs: dict[str, WatchedJob] = {}
+        self._cond = threading.Condition()
+        self._queues: dict[str, deque[Notification]] = defaultdict(deque)
+        self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
+        self._rel = str(self.dir.relative_to(self.root))
+        self._by_fd: dict[int, WatchedJob] = {}
+        self._due: dict[str, float] = {}  # job id -> monotonic time its timeout expires
+        self._epoll: select.epoll | None = None
+        self._wake_r = self._wake_w = -1
+        self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
+        self._manager_env = f"{self._pid}:{self._pid_start}:{self.dir.absolute()}"  # MANAGER_ENV
+        self._serving = False  # serve() runs the watcher on the caller's thread
+        self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
+        self._extra: dict[int, Callable[[], bool]] = {}  # serve(): fd -> handler
+        # serve(): the environment, read once (a server's environment does not change;
+        # a threaded manager reads os.environ at each start)
+        self._environ: dict[str, str] | None = None
+        atexit.register(_shutdown_at_exit, weakref.ref(self))
+
+    # -- paths and records -------------------------------------------------
+    def _record_path(self, job_id: str) -> Path:
+        if not NAME_RE.match(job_id):
+            raise UnknownRef(f"no job {job_id!r}: job ids look like j1a2b3c; see `team jobs`")
+        return self.dir / f"{job_id}.json"
+
+    def _save(self, record: JobRecord) -> None:
+        """Atomic (rename) but not fsync'd: the task store is the durable truth."""
+        self.files.save(record)
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job's record as on disk (works from any process)."""
+        path = self._record_path(job_id)
+        try:
+            return JobRecord.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            raise UnknownRef(f"no job {job_id!r}; see `team jobs` for the list") from None
+        except ValidationError as e:
+            raise CorruptFile(path, str(e).splitlines()[0]) from None
+
+    def list(self) -> list[JobRecord]:
+        """Every job under the root, oldest first."""
+        if not self.dir.is_dir():
+            return []
+        records = []
+        for entry in os.scandir(self.dir):
+            if entry.name.endswith(".json") and not entry.name.startswith("."):
+                try:
+                    records.append(self.get(entry.name[:-5]))
+                except UnknownRef:
+                    continue  # removed while we listed
+        return sorted(records, key=lambda r: (r.started_at, r.id))
+
+    # -- start --------------------------------------------------------------
+    def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
+              env: dict[str, str] | None = None, timeout: float | None = None,
+              task: int | None = None, unset: Iterable[str] = (), ref: str | None = None) -> JobRecord:
+        """Start ``command`` in the background; returns once it has been exec'd.
+
+        ``env`` entries are added to the inherited environment; names in
+        ``unset`` are removed from it (secrets a job must not see). ``ref``
+        is handed back in the job's notification (the caller's name for it).
+        """
+        if cwd is not None and not Path(cwd).is_dir():
+            raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
+        job_id, log_fd = self.files.new_log()
+        child_env = dict(self._environ if self._environ is not None else os.environ)
+        for name in unset:
+            child_env.pop(name, None)
+        if env:
+            child_env.update(env)
+        child_env[JOB_ENV] = job_id
+        child_env[MANAGER_ENV] = self._manager_env
+        # $PWD names the job's directory, as a shell (or make) would set it.
+        child_env["PWD"] = str(Path(cwd).absolute()) if cwd is not None else os.getcwd()
+        shell_argv = ["/bin/sh", "-c", command]
+        argv = command_argv(command, child_env.get("PATH", ""))
+        prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
+
+        def spawn_argv(argv: list[str]) -> Child | subprocess.Popen:
+            argv = [*prefix, *argv]
+            if self.pdeathsig and SETPRIV:
+                argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
+            return spawn(argv, cwd=cwd, env=child_env, log_fd=log_fd)
+
+        def spawn_job() -> Child | subprocess.Popen:
+            try:
+                return spawn_argv(argv)
+            except OSError as e:  # a script without #!, a program gone since: the shell says what it can
+                if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES, errno.ENOENT):
+                    raise
+                return spawn_argv(shell_argv)
+
+        try:
+            proc = in_spawner(spawn_job) if self.pdeathsig and SETPRIV else spawn_job()
+        finally:
+            os.close(log_fd)
+        record = JobRecord(
+            id=job_id, command=command, owner=owner, pid=proc.pid, pgid=proc.pid,
+            started_at=self.clock(), log=f"{self._rel}/{job_id}.log",
+            cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
+            manager_pid=self._pid, manager_start=self._pid_start)
+        self._save(record)
+        job = WatchedJob(record, proc, exit_fd_of(proc), ref)
+        self._quiet_until = time.monotonic() + QUIET_AFTER_START
+        if timeout is not None:
+            job.deadline = time.monotonic() + timeout
+            self._due[job_id] = job.deadline
+        with self._cond:
+            self._jobs[job_id] = job
+            self._by_fd[job.exit_fd] = job
+            if self._epoll is None:
+                self._open_epoll()
+                threading.Thread(target=self._watch, name="team-job-watcher", daemon=True).start()
+            self._epoll.register(job.exit_fd, select.EPOLLIN)
+        if (timeout is not None or self.files.pending()) and not self._serving:
+            self._wake()  # a new deadline, or deferred file work for the watcher thread
+        return record.model_copy()
+
+    def _finish(self, job: WatchedJob) -> None:
+        # The leader is a zombie: its pid (== pgid) cannot be reused yet, so
+        # killing the group hits only what the job left behind.
+        with job.lock:
+            procs.killpg(job.record.pgid, signal.SIGKILL)
+            code = job.proc.wait()
+            job.reaped = True
+            job.deadline = None
+        os.close(job.exit_fd)
+        record = job.record
+        marker = self.dir / f"{record.id}.kill"  # left by ``kill`` in another process
+        if marker.exists():
+            job.reason = job.reason or "killed"
+            marker.unlink(missing_ok=True)
+        due = self._due.pop(record.id, None)
+        if job.reason is None and code == -signal.SIGKILL and due is not None and time.monotonic() >= due:
+            job.reason = "timeout"  # the ``timeout`` wrapper beat a late watcher
+        status = job.reason or ("completed" if code == 0 else "failed")
+        record.status = status
+        record.exit_code = code
+        record.finished_at = self.clock()
+        record.tail = read_tail(self.root / record.log, self.tail_bytes)
+        note = Notification(
+            job_id=record.id, owner=record.owner, status=status, exit_code=code,
+            tail=record.tail, log=record.log,
+            duration=round(record.finished_at - record.started_at, 3), task=record.task, ref=job.ref)
+        if self.on_notify is not None:
+            self.on_notify(note)  # first: the record's rename is off the consumer's critical path
+
+        def recorded() -> None:  # the final record is on disk: kill() and shutdown() return with it
+            with self._cond:
+                self._jobs.pop(record.id, None)
+                if self.on_notify is None:
+                    self._queues[record.owner].append(note)
+                self._cond.notify_all()
+            job.done.set()
+
+        self.files.save(record, then=recorded)
+
+    # -- notifications ------------------------------------------------------
+    def drain(self, owner: str) -> list[Notification]:
+        """Pop every queued notification for ``owner`` (each is returned once)."""
+        with self._cond:
+            q = self._queues.get(owner)
+            if not q:
+                return []
+            notes = list(q)
+            q.clear()
+            return notes
+
+    def wait(self, owner: str, timeout: float | None = None) -> list[Notification]:
+        """Block until ``owner`` has a notification (or ``timeout``), then drain."""
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._queues.get(owner)), timeout)
+            return self.drain(owner)
+
+    def running(self) -> list[JobRecord]:
+        """Jobs this manager is watching."""
+        with self._cond:
+            return [j.record.model_copy() for j in self._jobs.values()]
+
+    # -- killing ------------------------------------------------------------
+    def kill(self, job_id: str) -> JobRecord:
+        """Kill the job's whole process group, from this or any other process.
+
+        Returns the final record; a job that already ended is returned as is.
+        """
+        with self._cond:
+            job = self._jobs.get(job_id)
+        if job is not None:
+            job.reason = job.reason or "killed"
+            job.signal(signal.SIGTERM)
+            if not job.done.wait(self.grace):
+                job.signal(signal.SIGKILL)
+            job.done.wait()
+            return self.get(job_id)
+        record = self.get(job_id)
+        if record.status != "running":
+            return record
+        return self._kill_unwatched(job_id, record)
+
+    def shutdown(self) -> None:
+        """Kill every job this manager runs (TERM, grace, KILL) and wait for their records."""
+        with self._cond:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.reason = job.reason or "killed"
+            job.signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        for job in jobs:
+            if not job.done.wait(max(0.0, deadline - time.monotonic())):
+                job.signal(signal.SIGKILL)
+        for job in jobs:
+            job.done.wait(5.0)
+        self.files.close()

@@ -1,0 +1,147 @@
+"""The process side of a job this manager watches: its handle, exit fd, spawner.
+
+* ``WatchedJob`` is the in-memory handle: the record, the process, an fd that
+  turns readable when the leader exits, and the kill/timeout state. Its
+  group is signalled only until the leader is reaped (after that the pgid
+  may be reused); the reap happens under ``WatchedJob.lock``.
+* ``exit_fd_of``: a pidfd, which turns readable when the leader exits but does
+  not reap it, so the leader stays a zombie and its pid, hence the group id,
+  cannot be reused while we signal the group. Without pidfds a thread
+  ``waitid(WNOWAIT)``s and closes a pipe instead.
+* ``spawn``: start a job's process in its own session. When the job runs in
+  the lead's own working directory (the usual case: a plan's tasks run in
+  the plan's directory), it is ``os.posix_spawn`` (glibc: ``clone(CLONE_VM |
+  CLONE_VFORK)``), measured 0.13 ms against 0.35 ms for ``subprocess.Popen``
+  on the lead's thread; any other ``cwd`` goes through ``Popen`` (posix_spawn
+  cannot change directory before Python 3.13). Both give the job stdin from
+  ``/dev/null``, stdout and stderr on the log, default SIGPIPE/SIGXFSZ
+  handling (Python ignores SIGPIPE; a job must not inherit that), an empty
+  signal mask, and no fd of ours (Python opens every fd close-on-exec).
+  (glibc's posix_spawn leaves its two internal signals, 32 and 33, ignored
+  in the child; programs linked with glibc install their own handlers.)
+* ``in_spawner``: ``PR_SET_PDEATHSIG`` (via ``setpriv``, ``SETPRIV``) fires
+  when the *thread* that forked exits, so with ``pdeathsig`` a job is forked
+  on the main thread or on one long-lived spawner thread, never on a
+  short-lived worker.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from ..core import procs
+from .records import JobRecord
+
+
+class Child:
+    """A process started by ``spawn``: its pid and ``wait()``, as ``subprocess.Popen`` has them."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        """Reap the process; its exit code, ``-N`` for death by signal N (as Popen)."""
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+_DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
+_FAST = hasattr(os, "posix_spawn")
+
+
+def spawn(argv: list[str], *, cwd: str | os.PathLike | None, env: dict[str, str], log_fd: int) -> Child | subprocess.Popen:
+    """Start ``argv`` (``argv[0]`` an absolute path) in a new session, output on ``log_fd``."""
+    if _FAST and (cwd is None or os.fspath(cwd) == os.getcwd()):
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, log_fd, 1),
+            (os.POSIX_SPAWN_DUP2, log_fd, 2),
+        ], setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=())
+        return Child(pid)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                            cwd=cwd, env=env, start_new_session=True)
+
+
+class WatchedJob:
+    """In-memory state of a job this manager watches."""
+
+    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "escalated", "done", "lock", "reaped")
+
+    def __init__(self, record: JobRecord, proc: Child | subprocess.Popen, exit_fd: int, ref: str | None = None):
+        self.record = record
+        self.ref = ref  # the starter's name for the job, handed back in its notification
+        self.proc = proc
+        self.exit_fd = exit_fd  # readable once the leader has exited (pidfd or pipe)
+        self.reason: str | None = None  # "timeout" | "killed"
+        self.deadline: float | None = None  # monotonic time of the next escalation
+        self.escalated = False  # SIGTERM already sent by the watcher
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.reaped = False
+
+    def signal(self, sig: int) -> None:
+        """Signal the job's group unless the leader was reaped (its pgid may be reused)."""
+        with self.lock:
+            if not self.reaped:
+                procs.killpg(self.record.pgid, sig)
+
+
+def exit_fd_of(proc: Child | subprocess.Popen) -> int:
+    """An fd that becomes readable when ``proc`` exits, without reaping it."""
+    try:
+        return os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pass
+    r, w = os.pipe()
+
+    def waiter() -> None:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        os.close(w)
+
+    threading.Thread(target=waiter, name=f"team-job-wait-{proc.pid}", daemon=True).start()
+    return r
+
+
+_spawn_queue: queue.SimpleQueue | None = None
+_spawn_lock = threading.Lock()
+SETPRIV = shutil.which("setpriv")
+
+
+def _spawn_loop(q: queue.SimpleQueue) -> None:
+    while True:
+        fn, future = q.get()
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # handed back to the caller, re-raised there
+            future.set_exception(e)
+
+
+def in_spawner(fn: Callable):
+    """Run ``fn`` (a fork) on the main thread or on one long-lived spawner thread.
+
+    The parent-death signal fires when the *thread* that forked exits, so a
+    job must never be forked by a short-lived worker thread.
+    """
+    global _spawn_queue
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    with _spawn_lock:
+        if _spawn_queue is None:
+            _spawn_queue = queue.SimpleQueue()
+            threading.Thread(target=_spawn_loop, args=(_spawn_queue,), name="team-job-spawner",
+                             daemon=True).start()
+    future: Future = Future()
+    _spawn_queue.put((fn, future))
+    return future.result()

@@ -1,0 +1,112 @@
+"""Dependency analysis of a plan (``team run --dry-run``): cycles, order, waves, critical path.
+
+Pure functions over ``{task id: [ids it needs]}`` (or a ``Plan``):
+
+* ``find_cycle``: one cycle ``a → b → a`` following ``needs``, for the
+  loader's error message (iterative DFS, no recursion limit);
+* ``topo_order``: Kahn's order, stable in declaration order;
+* ``analyse``: topological waves (ASAP levels), the critical path weighted
+  by ``estimate`` (1 when absent), total work, the widest wave (max useful
+  parallelism) and each task's remaining path-to-end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import Plan
+
+
+def find_cycle(needs: dict[str, list[str]]) -> list[str] | None:
+    """A cycle ``[a, b, ..., a]`` following ``needs`` edges, or None (iterative DFS)."""
+    state: dict[str, int] = {}  # 1 = on stack, 2 = done
+    for start in needs:
+        if start in state:
+            continue
+        stack: list[tuple[str, int]] = [(start, 0)]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, k = stack[-1]
+            deps = needs.get(node, [])
+            if k < len(deps):
+                stack[-1] = (node, k + 1)
+                nxt = deps[k]
+                if state.get(nxt) == 1:
+                    return path[path.index(nxt):] + [nxt]
+                if nxt not in state:
+                    state[nxt] = 1
+                    stack.append((nxt, 0))
+                    path.append(nxt)
+            else:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+    return None
+
+
+@dataclass
+class Analysis:
+    waves: list[list[str]]
+    critical_path: list[str]
+    critical_length: float
+    total_work: float
+    max_parallelism: int
+    remaining: dict[str, float]
+
+
+def analyse(plan: Plan) -> Analysis:
+    """Waves (ASAP levels), critical path by estimate, widest wave, path-to-end per task."""
+    weight = {t.id: t.estimate or 1.0 for t in plan.tasks}
+    needs = {t.id: t.needs for t in plan.tasks}
+    order = topo_order(needs)
+    level: dict[str, int] = {}
+    for tid in order:
+        level[tid] = 1 + max((level[d] for d in needs[tid]), default=-1)
+    waves: list[list[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+    for t in plan.tasks:
+        waves[level[t.id]].append(t.id)
+    dependents: dict[str, list[str]] = {tid: [] for tid in needs}
+    for tid, deps in needs.items():
+        for d in deps:
+            dependents[d].append(tid)
+    remaining: dict[str, float] = {}
+    nxt: dict[str, str | None] = {}
+    for tid in reversed(order):
+        best = max(dependents[tid], key=lambda d: remaining[d], default=None)
+        remaining[tid] = weight[tid] + (remaining[best] if best else 0.0)
+        nxt[tid] = best
+    start = max(reversed(order), key=lambda t: remaining[t]) if order else None
+    path = []
+    while start is not None:
+        path.append(start)
+        start = nxt[start]
+    return Analysis(
+        waves=waves,
+        critical_path=path,
+        critical_length=remaining[path[0]] if path else 0.0,
+        total_work=sum(weight.values()),
+        max_parallelism=max((len(w) for w in waves), default=0),
+        remaining=remaining,
+    )
+
+
+def topo_order(needs: dict[str, list[str]]) -> list[str]:
+    """Kahn's order, stable in declaration order; the graph must be acyclic."""
+    indeg = {tid: len(set(deps)) for tid, deps in needs.items()}
+    dependents: dict[str, list[str]] = {tid: [] for tid in needs}
+    for tid, deps in needs.items():
+        for d in set(deps):
+            dependents[d].append(tid)
+    ready = [tid for tid, n in indeg.items() if n == 0]
+    out = []
+    while ready:
+        nxt = []
+        for tid in ready:
+            out.append(tid)
+            for dep in dependents[tid]:
+                indeg[dep] -= 1
+                if indeg[dep] == 0:
+                    nxt.append(dep)
+        ready = nxt
+    return out

@@ -1,0 +1,216 @@
+"""``plan.yaml``: parse and validate whole. Pure: nothing is written here.
+
+Parsing keeps YAML node marks: the document is composed into nodes, turned
+into plain data while recording the line of every key and value, then
+validated by pydantic models with ``extra="forbid"``. Every problem becomes
+one line ``file:line: field: what is wrong``; all of them are collected and
+raised together as one ``PlanError`` (exit 2) before anyone writes state.
+
+Checks, in order: YAML syntax and duplicate keys; types, unknown and missing
+keys (pydantic); then, on a well-typed plan, duplicate ids, exactly one of
+``run``/``prompt``, unknown ``needs`` (with a "did you mean"), cycles (shown
+as ``a → b → a``), unknown ``assignee``, a missing ``cwd`` directory and
+agent tasks without a model (plan ``model:``, ``--model`` or ``$TEAM_MODEL``).
+
+Paths: a task's ``cwd`` (or the plan's ``defaults.cwd``) is resolved against
+the directory holding the plan file; without one, tasks run in that
+directory. So a plan and the project it drives can be moved together.
+
+The format (pydantic models, JSON Schema) is plan_model.py; the analysis
+(``analyse``: waves, critical path) is plan_analysis.py. Both are importable
+from here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..core.errors import PlanError
+from .analysis import find_cycle
+from .model import Defaults, LoadedPlan, Loc, Plan, PlanTask, TeamMember
+
+_MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults}
+
+
+# ---------------------------------------------------------------- YAML with marks
+def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
+    """YAML text -> (data, {loc: line}, errors). Lines are 1-based."""
+    import yaml
+
+    lines: dict[Loc, int] = {}
+    errors: list[str] = []
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.MarkedYAMLError as e:
+        last = max(1, len(text.splitlines()))
+        mark = e.problem_mark or e.context_mark
+        line = min(mark.line + 1, last) if mark else 1
+        what = e.problem or ""
+        if e.context and e.context_mark is not None:
+            what = f"{e.context} (line {e.context_mark.line + 1}): {what}"
+        return None, lines, [f"{where}:{line}: yaml: {what}"]
+    finally:
+        loader.dispose()
+
+    def build(node: Any, loc: Loc, depth: int = 0) -> Any:
+        lines.setdefault(loc, node.start_mark.line + 1)
+        if depth > 50:
+            errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: nested too deeply")
+            return None
+        if isinstance(node, yaml.MappingNode):
+            loader.flatten_mapping(node)
+            out: dict[Any, Any] = {}
+            for knode, vnode in node.value:
+                key = loader.construct_object(knode, deep=True)
+                if not isinstance(key, (str, int, float, bool)) or key is None:
+                    errors.append(f"{where}:{knode.start_mark.line + 1}: {_field(loc)}: keys must be plain strings")
+                    continue
+                if key in out:
+                    errors.append(
+                        f"{where}:{knode.start_mark.line + 1}: {_field((*loc, key))}: duplicate key "
+                        f"(first at line {lines[(*loc, key)]})"
+                    )
+                    continue
+                lines[(*loc, key)] = knode.start_mark.line + 1
+                out[key] = build(vnode, (*loc, key), depth + 1)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [build(item, (*loc, i), depth + 1) for i, item in enumerate(node.value)]
+        return loader.construct_object(node, deep=True)
+
+    data = build(root, ()) if root is not None else None
+    return data, lines, errors
+
+
+def _field(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "plan"
+
+
+def _line(lines: dict[Loc, int], loc: Loc) -> int:
+    loc = tuple(loc)
+    while loc and loc not in lines:
+        loc = loc[:-1]
+    return lines.get(loc, 1)
+
+
+def _model_at(loc: Loc) -> type[BaseModel]:
+    key = next((p for p in reversed(loc) if isinstance(p, str) and p in _MODELS), "")
+    return _MODELS[key]
+
+
+def _pydantic_errors(e: ValidationError, where: str, lines: dict[Loc, int]) -> list[str]:
+    out = []
+    for err in e.errors():
+        loc = tuple(p for p in err["loc"] if isinstance(p, (int, str)))
+        # Drop union/type tags pydantic appends (e.g. 'float', 'str') that are not in the file.
+        while loc and loc not in lines and err["type"] != "missing":
+            if loc[:-1] in lines and err["type"] == "extra_forbidden":
+                break
+            loc = loc[:-1]
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            key = str(loc[-1])
+            allowed = list(_model_at(loc[:-1]).model_fields)
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            msg = f"unknown key {key!r}; {hint}allowed: {', '.join(allowed)}"
+        elif kind == "missing":
+            msg = "required key is missing"
+        elif kind == "string_pattern_mismatch":
+            msg = f"{err['input']!r} is not a valid slug: use letters, digits, '.', '_', '-' (≤ 64 chars)"
+        elif kind == "string_type" and isinstance(err.get("input"), (bool, int, float)):
+            msg = f"expected a string, got {err['input']!r} (YAML read it as {type(err['input']).__name__}); quote it"
+        else:
+            msg = f"{err['msg']} (got {err['input']!r})" if "input" in err else err["msg"]
+        out.append(f"{where}:{_line(lines, loc)}: {_field(loc)}: {msg}")
+    return out
+
+
+# ---------------------------------------------------------------- loading
+def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dict | None = None) -> LoadedPlan:
+    """Read and validate ``path`` whole; raise ``PlanError`` listing every problem."""
+    where = str(path)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"{where}: no such plan file; pass the path of a plan.yaml") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlanError(f"{where}: cannot read: {e}") from None
+    data, lines, errors = _compose(text, where)
+    if errors:
+        raise PlanError("\n".join(errors))
+    if not isinstance(data, dict):
+        raise PlanError(f"{where}:{lines.get((), 1)}: plan: expected a mapping with `name:` and `tasks:`, got {type(data).__name__}")
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as e:
+        raise PlanError(_join(_pydantic_errors(e, where, lines))) from None
+    env = os.environ if environ is None else environ
+    loaded = LoadedPlan(plan, p, p.absolute().parent, model or plan.model or env.get("TEAM_MODEL") or None, lines)
+    errors = _check(loaded, where)
+    if errors:
+        raise PlanError(_join(errors))
+    return loaded
+
+
+def _join(errors: list[str], limit: int = 20) -> str:
+    more = [f"... and {len(errors) - limit} more problems"] if len(errors) > limit else []
+    return "\n".join(errors[:limit] + more)
+
+
+def _check(lp: LoadedPlan, where: str) -> list[str]:
+    plan, lines = lp.plan, lp.lines
+    errors: list[str] = []
+
+    def err(loc: Loc, msg: str) -> None:
+        errors.append(f"{where}:{_line(lines, loc)}: {_field(loc)}: {msg}")
+
+    first: dict[str, int] = {}
+    for i, t in enumerate(plan.tasks):
+        if t.id in first:
+            err(("tasks", i, "id"), f"duplicate id {t.id!r} (first at line {_line(lines, ('tasks', first[t.id], 'id'))})")
+        else:
+            first[t.id] = i
+        if len(lp.store_name(t)) > 64:
+            err(("tasks", i, "id"), f"plan name + '.' + id must be ≤ 64 chars ({lp.store_name(t)!r})")
+        if t.run is not None and t.prompt is not None:
+            err(("tasks", i, "prompt"), f"task {t.id!r} has both run and prompt; keep `run` (shell) or `prompt` (agent)")
+        elif t.run is None and t.prompt is None:
+            err(("tasks", i), f"task {t.id!r} has neither run nor prompt; add `run: COMMAND` or `prompt: TEXT`")
+        members = {m.name for m in plan.team}
+        if t.assignee is not None and plan.team and t.assignee not in members:
+            err(("tasks", i, "assignee"), f"{t.assignee!r} is not in `team:` ({', '.join(sorted(members))})")
+        cwd = lp.task_cwd(t)
+        if not cwd.is_dir():
+            loc = ("tasks", i, "cwd") if t.cwd else ("defaults", "cwd")
+            err(loc, f"directory {cwd} does not exist (cwd is relative to the plan file)")
+    ids = set(first)
+    for i, t in enumerate(plan.tasks):
+        for j, need in enumerate(t.needs):
+            if need == t.id:
+                err(("tasks", i, "needs", j), f"task {t.id!r} cannot need itself")
+            elif need not in ids:
+                near = difflib.get_close_matches(need, sorted(ids), n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                err(("tasks", i, "needs", j), f"{need!r} is not a task in this plan{hint}")
+    if not errors:
+        cycle = find_cycle({t.id: t.needs for t in plan.tasks})
+        if cycle:
+            i = first[cycle[0]]
+            err(("tasks", i, "needs", plan.tasks[i].needs.index(cycle[1])), "dependency cycle: " + " → ".join(cycle))
+    agents = [t for t in plan.tasks if t.kind == "agent"]
+    if agents and not lp.model:
+        i = next(i for i, t in enumerate(plan.tasks) if t.kind == "agent")
+        err(("tasks", i, "prompt"), "agent tasks need a model: set `model:` in the plan, pass --model or set "
+            f"$TEAM_MODEL (agent tasks: {', '.join(t.id for t in agents)})")
+    return errors

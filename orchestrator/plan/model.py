@@ -1,0 +1,129 @@
+"""The ``plan.yaml`` format: pydantic models (``extra="forbid"``) and the JSON Schema.
+
+``Plan`` holds ``defaults`` (``Defaults``), ``team`` (``TeamMember``) and
+``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``); every field
+carries its description, which ``team plan schema`` publishes through
+``json_schema``. ``LoadedPlan`` is a validated plan with where it came from:
+a task's ``cwd`` (or ``defaults.cwd``) is resolved against the directory
+holding the plan file, so a plan and its project move together.
+
+Loading and the checks beyond types are plan.py's; analysis is plan_analysis.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..core.models import NAME_RE
+
+Loc = tuple[Any, ...]
+"""Where a value sits in the plan document: keys and list indexes from the top."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _env_values(value: Any) -> Any:
+    """Allow ``DEBUG: 1`` in env maps: numbers and booleans become strings."""
+    if isinstance(value, dict):
+        return {k: (str(v).lower() if isinstance(v, bool) else str(v)) if isinstance(v, (int, float, bool)) else v
+                for k, v in value.items()}
+    return value
+
+
+class Defaults(_Strict):
+    """Values every task inherits unless it sets its own."""
+
+    timeout: float | None = Field(None, gt=0, description="Seconds before an attempt is killed.")
+    retries: int = Field(0, ge=0, description="Extra attempts after a failure.")
+    retry_delay: float = Field(1.0, ge=0, description="Seconds before the first retry; doubles each time.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
+
+    _env = field_validator("env", mode="before")(_env_values)
+
+
+class TeamMember(_Strict):
+    """A named teammate for agent tasks."""
+
+    name: str = Field(pattern=NAME_RE.pattern, description="Teammate name (a slug).")
+    role: str = Field("coder", description="Role, e.g. coder, tester, reviewer.")
+    plan_mode: bool = Field(False, description="Write tools refused until the lead approves its plan.")
+
+
+class PlanTask(_Strict):
+    """One task: a shell command (``run``) or an agent prompt (``prompt``)."""
+
+    id: str = Field(pattern=NAME_RE.pattern, description="Unique slug within the plan.")
+    run: str | None = Field(None, description="Shell command (a shell task).")
+    prompt: str | None = Field(None, description="Instruction for an LLM teammate (an agent task).")
+    needs: list[str] = Field(default_factory=list, description="Ids of tasks that must complete first.")
+    description: str = Field("", description="What done means.")
+    assignee: str | None = Field(None, description="Teammate an agent task goes to.")
+    role: str | None = Field(None, description="Role an agent task wants.")
+    estimate: float | None = Field(None, gt=0, description="Expected seconds (weights the critical path).")
+    timeout: float | None = Field(None, gt=0, description="Seconds before an attempt is killed.")
+    retries: int | None = Field(None, ge=0, description="Extra attempts after a failure.")
+    retry_delay: float | None = Field(None, ge=0, description="Seconds before the first retry.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
+    isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation.")
+
+    _env = field_validator("env", mode="before")(_env_values)
+
+    @field_validator("needs", mode="before")
+    @classmethod
+    def _one_need(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(dict.fromkeys(value))
+        return value
+
+    @property
+    def kind(self) -> str:
+        return "agent" if self.prompt is not None else "shell"
+
+
+class Plan(_Strict):
+    """A ``plan.yaml`` file: ``team run`` turns it into tasks."""
+
+    name: str = Field(pattern=NAME_RE.pattern, description="Plan name; keys its tasks in the store.")
+    description: str = Field("", description="What the plan does.")
+    workers: int = Field(4, ge=1, le=1024, description="Max tasks running at once.")
+    model: str | None = Field(None, description="Model for agent tasks (else --model or $TEAM_MODEL).")
+    isolation: Literal["none", "worktree"] = Field("none", description="none, or a git worktree per task.")
+    defaults: Defaults = Field(default_factory=Defaults, description="Values every task inherits.")
+    team: list[TeamMember] = Field(default_factory=list, description="Named teammates.")
+    tasks: list[PlanTask] = Field(min_length=1, description="The tasks.")
+
+
+@dataclass
+class LoadedPlan:
+    """A validated plan plus where it came from."""
+
+    plan: Plan
+    path: Path
+    base: Path
+    model: str | None
+    lines: dict[Loc, int] = field(default_factory=dict)
+
+    def task_cwd(self, task: PlanTask) -> Path:
+        rel = task.cwd or self.plan.defaults.cwd
+        return (self.base / rel).resolve() if rel else self.base
+
+    def store_name(self, task: PlanTask) -> str:
+        return f"{self.plan.name}.{task.id}"
+
+
+def json_schema() -> dict[str, Any]:
+    """The plan's JSON Schema (``team plan schema``)."""
+    schema = Plan.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "team plan"
+    return schema

@@ -1,0 +1,179 @@
+"""Agent roles: ``agents/<role>.md`` = YAML front matter + the role prompt.
+
+    ---
+    name: coder                      # must equal the file name (coder.md)
+    description: Edits code to ...   # one line, shown in rosters and to the lead
+    tools: [read_file, edit_file]    # tool names the role may use
+    model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
+    ---
+    You are the team's coder. ...    # the role prompt (non-empty)
+
+Where roles come from, later wins by name:
+
+1. the built-in roles shipped with ``team``: ``orchestrator/builtin_agents/``
+   when installed from a wheel (package data, see pyproject), else the
+   repository's top-level ``agents/`` next to the package (source checkout and
+   editable install);
+2. the workspace's own ``<workspace>/agents/*.md``.
+
+A malformed file is a ``UserError`` naming the file and the field; an unknown
+role is a ``UserError`` listing the known ones. Tool names are checked
+against the tool registry by ``check_tools`` (the registry lives elsewhere).
+``split_front_matter`` is shared with ``skills.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import UserError
+from ..core.models import NAME_RE
+
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode")
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
+
+
+@dataclass(frozen=True)
+class Role:
+    """One parsed role file."""
+
+    name: str
+    description: str
+    tools: tuple[str, ...]
+    prompt: str
+    model: str | None = None
+    path: Path | None = None
+    builtin: bool = False
+    plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
+
+
+def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
+    """Split ``---\\n<yaml>\\n---\\n<body>``; raise ``UserError`` naming ``path``."""
+    import yaml
+
+    lines = text.lstrip("\ufeff").splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        raise UserError(f"{path}: {what} must start with a '---' line opening the YAML front matter")
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:
+        raise UserError(f"{path}: front matter is not closed: add a '---' line after it")
+    try:
+        meta = yaml.safe_load("".join(lines[1:end]))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 2})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        if "mapping values are not allowed" in problem:
+            problem += " (quote a value that contains ': ')"
+        raise UserError(f"{path}: front matter is not valid YAML{where}: {problem}") from None
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise UserError(f"{path}: front matter must be a mapping of keys (name: ..., description: ...)")
+    return meta, "".join(lines[end + 1 :]).strip() + "\n"
+
+
+def _text_field(meta: dict, key: str, path: Path, *, required: bool) -> str | None:
+    value = meta.get(key)
+    if value is None:
+        if required:
+            raise UserError(f"{path}: front matter is missing '{key}'")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{path}: '{key}' must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
+    """Parse one role file's text; ``path`` is used for the name check and errors."""
+    meta, body = split_front_matter(text, path, what="a role file")
+    unknown = sorted(set(meta) - set(ROLE_KEYS))
+    if unknown:
+        raise UserError(f"{path}: unknown front matter key(s) {unknown}; allowed: {list(ROLE_KEYS)}")
+    name = _text_field(meta, "name", path, required=True)
+    if not NAME_RE.match(name):
+        raise UserError(f"{path}: name {name!r} must be letters, digits, '.', '_' or '-'")
+    if name != path.stem:
+        raise UserError(f"{path}: name {name!r} does not match the file name; rename the file to {name}.md")
+    description = _text_field(meta, "description", path, required=True)
+    tools = meta.get("tools")
+    if tools is None:
+        raise UserError(f"{path}: front matter is missing 'tools' (a list of tool names, e.g. [read_file, grep])")
+    if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+        raise UserError(f"{path}: 'tools' must be a list of tool names, got {tools!r}")
+    dupes = sorted({t for t in tools if tools.count(t) > 1})
+    if dupes:
+        raise UserError(f"{path}: 'tools' lists {dupes} more than once")
+    model = _text_field(meta, "model", path, required=False)
+    if not body.strip():
+        raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
+    plan_mode = meta.get("plan_mode", False)
+    if not isinstance(plan_mode, bool):
+        raise UserError(f"{path}: 'plan_mode' must be true or false, got {plan_mode!r}")
+    return Role(name, description, tuple(tools), body, model, path, builtin, plan_mode)
+
+
+def load_role_file(path: Path, *, builtin: bool = False) -> Role:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
+    return parse_role(text, path, builtin=builtin)
+
+
+def builtin_agents_dir() -> Path:
+    """The directory holding the shipped roles (installed copy first)."""
+    installed = _PACKAGE_DIR / "builtin_agents"
+    if installed.is_dir():
+        return installed
+    return _PACKAGE_DIR.parent / "agents"
+
+
+def role_files(workspace: Path | None = None) -> dict[str, tuple[Path, bool]]:
+    """Role name -> (file, is built-in), workspace files overriding built-ins; not parsed."""
+    dirs = [(builtin_agents_dir(), True)]
+    if workspace is not None:
+        ws_dir = Path(workspace) / "agents"
+        # In the team repository itself the workspace's agents/ are the built-ins.
+        if ws_dir.resolve() != builtin_agents_dir().resolve():
+            dirs.append((ws_dir, False))
+    files: dict[str, tuple[Path, bool]] = {}
+    for directory, builtin in dirs:
+        if directory.is_dir():
+            files.update((p.stem, (p, builtin)) for p in directory.glob("*.md"))
+    return dict(sorted(files.items()))
+
+
+def discover_roles(workspace: Path | None = None) -> dict[str, Role]:
+    """Every role by name, parsed (a malformed file raises): for listings and doctor."""
+    return {name: load_role_file(path, builtin=b) for name, (path, b) in role_files(workspace).items()}
+
+
+def get_role(name: str, workspace: Path | None = None) -> Role:
+    """The role called ``name``; ``UserError`` listing the known roles if absent.
+
+    Only that role's file is parsed, so a broken unrelated role file does not
+    stop this one.
+    """
+    files = role_files(workspace)
+    if name not in files:
+        where = Path(workspace) / "agents" if workspace is not None else builtin_agents_dir()
+        raise UserError(
+            f"unknown role {name!r}; known roles: {', '.join(files) or '(none)'}; "
+            f"to define it, add {where / (name + '.md')}"
+        )
+    path, builtin = files[name]
+    return load_role_file(path, builtin=builtin)
+
+
+def check_tools(role: Role, known: Iterable[str]) -> None:
+    """Raise ``UserError`` if ``role`` names a tool that is not in ``known``."""
+    known = set(known)
+    missing = [t for t in role.tools if t not in known]
+    if missing:
+        raise UserError(
+            f"{role.path or role.name}: unknown tool(s) {missing} in 'tools'; available: {', '.join(sorted(known))}"
+        )

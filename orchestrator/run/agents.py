@@ -1,0 +1,109 @@
+"""``kind: agent`` tasks in ``team run``: the executor that hands them to teammates.
+
+``AgentExecutor(ctx)`` is built by ``executors.build`` when a plan has agent
+tasks. Before any work starts it resolves the model service
+(``LLMConfig.resolve(plan/--model, env)``: a missing model or key is a
+``UserError``, exit 2), registers the API key as a secret (it never reaches
+a transcript, log or task file), starts a ``TeamRuntime`` with the plan's
+``team:`` members and opens the control queue for ``team spawn``.
+
+``start(task, epoch, done)`` queues the attempt on a teammate (assignee, else
+an idle teammate of the task's role, else a new ``<role>-<n>``) and returns.
+When the teammate's run ends, its ``RunResult`` becomes the ``Outcome``:
+
+    completed    the agent marked the task completed, or gave a final answer
+    failed       marked failed, step limit, model service down after retries
+    killed       cancelled by the scheduler or the run shutting down
+
+with the result text and the attempt's token usage, which the scheduler
+stores on the task (``result``, ``usage``) with the claim's epoch.
+With ``isolation: worktree`` (isolation.py) the task arrives with its
+``cwd`` inside its own worktree; the teammate's tools work there for that
+attempt (``ToolContext.workspace``).
+
+Idle teammates also claim ready non-plan tasks by themselves (autoclaim.py);
+``TEAM_AUTOCLAIM=0`` turns that off. A ``team:`` member with ``plan_mode:
+true`` starts in plan mode (protocols.py).
+
+Settings from the environment: ``TEAM_AGENT_MAX_STEPS`` (model calls per
+attempt, default 40).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..agent.loop import DEFAULT_MAX_STEPS, RunResult
+from ..core.errors import UserError
+from ..core.models import Task
+from ..core.redact import register_secret
+from ..llm.client import LLMClient
+from ..llm.types import LLMConfig
+from ..roles.roles import Role
+from ..runtime.runtime import TeamRuntime
+from . import executors
+from .executors import Context, DoneCallback, Outcome
+
+STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed"}
+
+
+def max_steps_from_env(env=os.environ) -> int:
+    raw = env.get("TEAM_AGENT_MAX_STEPS", "").strip()
+    if not raw:
+        return DEFAULT_MAX_STEPS
+    if not raw.isdigit() or int(raw) < 1:
+        raise UserError(f"TEAM_AGENT_MAX_STEPS={raw!r} must be a whole number >= 1")
+    return int(raw)
+
+
+class AgentExecutor:
+    kind = "agent"
+
+    def __init__(self, ctx: Context):
+        config = LLMConfig.resolve(ctx.model, None)
+        register_secret(config.api_key.get_secret_value())
+        self.config = config
+        self._clients: dict[str, LLMClient] = {}
+        self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
+                                   team_name=ctx.plan, max_steps=max_steps_from_env(),
+                                   autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0")
+        try:
+            for name, role in ctx.team:
+                self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)
+            self.runtime.serve_control()
+        except BaseException:
+            self.runtime.close()
+            raise
+
+    def _model_for(self, role: Role) -> LLMClient:
+        model = role.model or self.config.model
+        if model not in self._clients:
+            self._clients[model] = LLMClient(self.config.model_copy(update={"model": model}))
+        return self._clients[model]
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        started = time.monotonic()
+
+        def report(r: RunResult) -> None:
+            status = STATUS.get(r.status, "failed")
+            error = r.error if status != "completed" else None
+            if status == "failed" and not error:
+                error = f"the agent ended with {r.status!r}"
+            done(Outcome(task.id, epoch, status, duration=time.monotonic() - started, error=error, log=r.log,
+                         result=r.result or None, usage=r.usage.model_dump() if r.usage.calls else None))
+
+        # With worktree isolation the task's cwd is inside its own worktree: the agent works there.
+        self.runtime.assign(task, epoch, report, workspace=Path(task.cwd) if task.worktree and task.cwd else None)
+
+    def cancel(self, task_id: int) -> None:
+        self.runtime.cancel(task_id)
+
+    def close(self) -> None:
+        self.runtime.close()
+        for client in self._clients.values():
+            client.close()
+
+
+executors.register("agent", AgentExecutor)

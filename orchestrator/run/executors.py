@@ -1,0 +1,298 @@
+"""The executor seam: how the scheduler runs one attempt of one task.
+
+The scheduler knows only this Protocol::
+
+    class Executor(Protocol):
+        kind: str                                   # the Task.kind it runs
+        def start(self, task, epoch, done) -> None  # non-blocking
+        def cancel(self, task_id) -> None           # stop a running attempt
+        def close(self) -> None                     # stop everything, free threads
+
+``start`` must return quickly; when the attempt ends the executor calls
+``done(Outcome(...))`` exactly once, from any thread. The scheduler's
+``done`` only puts the outcome on its event queue, so executors never touch
+scheduler state. The epoch is the claim's epoch: it travels back in the
+outcome and the store refuses a completion whose epoch went stale.
+
+``ShellExecutor`` runs ``kind: shell`` tasks as background jobs
+(``jobs.JobManager``): the manager's watcher thread hands each finished job
+to it (``on_notify``), which turns it into an ``Outcome``. The LLM-teammate executor
+(``kind: agent``) plugs in with ``register("agent", factory)``; until one is
+registered, ``check_supported`` refuses plans with agent tasks, naming them.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core import redact
+from ..core.errors import PlanError, TeamError
+from ..core.models import Task
+from ..core.redact import secret_env_names
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended."""
+
+    task_id: int
+    epoch: int
+    status: str  # completed | failed | timeout | killed | lost
+    exit_code: int | None = None
+    duration: float = 0.0
+    log: str | None = None
+    tail: str = ""
+    error: str | None = None
+    result: str | None = None  # what an agent task produced (else the tail of the log is kept)
+    usage: dict | None = None  # token usage of an agent attempt (pricing.Usage as a dict)
+    fields: dict | None = None  # extra task fields to store with the outcome (worktree, branch, ...)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    def describe(self) -> str:
+        if self.ok:
+            return "completed"
+        if self.status == "timeout":
+            return f"timed out after {self.duration:.1f}s (process group killed)"
+        if self.error:
+            return self.error
+        if self.exit_code is not None and self.exit_code < 0:
+            return f"{self.status}: killed by signal {-self.exit_code}"
+        return f"{self.status}: exit code {self.exit_code}"
+
+
+DoneCallback = Callable[[Outcome], None]
+
+
+class Executor(Protocol):
+    kind: str
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None: ...
+
+    def cancel(self, task_id: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Context:
+    """What an executor factory gets: the state root and run-wide settings."""
+
+    root: Path
+    plan: str
+    model: str | None = None
+    owner: str = "lead"
+    workspace: Path | None = None  # where agent tasks work (default: root)
+    team: list[tuple[str, str]] = field(default_factory=list)  # the plan's (name, role) teammates
+    plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
+    note: Callable[[str], None] | None = None  # tells the user something that is not an outcome
+
+
+ExecutorFactory = Callable[[Context], Executor]
+_FACTORIES: dict[str, ExecutorFactory] = {}
+
+
+def register(kind: str, factory: ExecutorFactory) -> None:
+    """Make tasks of ``kind`` runnable (the agent executor calls this)."""
+    _FACTORIES[kind] = factory
+
+
+_PLUGINS = ("orchestrator.run.agents",)  # modules that register executors on import
+
+
+def _load_plugins() -> None:
+    import importlib
+
+    for name in _PLUGINS:
+        importlib.import_module(name)
+
+
+def supported() -> set[str]:
+    _load_plugins()
+    return set(_FACTORIES)
+
+
+def check_supported(kinds: dict[str, list[str]]) -> None:
+    """``{kind: [plan task ids]}`` -> PlanError when a kind has no executor."""
+    if any(ids and kind not in _FACTORIES for kind, ids in kinds.items()):
+        _load_plugins()  # only then: the agent plugin imports openai, slow for shell-only plans
+    for kind, ids in sorted(kinds.items()):
+        if ids and kind not in _FACTORIES:
+            what = "the LLM teammates executor" if kind == "agent" else f"an executor for kind {kind!r}"
+            raise PlanError(
+                f"{kind} tasks need {what}, which is not available in this build "
+                f"(tasks: {', '.join(ids)}); use `run:` shell tasks instead"
+            )
+
+
+def build(kinds: set[str], ctx: Context) -> dict[str, Executor]:
+    if kinds - set(_FACTORIES):
+        _load_plugins()
+    return {kind: _FACTORIES[kind](ctx) for kind in kinds}
+
+
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
+    """``$NAME`` / ``${NAME}`` from the lead's environment (unset: left as is); ``$$`` is a literal ``$``."""
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name is None:
+            return "$"
+        return environ.get(name, m.group(0))
+
+    return _VAR.sub(sub, value)
+
+
+class ShellExecutor:
+    """``kind: shell``: each attempt is a background job in its own process group.
+
+    Jobs are started and watched by a forked job server when this process
+    has a single thread (``team run`` builds its executors first), else by a
+    job manager in this process (``jobserver``). With the server a start is
+    one request line, done on the caller's thread. In-process, ``STARTERS``
+    threads start queued attempts (forks overlap the lead's store I/O; more
+    than one measured no faster: a start is mostly GIL-bound work) and
+    ``start_now`` starts one on the caller's thread (the scheduler does that
+    for a lone claim, saving a hop). Either way a finished job comes back
+    on a background thread, matched to its attempt by ``ref``.
+    """
+
+    kind = "shell"
+    inline_start = True  # start() only enqueues or sends: safe inside store.commit's on_logged
+    STARTERS = 1
+
+    def __init__(self, ctx: Context):
+        from ..jobs.manager import JobManager
+        from ..jobs.server import JobServer, LocalJobs
+
+        self.ctx = ctx
+        self.records = JobManager(ctx.root)  # reap_orphans: records only, starts nothing
+        self.owner = f"{ctx.owner}:{os.getpid()}"
+        self._lock = threading.Lock()
+        # ref -> (task, epoch, done, timeout), while the attempt is out
+        self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}
+        self._by_task: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._secrets_seen, self._secret_env = -1, []
+        if JobServer.usable():
+            self.backend: Any = JobServer.fork(ctx.root, self._on_note, self._on_error)
+        else:
+            self.backend = LocalJobs(ctx.root, self._on_note, self._on_error)
+        self._starts: queue.SimpleQueue = queue.SimpleQueue()
+        self._starters = [threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True)
+                          for i in range(self.STARTERS if self.backend.blocking else 0)]
+        for t in self._starters:
+            t.start()
+
+    def reap_orphans(self) -> list:
+        """Kill and mark ``lost`` jobs left by a dead lead (called before re-running)."""
+        return self.records.reap_orphans()
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        """Start the attempt: a request to the job server, or queued for a starter thread."""
+        if self._starters:
+            self._starts.put((task, epoch, done))
+        else:
+            self.start_now(task, epoch, done)
+
+    def _starter(self) -> None:
+        while True:
+            item = self._starts.get()
+            if item is None:
+                return
+            self.start_now(*item)
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        """Start the attempt on the calling thread (the scheduler's, for a lone claim)."""
+        if self._stop.is_set():
+            done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+            return
+        # ``$NAME`` in a value is taken from the lead's environment when the job
+        # starts, so a plan can pass a secret without it being stored in the task.
+        env = {k: expand_env(v) for k, v in task.env.items()}
+        env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
+                   TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
+        cwd = Path(task.cwd) if task.cwd else None
+        # The model key (and any registered secret) is not handed to shell
+        # tasks unless the plan sets it for the task (redact.py).
+        unset = [n for n in self._secret_names() if n not in task.env]
+        ref = f"t{task.id}e{epoch}"
+        with self._lock:
+            self._running[ref] = (task.id, epoch, done, task.timeout)
+            self._by_task[task.id] = ref
+        try:
+            self.backend.start(ref, task.command or "", owner=self.owner, cwd=cwd, env=env,
+                               timeout=task.timeout, task=task.id, unset=unset)
+        except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
+            self._on_error(ref, str(e))
+            return
+        if self._stop.is_set():  # close() may have killed the others before this one existed
+            self.backend.kill(ref)
+
+    def _secret_names(self) -> list[str]:
+        """``secret_env_names(os.environ)``, recomputed only when a secret was registered since
+        (the lead's environment does not change during a run)."""
+        with self._lock:
+            generation = redact.generation
+            if self._secrets_seen != generation:
+                self._secret_env = secret_env_names(os.environ)
+                self._secrets_seen = generation
+            return self._secret_env
+
+    def _take(self, ref: str) -> tuple[int, int, DoneCallback, float | None] | None:
+        with self._lock:
+            entry = self._running.pop(ref, None)
+            if entry is not None and self._by_task.get(entry[0]) == ref:
+                del self._by_task[entry[0]]
+        self.backend.forget(ref)
+        return entry
+
+    def _on_note(self, ref: str, n: Any) -> None:
+        """A finished job (from the backend's thread)."""
+        entry = self._take(ref)
+        if entry is None:
+            return  # not an attempt of ours (cannot happen: refs are ours)
+        task_id, epoch, done, timeout = entry
+        error = (f"timed out after {timeout:g}s (process group killed)"
+                 if n.status == "timeout" and timeout else None)
+        done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail, error=error))
+
+    def _on_error(self, ref: str, error: str) -> None:
+        """The attempt could not start (or its job server died)."""
+        entry = self._take(ref)
+        if entry is not None:
+            entry[2](Outcome(entry[0], entry[1], "failed", error=f"cannot start: {error}"))
+
+    def cancel(self, task_id: int) -> None:
+        with self._lock:
+            ref = self._by_task.get(task_id)
+        if ref is not None:
+            self.backend.kill(ref)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop.set()
+        for _ in self._starters:
+            self._starts.put(None)
+        for t in self._starters:  # a start in flight registers (and is killed) before we shut down
+            t.join(timeout=10)
+        self.backend.close()
+        errors = self.backend.errors
+        if errors and self.ctx.note is not None:
+            self.ctx.note(f"warning: {len(errors)} job record(s) in .team/jobs could not be written "
+                          f"(first: {errors[0]}); the tasks' results are in the task store")
+
+
+register("shell", ShellExecutor)

@@ -1,0 +1,206 @@
+"""``isolation: worktree`` in ``team run``: an executor wrapper around worktree.py.
+
+The scheduler is unchanged: ``Isolation.wrap(executor)`` returns an executor
+that runs isolated tasks (``task.isolation == "worktree"``) in their own git
+worktree and passes the others straight through (so a plan without isolation
+makes no git call at all). Per isolated attempt::
+
+    start ─► [prepare thread] fork/reuse the worktree ─► inner executor runs the
+             task with cwd (shell) / workspace (agent) inside the worktree
+          ─► [merge thread] commit + merge into the integration branch
+          ─► done(Outcome) to the scheduler
+
+Because the scheduler only hears of a completion after its merge landed, a
+dependent task is prepared from an integration tip that holds the work of all
+its ``needs``. Merges run on one thread in completion order (and under the
+worktree lock), off the scheduler's thread; prepares run on another.
+
+* The task's ``cwd`` (absolute, inside the repository) maps to the same
+  relative folder of its worktree; a ``cwd`` outside the repository fails the
+  task. Shell tasks also get ``TEAM_WORKTREE`` and ``TEAM_BRANCH``.
+* A failed attempt keeps its worktree and branch (the task records both). A
+  merge conflict fails the task with ``MergeConflict``'s message (the files),
+  branch and worktree kept.
+* Resume (the scheduler re-runs an attempt a dead lead had in flight):
+  a task whose merge commit is already on integration (found by its trailer
+  when the run starts) completes without running again, so nothing is
+  merged twice; a clean branch with commits not on integration is finished
+  work whose merge never happened: it is merged without re-running (if that
+  merge conflicts, the task re-forks from the integration tip and runs
+  again); any other leftover branch (a half-done attempt) is re-forked fresh.
+* ``--fresh`` (``fresh=True``) deletes every branch and worktree of the plan,
+  integration included, before anything runs.
+* ``finish()`` drops the integration worktree (the branch stays, so the user
+  may check it out) and returns ``Worktrees.summary()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+from pathlib import Path
+
+from ..core.errors import TeamError, WorkFailed
+from ..core.models import Task
+from ..git.worktrees import MergeConflict, Summary, Worktrees
+from .executors import DoneCallback, Executor, Outcome
+
+log = logging.getLogger("orchestrator.isolation")
+
+
+def slug_of(task: Task) -> str:
+    return task.plan_task or task.name or str(task.id)
+
+
+@dataclasses.dataclass
+class _Attempt:
+    task: Task
+    epoch: int
+    done: DoneCallback
+    inner: Executor
+    fresh: bool = False
+
+
+class Isolation:
+    """The plan's worktrees plus the prepare and merge threads (see the module docstring)."""
+
+    def __init__(self, wt: Worktrees, *, fresh: bool = False):
+        self.wt = wt
+        if fresh:
+            wt.reset()
+        wt.ensure_integration()
+        self.merged_before = set(wt.merged_tasks())
+        self._cancelled: set[int] = set()
+        self._lock = threading.Lock()
+        self._prep: queue.SimpleQueue = queue.SimpleQueue()
+        self._merge: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._loop, args=(q, fn), name=name, daemon=True)
+                         for q, fn, name in ((self._prep, self._prepare, "team-wt-prepare"),
+                                             (self._merge, self._finish, "team-wt-merge"))]
+        for t in self._threads:
+            t.start()
+
+    def wrap(self, inner: Executor) -> Executor:
+        return _Isolated(inner, self)
+
+    # ---------------------------------------------------------------- threads
+    def _loop(self, q: queue.SimpleQueue, fn) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            attempt = item[0]
+            try:
+                fn(*item)
+            except TeamError as e:  # git failed, a bad cwd, ...: that task fails, the run goes on
+                attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed", error=f"{type(e).__name__}: {e}",
+                                     fields=self._kept(attempt.task)))
+            except Exception as e:  # our bug: log it loudly, fail the task, never hang the scheduler
+                log.exception("worktree isolation crashed on task #%s", attempt.task.id)
+                attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed",
+                                     error=f"internal error in worktree isolation: {type(e).__name__}: {e}"))
+
+    def _kept(self, task: Task) -> dict:
+        slug = slug_of(task)
+        if not self.wt.has_branch(slug):
+            return {}
+        return {"branch": self.wt.branch(slug), "worktree": str(self.wt.path(slug))}
+
+    def _prepare(self, a: _Attempt) -> None:
+        task, slug = a.task, slug_of(a.task)
+        with self._lock:
+            if task.id in self._cancelled:
+                self._cancelled.discard(task.id)
+                a.done(Outcome(task.id, a.epoch, "killed", error="cancelled before it started"))
+                return
+        if slug in self.merged_before:
+            a.done(Outcome(task.id, a.epoch, "completed", fields={"branch": self.wt.integration, "worktree": None},
+                           result=f"already merged into {self.wt.integration} by an earlier attempt"))
+            return
+        if not a.fresh and self.wt.committed_work(slug):
+            self._merge.put((a, Outcome(task.id, a.epoch, "completed",
+                                        result=f"merged the work an earlier attempt committed on "
+                                               f"{self.wt.branch(slug)}"), True))
+            return
+        cwd = Path(task.cwd or self.wt.root).resolve()
+        try:
+            rel = cwd.relative_to(self.wt.toplevel)
+        except ValueError:
+            raise WorkFailed(f"task {slug}: cwd {cwd} is outside the git repository {self.wt.toplevel}; "
+                              f"isolation: worktree can only run tasks inside it") from None
+        self.wt.prepare(slug, fresh=a.fresh or self.wt.has_branch(slug))
+        path = self.wt.path(slug)
+        env = {**task.env, "TEAM_WORKTREE": str(path), "TEAM_BRANCH": self.wt.branch(slug)}
+        copy = task.model_copy(update={"cwd": str(path / rel), "worktree": str(path),
+                                       "branch": self.wt.branch(slug), "env": env})
+        a.inner.start(copy, a.epoch, lambda out: self._merge.put((a, out, False)))
+
+    def _finish(self, a: _Attempt, out: Outcome, resumed: bool) -> None:
+        slug = slug_of(a.task)
+        if not out.ok:
+            a.done(dataclasses.replace(out, fields={**(out.fields or {}), **self._kept(a.task)}))
+            return
+        try:
+            if not resumed:
+                self.wt.commit(slug, f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}")
+            res = self.wt.merge(slug)
+        except MergeConflict as e:
+            if resumed:  # old committed work no longer merges: redo the task from the current tip
+                self._prep.put((dataclasses.replace(a, fresh=True),))
+                return
+            a.done(dataclasses.replace(out, status="failed", error=str(e),
+                                       fields={**(out.fields or {}), **self._kept(a.task)}))
+            return
+        fields = {**(out.fields or {}), "branch": self.wt.integration, "worktree": None}
+        if res.commit:
+            fields["merge_commit"] = res.commit
+        a.done(dataclasses.replace(out, fields=fields))
+
+    # ---------------------------------------------------------------- executor side
+    def submit(self, a: _Attempt) -> None:
+        with self._lock:
+            self._cancelled.discard(a.task.id)  # a cancel of an earlier attempt does not carry over
+        self._prep.put((a,))
+
+    def cancel(self, task_id: int) -> None:
+        with self._lock:
+            self._cancelled.add(task_id)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the threads after the work queued so far (a merge is never cut short)."""
+        for q in (self._prep, self._merge):
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout)
+
+    def finish(self) -> Summary:
+        """Drop the integration worktree (the branch stays) and say where the result is."""
+        self.wt.release()
+        return self.wt.summary()
+
+
+class _Isolated:
+    """The wrapper executor: isolated tasks go through ``Isolation``, others straight through."""
+
+    def __init__(self, inner: Executor, iso: Isolation):
+        self.inner, self.iso = inner, iso
+        self.kind = inner.kind
+        self.inline_start = getattr(inner, "inline_start", False)  # start() only enqueues either way
+        reap = getattr(inner, "reap_orphans", None)
+        if reap is not None:
+            self.reap_orphans = reap
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        if task.isolation != "worktree":
+            self.inner.start(task, epoch, done)
+            return
+        self.iso.submit(_Attempt(task, epoch, done, self.inner))
+
+    def cancel(self, task_id: int) -> None:
+        self.iso.cancel(task_id)
+        self.inner.cancel(task_id)
+
+    def close(self) -> None:
+        self.inner.close()

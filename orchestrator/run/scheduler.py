@@ -1,0 +1,399 @@
+"""``team run``'s scheduler: run a plan's tasks in parallel, durably.
+
+State (one ``Scheduler``; only the lead thread touches it, dask-style)::
+
+    waiting   pending task -> its dependencies that have not completed
+    ready     heap of runnable tasks, longest remaining path first
+    running   task -> (epoch, start time): claimed in the store, executing
+    delayed   heap of (due time, task): failed attempts waiting out a backoff
+    finished  completed | failed | cancelled, with why
+
+Policy: fill free worker slots from ``ready`` (priority = the task's
+remaining path to the end of the plan, weighted by ``estimate``; ties keep
+plan order), claim them in one store batch (``store.commit``: a CAS that
+bumps the epoch and sets a lease) and hand each to the executor for its kind.
+
+The loop sleeps on one event queue fed by every executor's ``done`` callback
+(shell jobs: the job manager's watcher thread, ``on_notify``), so a
+dependent is claimed and started as soon as its last dependency's
+notification is handled — there is no polling. All outcomes queued at that
+moment are handled as one batch: one ``store.commit`` that records the
+finished attempts and claims what became ready. Shell jobs of the batch are
+started as soon as the batch is decided and its claims are in the event
+log (``commit(on_logged=...)``; a lead killed before the claim reached the
+task file leaves a logged claim that the next lead counts and releases).
+The run is ``pipelined``: the batches' files are written and fsynced by a
+group-commit writer thread (``store_pipeline``), so the loop does not wait
+for the disk between an outcome and the next start. Shell jobs are started
+and watched by a forked job server (``jobserver``), so a start costs the
+lead one request line.
+
+A failed attempt with retries left goes back to ``pending`` (``release``)
+and waits ``retry_delay * 2**(n-1)`` seconds. A final failure cancels
+everything downstream ("needs #4 (build), which failed"); without
+``keep_going`` it also stops new starts while running tasks finish. When
+nothing runs, nothing is ready or delayed and work is left, the run reports
+a deadlock (naming what each leftover task waits on) instead of waiting.
+
+Leases: a heartbeat thread renews the running tasks' leases
+(``renew_many``). The store refuses a completion whose epoch is stale.
+Recovery after a crash is ``prepare``'s job (see ``materialise``): the new
+lead holds the lead lock, so the old lead is dead and its in-progress tasks
+are released at once; their attempts stay counted.
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import ConflictError, CorruptFile, TeamError, UnknownRef
+from ..core.models import Status, Task
+from ..tasks.store import TaskStore
+from .executors import Executor, Outcome
+
+Emit = Callable[[dict[str, Any]], None]
+Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
+_WAKE = Outcome(-1, -1, "wake")  # put on the event queue by ``_fail``; never handled
+
+
+@dataclass
+class RunOptions:
+    workers: int = 4
+    keep_going: bool = False
+    owner: str = "lead"
+    lease: float = 30.0
+    retry_delay: dict[int, float] = field(default_factory=dict)  # task id -> first backoff
+
+
+@dataclass
+class TaskRun:
+    """What happened to one task in this run (for the summary)."""
+
+    id: int
+    name: str
+    status: str = "pending"
+    attempts: int = 0
+    finished: float | None = None
+    duration: float = 0.0
+    log: str | None = None
+    error: str | None = None
+    deps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    plan: str
+    wall: float
+    runs: dict[int, TaskRun]
+    counts: dict[str, int]
+    stopped: str | None = None  # why new starts stopped (fail-fast)
+    deadlock: str | None = None
+    worktrees: dict[str, Any] | None = None  # isolation: where the result is (worktree.Summary as a dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.counts.get("completed", 0) == len(self.runs) and not self.deadlock
+
+
+class Scheduler:
+    def __init__(self, store: TaskStore, tasks: list[Task], priority: dict[int, float],
+                 executors: dict[str, Executor], opts: RunOptions, emit: Emit, clock=time.time):
+        self.store, self.opts, self.emit, self.clock = store, opts, emit, clock
+        self.executors = executors
+        self.tasks = {t.id: t for t in tasks}
+        self.order = {t.id: i for i, t in enumerate(tasks)}
+        self.priority = priority
+        self.dependents: dict[int, list[int]] = {tid: [] for tid in self.tasks}
+        self.waiting: dict[int, set[int]] = {}
+        self.ready: list[tuple[float, int, int]] = []
+        self.running: dict[int, tuple[int, float]] = {}
+        self.delayed: list[tuple[float, int]] = []
+        self.failures: dict[int, int] = {t.id: int(getattr(t, "failures", 0) or 0) for t in tasks}
+        self.unclaimable: dict[int, str] = {}
+        self.events: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self.stopped: str | None = None
+        self.runs = {t.id: TaskRun(t.id, t.plan_task or t.name or str(t.id), t.status.value,
+                                   deps=list(t.blockedBy)) for t in tasks}
+        self._leases: dict[int, int] = {}
+        self._hb_stop = threading.Event()
+        self._failure: BaseException | None = None  # from another thread (store writer, heartbeat)
+
+    # ------------------------------------------------------------------ state
+    def _init_state(self) -> None:
+        external = {d for t in self.tasks.values() for d in t.blockedBy if d not in self.tasks}
+        done_outside = {d for d in external if self._completed_outside(d)}
+        for t in self.tasks.values():
+            for d in t.blockedBy:
+                if d in self.dependents:
+                    self.dependents[d].append(t.id)
+            if t.status != Status.pending:
+                continue
+            open_deps = {d for d in t.blockedBy if d not in done_outside
+                         and (d not in self.tasks or self.tasks[d].status != Status.completed)}
+            if open_deps:
+                self.waiting[t.id] = open_deps
+            else:
+                self._push_ready(t.id)
+
+    def _completed_outside(self, tid: int) -> bool:
+        try:
+            return self.store.read(tid).status == Status.completed
+        except (UnknownRef, CorruptFile) as e:  # it blocks its dependents; reported as a deadlock
+            self.unclaimable[tid] = str(e)
+            return False
+
+    def _push_ready(self, tid: int) -> None:
+        heapq.heappush(self.ready, (-self.priority.get(tid, 1.0), self.order[tid], tid))
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> RunResult:
+        t0 = self.clock()
+        self._init_state()
+        self.emit({"event": "run_started", "total": len(self.tasks), "workers": self.opts.workers,
+                   "completed": sum(1 for r in self.runs.values() if r.status == "completed")})
+        hb = threading.Thread(target=self._heartbeat, name="team-heartbeat", daemon=True)
+        hb.start()
+        try:
+            with self.store.pipelined(on_error=self._fail):  # batches are made durable by a writer thread
+                self._loop()
+        except BaseException:
+            self._abort("interrupted")
+            raise
+        finally:
+            self._hb_stop.set()
+            hb.join(timeout=10)  # no lease write after the final flush
+        deadlock = None
+        if not self.stopped and (self.waiting or self.ready or self.unclaimable):
+            deadlock = self._deadlock()
+        counts: dict[str, int] = {}
+        for r in self.runs.values():
+            counts[r.status] = counts.get(r.status, 0) + 1
+        plan = next(iter(self.tasks.values())).plan if self.tasks else ""
+        return RunResult(plan or "", self.clock() - t0, self.runs, counts, self.stopped, deadlock)
+
+    def _loop(self) -> None:
+        """Commit, wait for outcomes, handle them; until nothing runs and nothing can start."""
+        finals: list[Final] = []
+        while True:
+            self._promote_delayed()
+            self._commit(finals)
+            if not self.running and (self.stopped or not self.delayed):
+                break
+            timeout = None
+            if self.delayed and not self.stopped:
+                timeout = max(0.0, self.delayed[0][0] - self.clock())
+            try:
+                batch = [self.events.get(timeout=timeout)]
+            except queue.Empty:
+                finals = []
+                continue
+            while True:
+                try:
+                    batch.append(self.events.get_nowait())
+                except queue.Empty:
+                    break
+            if self._failure is not None:
+                raise self._failure
+            finals = self._handle(batch)
+
+    def _promote_delayed(self) -> None:
+        now = self.clock()
+        while self.delayed and self.delayed[0][0] <= now and not self.stopped:
+            _, tid = heapq.heappop(self.delayed)
+            self._push_ready(tid)
+
+    def _handle(self, batch: list[Outcome]) -> list[Final]:
+        """Outcomes -> the store writes to make; retries are released here (rare path)."""
+        now = self.clock()
+        finals: list[Final] = []
+        for out in batch:
+            entry = self.running.get(out.task_id)
+            if entry is None or entry[0] != out.epoch:
+                self.emit({"event": "stale", "task": out.task_id, "epoch": out.epoch})
+                continue
+            del self.running[out.task_id]
+            self._leases.pop(out.task_id, None)
+            run = self.runs[out.task_id]
+            run.finished, run.log = now, out.log
+            run.duration += out.duration
+            task = self.tasks[out.task_id]
+            if out.ok:
+                result = out.result if out.result is not None else out.tail[-500:]
+                fields = {"log": out.log, "result": result, **self._usage(task, out), **(out.fields or {})}
+                finals.append((out.task_id, out.epoch, "completed", fields))
+                self._unlock_dependents(out.task_id)
+                continue
+            self.failures[out.task_id] += 1
+            n = self.failures[out.task_id]
+            reason = out.describe()
+            run.error = reason
+            if n <= task.retries and not self.stopped:
+                delay = self.opts.retry_delay.get(out.task_id, 1.0) * 2 ** (n - 1)
+                released = self.store.release(out.task_id, out.epoch,
+                                              reason=f"attempt {task.attempts} {reason}; retrying",
+                                              actor=self.opts.owner, failures=n, log=out.log,
+                                              **self._usage(task, out), **(out.fields or {}))
+                self.tasks[out.task_id] = released
+                heapq.heappush(self.delayed, (now + delay, out.task_id))
+                run.status = "retrying"
+                self.emit({"event": "retry", "task": out.task_id, "name": run.name, "error": reason,
+                           "delay": delay, "log": out.log, "attempt": task.attempts})
+                continue
+            finals.append((out.task_id, out.epoch, "failed",
+                           {"log": out.log, "error": reason, "failures": n,
+                            "result": out.result if out.result is not None else out.tail[-2000:],
+                            **self._usage(task, out), **(out.fields or {})}))
+            if not self.opts.keep_going and not self.stopped:
+                self.stopped = f"#{out.task_id} ({run.name}) failed"
+        return finals
+
+    @staticmethod
+    def _usage(task: Task, out: Outcome) -> dict[str, Any]:
+        """Token usage summed over every attempt of the task (retries included)."""
+        if not out.usage:
+            return {}
+        from ..llm.pricing import Usage
+
+        total = Usage.model_validate(out.usage)
+        if task.usage:
+            total = Usage.model_validate(task.usage) + total
+        return {"usage": total.model_dump()}
+
+    def _unlock_dependents(self, tid: int) -> None:
+        for dep in self.dependents[tid]:
+            waits = self.waiting.get(dep)
+            if waits is not None:
+                waits.discard(tid)
+                if not waits:
+                    del self.waiting[dep]
+                    self._push_ready(dep)
+
+    def _commit(self, finals: list[Final]) -> None:
+        """One store batch: record the finished attempts and claim what fits in the free slots."""
+        free = self.opts.workers - len(self.running)
+        picked: list[int] = []
+        if free > 0 and self.ready and not self.stopped:
+            picked = [heapq.heappop(self.ready)[2] for _ in range(min(free, len(self.ready)))]
+        if not finals and not picked:
+            return
+        early: set[int] = set()
+
+        def start_early(claimed: list[Task]) -> None:
+            # Shell jobs start once the batch is decided and its claims are in
+            # the event log, while its files are written and fsynced
+            # (store.commit). A lone claim (a chain) is started right here,
+            # saving a thread hop; in-process, a wave goes to the starter thread.
+            inline = len(claimed) == 1
+            for task in claimed:
+                if getattr(self.executors[task.kind], "inline_start", False):
+                    self._start(task, inline=inline)
+                    early.add(task.id)
+
+        written, claimed = self.store.commit(finals, picked, self.opts.owner, lease=self.opts.lease,
+                                             actor=self.opts.owner, on_logged=start_early)
+        done = {t.id: t for t in written}
+        for tid, epoch, status, fields in finals:
+            run = self.runs[tid]
+            if tid not in done:
+                run.status, run.error = "lost", f"completion refused: epoch {epoch} is stale"
+                self.emit({"event": "stale", "task": tid, "epoch": epoch})
+                continue
+            self.tasks[tid] = done[tid]
+            run.status = status
+            self.emit({"event": status, "task": tid, "name": run.name, "duration": round(run.duration, 3),
+                       "log": fields.get("log"), "error": fields.get("error")})
+            if status == "failed":
+                self._cancel_downstream(tid)
+                if self.stopped and self.stopped.startswith(f"#{tid} "):
+                    self.emit({"event": "stopping", "reason": self.stopped, "running": len(self.running)})
+        won = {t.id for t in claimed}
+        for tid in picked:
+            if tid not in won:
+                self.unclaimable[tid] = self._why_unclaimable(tid)
+        for task in claimed:
+            if task.id not in early:
+                self._start(task)
+        for task in claimed:
+            run = self.runs[task.id]
+            self.emit({"event": "started", "task": task.id, "name": run.name, "attempt": task.attempts})
+
+    def _start(self, task: Task, *, inline: bool = False) -> None:
+        now = self.clock()
+        self.tasks[task.id] = task
+        self.running[task.id] = (task.epoch, now)
+        self._leases[task.id] = task.epoch
+        run = self.runs[task.id]
+        run.status, run.attempts = "running", task.attempts
+        executor = self.executors[task.kind]
+        start_now = getattr(executor, "start_now", None) if inline else None
+        (start_now or executor.start)(task, task.epoch, self.events.put)
+
+    def _why_unclaimable(self, tid: int) -> str:
+        try:
+            task = self.store.read(tid)
+        except (UnknownRef, CorruptFile) as e:
+            return str(e)
+        if task.status != Status.pending or task.owner:
+            return f"it is {task.status.value}" + (f", owned by {task.owner}" if task.owner else "")
+        return "a dependency is not completed on disk (changed by another process?)"
+
+    def _cancel_downstream(self, failed: int) -> None:
+        root = f"#{failed} ({self.runs[failed].name})"
+        stack = [(d, failed, True) for d in self.dependents[failed]]
+        while stack:
+            tid, via, direct = stack.pop()
+            if tid not in self.waiting:
+                continue
+            del self.waiting[tid]
+            via_name = self.runs[via].name
+            reason = (f"needs #{via} ({via_name}), which failed" if direct
+                      else f"needs #{via} ({via_name}), which was cancelled after {root} failed")
+            self.store.cancel(tid, reason, actor=self.opts.owner)
+            run = self.runs[tid]
+            run.status, run.error = "cancelled", reason
+            self.emit({"event": "cancelled", "task": tid, "name": run.name, "reason": reason})
+            stack.extend((d, tid, False) for d in self.dependents[tid])
+
+    def _deadlock(self) -> str:
+        lines = []
+        for tid, why in self.unclaimable.items():
+            if tid in self.runs:
+                lines.append(f"#{tid} ({self.runs[tid].name}) could not be claimed: {why}")
+        for tid, deps in sorted(self.waiting.items()):
+            names = ", ".join(f"#{d}" + (f" ({self.runs[d].name}, {self.runs[d].status})" if d in self.runs
+                                         else " (outside this plan, not completed)") for d in sorted(deps))
+            lines.append(f"#{tid} ({self.runs[tid].name}) waits on {names}")
+        return "nothing is running or ready, but work is left:\n  " + "\n  ".join(lines[:20])
+
+    def _abort(self, why: str) -> None:
+        """Interrupted: kill running attempts and give their tasks back (pending)."""
+        for ex in self.executors.values():
+            ex.close()
+        for tid, (epoch, _) in list(self.running.items()):
+            try:
+                self.store.release(tid, epoch, reason=f"{why}; will re-run", actor=self.opts.owner)
+            except ConflictError:
+                continue
+        self.running.clear()
+
+    def _fail(self, error: BaseException) -> None:
+        """Another thread hit an error the run cannot go on with: wake the loop to raise it."""
+        self._failure = error
+        self.events.put(_WAKE)  # the loop raises the failure before it handles anything
+
+    def _heartbeat(self) -> None:
+        every = max(0.05, self.opts.lease / 3)
+        while not self._hb_stop.wait(every):
+            leases = dict(self._leases)
+            if leases:
+                try:
+                    self.store.renew_many(leases, self.opts.lease)
+                except (OSError, TeamError) as e:  # the disk failed (or the store writer did)
+                    self._fail(e)
+                    return

@@ -1,0 +1,7 @@
+"""Teammates at run time: agent threads inside the lead process.
+
+    runtime.py    TeamRuntime: owns the teammates and their shared services
+    teammate.py   Teammate: one named agent thread and its work queue
+    subagents.py  the ``subagent`` tool's backend: a fresh agent per call
+    autoclaim.py  idle teammates claiming ready work from the task graph
+"""

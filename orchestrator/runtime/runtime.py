@@ -1,0 +1,269 @@
+"""The team runtime: the lead-side owner of every teammate thread (teammate.py).
+
+``TeamRuntime`` (one per lead) holds the shared services -- roster
+(``team.Team``), bus (``inbox.Bus``), store, job manager, tool registry,
+subagent runner (subagents.py) -- and one ``Teammate`` per name.
+
+* Roster (``.team/config.json``): status working/idle/shutdown, current task,
+  pid, usage totals (across restarts). A heartbeat thread beats for every
+  live teammate every ``heartbeat_every`` seconds, so ``team status`` can tell
+  a live idle teammate from a dead one, even during a long model call.
+* Choosing a teammate for a task (``assign``): the task's ``assignee``
+  (spawned if absent), else an idle teammate of the task's role, else a new
+  one named ``<role>-<n>``. A name reused after a crash resumes its transcript.
+* Autonomous claiming (autoclaim.py, ``autoclaim=True``): an idle teammate
+  with nothing queued claims a ready non-plan task matching its name/role
+  (store CAS) and records its end with ``TaskStore.finish`` and the claim's
+  epoch; the runtime's heartbeat renews those leases.
+* Lease recovery (``reclaim_leases``): a teammate's claim outlives its
+  process when the lead is killed (``team chat`` has no scheduler to
+  recover it), so at start-up and on the autoclaimer's rescans the runtime
+  returns to ``pending`` (``TaskStore.reclaim_expired``) every in-progress
+  *non-plan* task whose lease expired and whose owner is gone: not a live
+  teammate of this runtime, not a member alive in another process (roster
+  liveness), not ``lead`` while another process is the lead. Plan tasks are
+  the ``team run`` scheduler's: an owner holding any in-progress plan task
+  is left alone (a dead run's plan tasks are recovered by the next
+  ``team run`` of that plan, or ``team doctor --fix``).
+* Shutdown handshake (protocols.py, ``request_shutdown``): approved, the
+  runtime waits for the teammate's thread to end. ``close`` stops them all;
+  running attempts end as interrupted, queued ones are handed back.
+* ``team spawn`` reaches a running lead through control.py (``serve_control``).
+
+``Assignment``, ``Teammate`` and ``task_prompt`` (teammate.py) are importable
+from here too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..agent.loop import DEFAULT_MAX_STEPS, RunResult
+from ..core.errors import UserError
+from ..core.models import Status, Task
+from ..core.paths import team_dir
+from ..jobs.manager import JobManager
+from ..llm.types import ChatModel
+from ..roles.roles import Role, check_tools, get_role
+from ..tasks.store import TaskStore
+from ..team import protocols
+from ..team.inbox import Bus
+from ..team.lead import lead_info
+from ..team.roster import LEAD, Team, check_name
+from ..tools import FileTruth, ToolContext
+from ..tools.coordination import agent_registry
+from .autoclaim import AutoClaimer
+from .subagents import SubagentRunner
+from .teammate import Assignment, Done, Teammate
+
+log = logging.getLogger("orchestrator.teammates")
+
+
+class TeamRuntime:
+    """The lead-side owner of every teammate thread (see the module docstring)."""
+
+    def __init__(self, root: Path, *, model_for: Callable[[Role], ChatModel], workspace: Path | None = None,
+                 team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
+                 idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
+                 autoclaim: bool = False, claim_lease: float = 60.0, claim_rescan: float = 5.0):
+        self.root = Path(root).absolute()
+        self.workspace = Path(workspace or root).absolute()
+        self.model_for, self.team_name = model_for, team_name
+        self.max_steps, self.subagent_steps, self.idle_slice = max_steps, subagent_steps, idle_slice
+        self.team = Team(self.root)
+        self.bus = Bus(self.root, team=self.team, poll_interval=0.01)
+        self.store = TaskStore(self.root)
+        self._own_jobs = jobs is None
+        self.jobs = jobs or JobManager(self.root)
+        self.registry = agent_registry()
+        self.subagents = SubagentRunner(self)
+        self.claimer = AutoClaimer(self.store, lease=claim_lease, rescan_every=claim_rescan,
+                                   recover=self.reclaim_leases) if autoclaim else None
+        self.mates: dict[str, Teammate] = {}
+        self.lock = threading.RLock()
+        self._stop = threading.Event()
+        self._control: Any = None
+        if not self.team.config.exists():
+            self.team.set_team_name(team_name)
+        self.reclaim_leases()
+        self._hb = threading.Thread(target=self._heartbeats, args=(heartbeat_every,), name="team-heartbeats",
+                                    daemon=True)
+        self._hb.start()
+
+    def tool_context(self, name: str, *, subagent: bool = False) -> ToolContext:
+        d = team_dir(self.root)
+        return ToolContext(
+            workspace=self.workspace, root=self.root, agent=name, truth=FileTruth(), store=self.store,
+            outputs_dir=d / "outputs" / name, call_log=d / "calls" / f"{name}.jsonl",
+            bus=None if subagent else self.bus, jobs=None if subagent else self.jobs,
+            spawner=None if subagent else self, subagents=None if subagent else self.subagents)
+
+    # -- teammates --------------------------------------------------------------
+    def spawn(self, name: str, role: str = "coder", prompt: str | None = None, *,
+              plan_mode: bool = False) -> Teammate:
+        """Start teammate ``name`` (idempotent for a live one: a prompt is sent as a message).
+
+        ``plan_mode``: its write/execute tools are refused until the lead approves its plan."""
+        check_name(name)
+        if name == LEAD:
+            raise UserError("'lead' is the lead's own name; pick another teammate name")
+        with self.lock:
+            mate = self.mates.get(name)
+            if mate is not None and mate.thread.is_alive():
+                if mate.role.name != role:
+                    raise UserError(f"{name} is already on the team as a {mate.role.name}; pick another name")
+                if prompt:
+                    self.bus.send(name, prompt, sender=LEAD)
+                return mate
+            r = get_role(role, self.workspace)
+            check_tools(r, self.registry.names())
+            plan_mode = plan_mode or r.plan_mode
+            self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
+                          task=None, plan_mode=plan_mode)
+            mate = Teammate(self, name, r, self.model_for(r), prompt, plan_mode)
+            self.mates[name] = mate
+            self.team.heartbeat(name)
+            mate.thread.start()
+            return mate
+
+    def assign(self, task: Task, epoch: int, done: Done, *, workspace: Path | None = None) -> None:
+        """Queue a task attempt on the right teammate; failures to place it go to ``done``.
+
+        ``workspace``: where this attempt's tools work (its git worktree), else the runtime's."""
+        try:
+            mate = self._choose(task)
+        except UserError as e:
+            done(RunResult("failed", "", f"cannot start task #{task.id}: {e}"))
+            return
+        with self.lock:
+            mate.queue.append(Assignment(task, epoch, done, workspace))
+
+    def _choose(self, task: Task) -> Teammate:
+        with self.lock:
+            if task.assignee:
+                mate = self.mates.get(task.assignee)
+                if mate is not None and mate.thread.is_alive():
+                    return mate
+                known = next((m for m in self.team.members() if m.name == task.assignee), None)
+                return self.spawn(task.assignee, task.role or (known.role if known else "coder"))
+            role = task.role or "coder"
+            for mate in self.mates.values():
+                if mate.role.name == role and mate.free:
+                    return mate
+            n = next(i for i in itertools.count(1) if f"{role}-{i}" not in self.mates)
+            return self.spawn(f"{role}-{n}", role)
+
+    def claim_for(self, mate: Teammate) -> Assignment | None:
+        """Autonomous claiming (autoclaim.py): the next ready task ``mate`` may take, claimed."""
+        if self.claimer is None or mate.stop.is_set():
+            return None
+        claimed = self.claimer.claim(mate.name, mate.role.name)
+        if claimed is None:
+            return None
+        task, done = claimed
+        with self.lock:
+            mate.busy = True
+        return Assignment(task, task.epoch, done)
+
+    def reclaim_leases(self, tasks: list[Task] | None = None) -> list[Task]:
+        """Return the expired non-plan tasks of owners that are gone to pending (module docstring)."""
+        if not self.store.exists():
+            return []
+        tasks = self.store.all() if tasks is None else tasks
+        now = self.store.clock()
+        expired = [t for t in tasks if t.status == Status.in_progress and t.owner and not t.plan
+                   and t.lease_expires is not None and t.lease_expires <= now]
+        if not expired:
+            return []
+        keep = {t.owner for t in tasks if t.plan and t.status == Status.in_progress}
+        with self.lock:
+            keep |= {m.name for m in self.mates.values() if m.thread.is_alive()}
+        keep |= {s.name for s in self.team.states() if s.liveness in ("working", "idle")}
+        lead = lead_info(self.root)
+        if lead is not None and lead.get("pid") != os.getpid():
+            keep.add(LEAD)
+        gone = {t.owner for t in expired} - keep
+        if not gone:
+            return []
+        # the store re-checks status and lease under its lock: a claim renewed meanwhile stays
+        back = self.store.reclaim_expired(actor=LEAD, owner_filter=lambda owner: owner in gone)
+        for t in back:
+            log.info("task #%s: the lease of its owner expired and the owner is gone; back to pending", t.id)
+        return back
+
+    def request_shutdown(self, name: str, *, reason: str = "", timeout: float = 30.0) -> protocols.Response:
+        """The shutdown handshake (protocols.py); approved: waits for the thread to end."""
+        check_name(name)
+        resp = protocols.request_shutdown(self.bus, name, reason=reason, timeout=timeout)
+        mate = self.mates.get(name)
+        if resp.approve and mate is not None:
+            mate.thread.join(timeout)
+        return resp
+
+    def cancel(self, task_id: int) -> None:
+        dropped = []
+        with self.lock:
+            for mate in self.mates.values():
+                for a in [a for a in mate.queue if a.task.id == task_id]:
+                    mate.queue.remove(a)
+                    dropped.append(a)
+                if mate.current is not None and mate.current.task.id == task_id:
+                    mate.agent.cancelled.set()
+        for a in dropped:
+            a.done(RunResult("interrupted", "", "cancelled before it started"))
+
+    def describe(self) -> str:
+        states = self.team.states()
+        if not states:
+            return "no teammates yet; spawn one with spawn_teammate"
+        return "\n".join(f"{s.name} ({s.role}): {s.liveness}" + (f", task #{s.task}" if s.task else "")
+                         for s in states)
+
+    # -- control, heartbeats, shutdown ---------------------------------------------
+    def serve_control(self) -> None:
+        """Take ``team spawn`` requests from other processes (control.py)."""
+        from ..team.control import ControlServer
+
+        def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
+            if op != "spawn":
+                raise UserError(f"unknown control request {op!r}")
+            mate = self.spawn(str(args.get("name", "")), str(args.get("role") or "coder"), args.get("prompt"),
+                              plan_mode=bool(args.get("plan_mode")))
+            return {"name": mate.name, "role": mate.role.name, "pid": os.getpid()}
+
+        self._control = ControlServer(self.root, handle, ["spawn"]).start()
+
+    def _heartbeats(self, every: float) -> None:
+        while not self._stop.wait(every):
+            with self.lock:
+                live = [m.name for m in self.mates.values() if m.thread.is_alive()]
+            for name in live:
+                self.team.heartbeat(name)
+            if self.claimer is not None:
+                self.claimer.renew()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every teammate (running attempts end as interrupted) and the services."""
+        self._stop.set()
+        if self._control is not None:
+            self._control.close()
+        with self.lock:
+            mates = list(self.mates.values())
+            for m in mates:
+                m.stop.set()
+                m.agent.cancelled.set()
+        for m in mates:
+            m.thread.join(timeout)
+        for m in mates:
+            queued = list(m.queue)
+            m.queue.clear()
+            for a in queued:
+                a.done(RunResult("interrupted", "", "the run is shutting down"))
+        if self._own_jobs:
+            self.jobs.shutdown()

@@ -1,0 +1,6 @@
+"""What the state root says: overview, token usage, consistency checks. No model call.
+
+    overview.py  roster, tasks, jobs and inboxes as data and text (``team status``)
+    usage.py     token accounting per agent and per task
+    doctor.py    ``team doctor``: consistency checks and repairs
+"""

@@ -1,0 +1,233 @@
+"""Creating and editing tasks: ids, names and checked dependency edges.
+
+Mixed into ``store.TaskStore`` (``TaskEdits``), whose lock, file, ref and
+event primitives it uses; callers only ever see ``TaskStore``.
+
+Rules:
+
+* ``create_many`` takes the next free ids under one lock and writes the
+  whole batch with one durable ``_write_batch`` (``store_batch``).
+* A dependency that does not exist, or that would close a cycle, is refused
+  with the unknown ref or the cycle (``#4 → #7 → #4``) in the message. The
+  cycle search walks ``blockedBy`` edges, reading only reachable task files.
+* Names are unique: checked against ``names.jsonl`` (rebuilt first if it
+  was lost) and within the batch.
+* The id counter ``.next_id`` is a cache: an id is used only if no task file
+  has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..core.errors import CycleError, InvalidName, UnknownRef, UserError
+from ..core.fsutil import append_line, atomic_write, read_jsonl
+from ..core.models import NAME_RE, Status, Task
+from .attempts import parse_status
+
+
+def format_cycle(ids: list[int]) -> str:
+    return " → ".join(f"#{i}" for i in ids)
+
+
+class TaskEdits:
+    """``create``, ``create_many`` and ``update`` (see the module docstring)."""
+
+    # ------------------------------------------------------------------ create
+    def _next_id(self) -> int:
+        try:
+            candidate = int(self.counter_path.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            candidate = 0
+        if candidate < 1:
+            ids = self.ids()
+            candidate = (ids[-1] + 1) if ids else 1
+        while self.path(candidate).exists():  # stale counter (crash, seed-written store)
+            ids = self.ids()
+            candidate = max(candidate + 1, (ids[-1] + 1) if ids else 1)
+        return candidate
+
+    @staticmethod
+    def _check_owner(owner: str | None) -> None:
+        if owner and not NAME_RE.match(owner):
+            raise InvalidName(
+                f"invalid owner {owner!r}: use a member name (letters, digits, '.', '_' or '-'), or '' for none"
+            )
+
+    def _check_name(self, name: str | None, entries: list[dict] | None = None) -> None:
+        if name is None:
+            return
+        if not NAME_RE.match(name) or name.isdigit():
+            raise InvalidName(
+                f"invalid task name {name!r}: use letters, digits, '.', '_' or '-' (not all digits, ≤ 64 chars)"
+            )
+        if self._index_lookup(name, entries) is not None:
+            raise UserError(f"a task named {name!r} already exists; pick another name")
+
+    def create(
+        self,
+        subject: str,
+        description: str = "",
+        blocked_by: Iterable[int | str] = (),
+        owner: str = "",
+        *,
+        actor: str = "cli",
+        **fields: Any,
+    ) -> Task:
+        """Create one task with the next id. Dependencies must exist."""
+        return self.create_many(
+            [dict(subject=subject, description=description, blockedBy=list(blocked_by), owner=owner, **fields)],
+            actor=actor,
+        )[0]
+
+    def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli") -> list[Task]:
+        """Create several tasks under one lock.
+
+        ``blockedBy`` entries may be ids, names of existing tasks, or
+        ``("new", i)`` — the i-th task of this batch — so a whole plan can be
+        materialised in one call. Batch-internal edges are acyclic by
+        construction only if the caller checked; we check again here.
+        """
+        if not specs:
+            return []
+        with self.locked():
+            if any(spec.get("name") for spec in specs) and not self.names_path.exists() and self.ids():
+                self._rebuild_names_locked()  # the index was lost: names must stay unique
+            index = read_jsonl(self.names_path) if any(spec.get("name") for spec in specs) else []
+            first = self._next_id()
+            ids = [first + i for i in range(len(specs))]
+            now = self.clock()
+            tasks = []
+            seen_names: set[str] = set()
+            for i, spec in enumerate(specs):
+                spec = dict(spec)
+                deps: list[int] = []
+                for dep in spec.pop("blockedBy", []) or []:
+                    if isinstance(dep, tuple) and dep[0] == "new":
+                        deps.append(ids[dep[1]])
+                    else:
+                        deps.append(self.resolve(dep))
+                name = spec.get("name")
+                self._check_name(name, index)
+                self._check_owner(spec.get("owner"))
+                if name is not None:
+                    if name in seen_names:
+                        raise UserError(f"a task named {name!r} appears twice; names must be unique")
+                    seen_names.add(name)
+                status = parse_status(spec.pop("status", Status.pending))
+                tasks.append(
+                    Task(id=ids[i], blockedBy=sorted(set(deps)), status=status, created_at=now, **spec)
+                )
+            for t in tasks:  # dependencies exist: resolve() checked old ones, new ones are in the batch
+                if t.id in t.blockedBy:
+                    raise CycleError(f"task #{t.id} cannot depend on itself: {format_cycle([t.id, t.id])}", [t.id, t.id])
+            batch = {t.id: t for t in tasks}
+            for t in tasks:
+                cycle = self._find_path(t.blockedBy, t.id, batch)
+                if cycle:
+                    raise CycleError(f"dependency cycle: {format_cycle([t.id, *cycle])}", [t.id, *cycle])
+            atomic_write(self.counter_path, str(ids[-1] + 1), durable=False)
+            for t in tasks:
+                if t.name:
+                    append_line(self.names_path, {"name": t.name, "id": t.id}, durable=False)
+            self._write_batch(tasks, [self._event_record(t, "created", actor, None) for t in tasks])
+            return tasks
+
+    # ------------------------------------------------------------------ graph checks
+    def _deps_of(self, tid: int, overlay: dict[int, Task]) -> list[int]:
+        if tid in overlay:
+            return overlay[tid].blockedBy
+        try:
+            return self.read(tid).blockedBy
+        except UnknownRef:
+            return []
+
+    def _find_path(self, starts: Iterable[int], target: int, overlay: dict[int, Task]) -> list[int] | None:
+        """A dependency path from one of ``starts`` to ``target`` (inclusive), or None.
+
+        Walks ``blockedBy`` edges reading only reachable task files.
+        """
+        parent: dict[int, int | None] = {}
+        stack = []
+        for s in starts:
+            if s not in parent:
+                parent[s] = None
+                stack.append(s)
+        while stack:
+            node = stack.pop()
+            if node == target:
+                path = [node]
+                while parent[path[-1]] is not None:
+                    path.append(parent[path[-1]])  # type: ignore[arg-type]
+                return list(reversed(path))
+            for dep in self._deps_of(node, overlay):
+                if dep not in parent:
+                    parent[dep] = node
+                    stack.append(dep)
+        return None
+
+    # ------------------------------------------------------------------ update
+    def update(
+        self,
+        ref: int | str,
+        *,
+        status: str | Status | None = None,
+        owner: str | None = None,
+        add_blocked_by: Iterable[int | str] = (),
+        remove_blocked_by: Iterable[int | str] = (),
+        actor: str = "cli",
+        **fields: Any,
+    ) -> Task:
+        """Change a task by hand (or by a tool). Dependency edits are checked."""
+        new_status = parse_status(status) if status is not None else None
+        self._check_owner(owner)
+        with self.locked():
+            task = self.get(ref)
+            before = task.status
+            add = [self.resolve(r) for r in add_blocked_by]
+            remove = {self._resolve_dep_to_remove(task, r) for r in remove_blocked_by}
+            for dep in add:
+                if dep == task.id:
+                    raise CycleError(
+                        f"task #{task.id} cannot depend on itself: {format_cycle([task.id, task.id])}",
+                        [task.id, task.id],
+                    )
+                cycle = self._find_path([dep], task.id, {})
+                if cycle:
+                    raise CycleError(f"dependency cycle: {format_cycle([task.id, *cycle])}", [task.id, *cycle])
+            deps = [d for d in task.blockedBy if d not in remove]
+            deps = sorted(set(deps) | set(add))
+            task.blockedBy = deps
+            if owner is not None:
+                task.owner = owner
+            for key, value in fields.items():
+                setattr(task, key, value)
+            if new_status is not None and new_status != before:
+                self._apply_status(task, new_status)
+                if new_status == Status.pending and owner is None and task.owner:
+                    task.owner = ""  # re-opened: unassigned unless --owner says otherwise
+                    owner = ""
+            changed = []
+            if add or remove:
+                changed.append("blockedBy")
+            if owner is not None:
+                changed.append("owner")
+            changed.extend(fields)
+            records = []
+            if new_status is not None and new_status != before:
+                records.append(self._event_record(task, "status", actor, before))
+            if changed:
+                records.append(self._event_record(task, "updated", actor, None, fields=changed))
+            self._write_batch([task], records)
+            return task
+
+    def _resolve_dep_to_remove(self, task: Task, ref: int | str) -> int:
+        """Like ``resolve``, but a declared id whose file is gone may be removed."""
+        try:
+            return self.resolve(ref)
+        except UnknownRef:
+            text = str(ref).strip().lstrip("#")
+            if text.isdigit() and int(text) in task.blockedBy:
+                return int(text)
+            raise

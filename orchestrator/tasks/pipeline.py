@@ -1,0 +1,309 @@
+"""Group commit for ``team run``: task files made durable off the scheduler's thread.
+
+Inside ``TaskStore.pipelined()`` (the run scheduler), the batches that
+``TaskStore.commit`` decides are not written by the thread that decided
+them. They are queued for one writer thread, which writes every queued
+batch as one group (each file as always: temp file, fsync, rename; then
+the directory and the event log fsynced once for the group). The
+scheduler goes on handling outcomes and starting jobs while the disk
+works, so a slow ``fsync`` (0.5 ms on a quiet disk, several ms under
+writeback) costs it nothing, and a task claimed and finished within one
+group is written once.
+
+Why this is still a compare-and-set store: this process keeps the store
+lock (the flock on ``.tasks/.lock``) from the first queued batch until the
+writer has renamed and synced everything, so no other process can read
+the files as stale and act on them. Within this process every thread goes
+through one mutex, and a read sees the queued version of a task first
+(``peek``): decided state is visible at once to this process, and to
+others once it is on disk.
+
+State (one ``Pipeline`` per ``.tasks`` directory per process)::
+
+    mutex     one thread at a time inside ``store.locked()`` in this process
+    lock_fd   the store flock; held while a batch is queued or being written
+    overlay   task file name -> bytes of its newest decided version not yet renamed
+    queue     batches waiting for the writer; ``busy`` while it writes one group
+    error     the writer's failure, raised to every later caller (the queue and
+              overlay are dropped and the lock let go: the run must stop)
+
+Sections (``exclusive``):
+
+* ``drain=False`` (only ``commit``): no waiting for the disk; its batch is
+  queued (``submit``).
+* ``drain=True`` (everything else: release, cancel, create, renew, ...):
+  waits until the writer is idle, then works on the files directly and
+  synchronously, exactly as without a pipeline.
+
+Other processes wait for the flock as usual. It is released whenever
+nothing is queued or being written (at the latest ``GROUP_DELAY`` plus one
+group's write after the last batch); under back-to-back batches (a chain of
+instant tasks) it is handed over (drain, release, a ``YIELD_PAUSE``, take
+again) at the first batch after it has been held ``HOLD_MAX`` seconds while
+another process is blocked on it (a waiter holds ``.tasks/.lock-waiting``
+shared while it blocks: ``fsutil.file_lock(announce=...)``), so ``team task
+update`` from another shell typically waits tens of milliseconds. If a
+write fails, the queue is dropped and the lock let go at once.
+
+Crash safety: a batch's claims are in the event log before its jobs start
+(``TaskStore.commit``); a SIGKILL before the writer renamed its files leaves
+those tasks as the last written state says (in progress or pending), and
+the next lead re-runs them (``runplan.materialise``, ``unfiled_claims``).
+A power loss can forget the groups written in the last moments; their
+tasks run again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.fsutil import file_lock, flock_fd, waiters
+
+HOLD_MAX = 0.05
+"""Seconds the flock may be held across batches before it is handed to a waiting process."""
+YIELD_PAUSE = 0.002
+"""How long the pipeline stays off the flock when it hands it over."""
+GROUP_DELAY = 0.003
+"""Seconds the writer waits after the first queued batch for more to join its group (unless a
+caller is waiting for it): a task claimed and finished within that time is written once."""
+
+_active: dict[Path, Pipeline] = {}
+_active_lock = threading.Lock()
+
+
+def active(key: Path) -> Pipeline | None:
+    """The pipeline running in this process for the ``.tasks`` directory ``key`` (absolute), if any."""
+    return _active.get(key) if _active else None
+
+
+@dataclass
+class Batch:
+    """One decided batch: the task files to write and the event lines to append after them."""
+
+    files: dict[Path, bytes] = field(default_factory=dict)
+    lines: str = ""
+    logged: bool = False  # claim lines of this batch were appended before it was queued
+
+
+class Pipeline:
+    """See the module docstring. Built and closed by ``TaskStore.pipelined``."""
+
+    def __init__(self, store, on_error: Callable[[BaseException], None] | None = None) -> None:
+        self.store = store
+        self.on_error = on_error
+        self.mutex = threading.Lock()
+        self.cond = threading.Condition()
+        self.overlay: dict[str, bytes] = {}
+        self.queue: list[Batch] = []
+        self.busy = False
+        self.error: BaseException | None = None
+        self.queueing: int | None = None  # thread id of the drain=False section, while inside
+        self._lock_fd = -1
+        self._held_since = 0.0
+        self._waiting_fd = -1  # .lock-waiting, kept open to ask whether someone waits
+        self._writer: threading.Thread | None = None
+        self._closing = False
+        self._closed = False  # after close(): sections fall back to the plain store lock
+        self._draining = 0  # threads waiting for the writer to be idle: no group delay then
+
+    # -- lifecycle ---------------------------------------------------------------
+    @classmethod
+    @contextmanager
+    def running(cls, store, on_error: Callable[[BaseException], None] | None = None) -> Iterator[Pipeline]:
+        """Make a pipeline active for ``store.dir`` in this process for the block.
+
+        ``on_error(exc)`` is called on the writer's thread if a write fails
+        (so a caller asleep on something else can stop at once); the error
+        is raised to every later caller as well.
+        """
+        pipe = cls(store, on_error)
+        with _active_lock:
+            if store.key in _active:
+                raise RuntimeError(f"{store.dir}: a pipeline is already active in this process")
+            _active[store.key] = pipe
+        try:
+            yield pipe
+        finally:
+            try:
+                pipe.close()
+            finally:
+                with _active_lock:
+                    _active.pop(store.key, None)
+
+    def close(self) -> None:
+        """Write everything queued, stop the writer, let go of the flock."""
+        with self.mutex:
+            try:
+                self._wait_idle()
+            finally:
+                with self.cond:
+                    self._closing = True
+                    self.cond.notify_all()
+                if self._writer is not None:
+                    self._writer.join()
+                self._release_flock()
+                if self._waiting_fd >= 0:
+                    os.close(self._waiting_fd)
+                    self._waiting_fd = -1
+                self._closed = True
+        self._raise_error()
+
+    # -- sections ------------------------------------------------------------------
+    @contextmanager
+    def exclusive(self, *, drain: bool) -> Iterator[None]:
+        """Hold the store for this thread (see the module docstring)."""
+        with self.mutex:
+            if self._closed:  # a thread that found the pipeline just before it closed
+                with file_lock(self.store.lock_path, announce=self.store.waiting_path):
+                    yield
+                return
+            try:
+                self._raise_error()
+                if drain:
+                    self._wait_idle()
+                elif self._lock_fd >= 0 and time.monotonic() - self._held_since > HOLD_MAX:
+                    self._hand_over_if_wanted()
+                self._take_flock()
+                if not drain:
+                    self.queueing = threading.get_ident()
+                try:
+                    yield
+                finally:
+                    self.queueing = None
+            finally:
+                with self.cond:
+                    if not self.queue and not self.busy:
+                        self._release_flock()
+
+    def peek(self, path: Path) -> bytes | None:
+        """The queued bytes of ``path`` (a file of this ``.tasks``), newer than the file, if any."""
+        with self.cond:
+            return self.overlay.get(path.name)
+
+    def submit(self, batch: Batch) -> None:
+        """Queue a decided batch (inside ``exclusive(drain=False)``, on its thread)."""
+        if self.queueing != threading.get_ident():
+            raise RuntimeError("Pipeline.submit outside its commit section")
+        with self.cond:
+            if self._writer is None:  # started before anything is queued: a failed start queues nothing
+                writer = threading.Thread(target=self._write_loop, name="team-store-writer", daemon=True)
+                writer.start()
+                self._writer = writer
+            self.overlay.update((path.name, data) for path, data in batch.files.items())
+            self.queue.append(batch)
+            self.cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until everything queued so far is durable (re-raises a writer error)."""
+        with self.mutex:
+            self._wait_idle()
+            with self.cond:
+                self._release_flock()  # idle: nothing left to protect
+
+    # -- the flock --------------------------------------------------------------------
+    def _take_flock(self) -> None:
+        if self._lock_fd >= 0:
+            return
+        self.store.ensure()
+        fd = os.open(self.store.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            flock_fd(fd, self.store.lock_path, announce=self.store.waiting_path)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd, self._held_since = fd, time.monotonic()
+        if self._waiting_fd < 0:
+            self._waiting_fd = os.open(self.store.waiting_path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def _release_flock(self) -> None:
+        if self._lock_fd >= 0:
+            fd, self._lock_fd = self._lock_fd, -1
+            os.close(fd)  # closing the only descriptor releases the flock
+
+    def _hand_over_if_wanted(self) -> None:
+        """Held for ``HOLD_MAX`` across batches: let a waiting process in (mutex held)."""
+        if not self._someone_waits():
+            self._held_since = time.monotonic()
+            return
+        self._wait_idle()
+        with self.cond:
+            self._release_flock()
+        time.sleep(YIELD_PAUSE)
+
+    def _someone_waits(self) -> bool:
+        """Another process is blocked on the store lock: it holds ``.lock-waiting`` shared."""
+        return waiters(self._waiting_fd)
+
+    # -- the writer -----------------------------------------------------------------------
+    def _wait_idle(self) -> None:
+        with self.cond:
+            self._draining += 1
+            self.cond.notify_all()
+            try:
+                while (self.queue or self.busy) and self.error is None:
+                    self.cond.wait()
+            finally:
+                self._draining -= 1
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _write_loop(self) -> None:
+        try:
+            while self._write_group():
+                pass
+        except BaseException as e:  # kept and raised in every later caller: the run stops loudly
+            self._fail(e)
+
+    def _write_group(self) -> bool:
+        """Take what is queued (after the group delay) and write it; False once closing and empty."""
+        with self.cond:
+            while not self.queue and not self._closing:
+                self.cond.wait()
+            if not self.queue:
+                return False
+            if GROUP_DELAY and not self._closing and not self._draining:
+                self.cond.wait_for(lambda: self._closing or self._draining, GROUP_DELAY)
+            group, self.queue = self.queue, []
+            self.busy = True
+        files: dict[Path, bytes] = {}
+        for batch in group:
+            files.update(batch.files)
+        lines = "\n".join(b.lines for b in group if b.lines)
+        self.store._write_files(files, lines, synced_lines=any(b.logged for b in group))
+        with self.cond:
+            for path, data in files.items():
+                if self.overlay.get(path.name) is data:
+                    del self.overlay[path.name]
+            self.busy = False
+            self.cond.notify_all()
+            self._release_if_idle()
+        return True
+
+    def _release_if_idle(self) -> None:
+        """Let go of the flock when nothing is queued and no section runs (``cond`` held)."""
+        if not self.queue and not self.busy and self.mutex.acquire(blocking=False):
+            try:
+                self._release_flock()
+            finally:
+                self.mutex.release()
+
+    def _fail(self, error: BaseException) -> None:
+        """A write failed: drop what is queued (its tasks run again after a restart), free the lock."""
+        with self.cond:
+            self.error = error
+            self.queue.clear()
+            self.overlay.clear()
+            self.busy = False
+            self.cond.notify_all()
+            self._release_if_idle()
+        if self.on_error is not None:
+            self.on_error(error)
