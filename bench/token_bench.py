@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.agent.compaction import ContextWindow, files_touched  # noqa: E402
 from orchestrator.agent.projection import estimate_tokens, message_tokens  # noqa: E402
-from orchestrator.agent.prompt import AgentState, build_system_prompt, canonical_tools, stable_json
+from orchestrator.agent.prompt import AgentState, build_system_prompt, canonical_tools
+from orchestrator.core.jsonutil import stable_json
 from orchestrator.roles.roles import get_role  # noqa: E402
 from orchestrator.roles.skills import discover_skills  # noqa: E402
 

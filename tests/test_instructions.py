@@ -17,10 +17,10 @@ from orchestrator.agent.prompt import (
     canonical_tools,
     prefix_fingerprint,
     render_state,
-    stable_json,
     state_message,
 )
 from orchestrator.core.errors import UserError
+from orchestrator.core.jsonutil import stable_json
 from orchestrator.core.models import Member
 from orchestrator.roles.roles import get_role
 from orchestrator.roles.skills import discover_skills

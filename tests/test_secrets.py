@@ -44,7 +44,7 @@ def test_an_error_quoting_the_key_is_redacted_in_the_task_file(tmp_path):
 
 
 def test_env_values_expand_names_and_keep_a_doubled_dollar(tmp_path):
-    from orchestrator.run.executors import expand_env
+    from orchestrator.run.shell import expand_env
 
     environ = {"USER": "alice", "HOME": "/home/alice"}
     assert expand_env("price$USER", environ) == "pricealice"

@@ -134,7 +134,7 @@ def boom(call: Call) -> str:
 @tool("notify", args=BoomArgs, risk="coordinate")
 def notify(call: Call) -> str:
     """Needs the message bus."""
-    call.ctx.require("bus").send(call.args.n)
+    call.ctx.need_bus().send("lead", str(call.args.n), sender=call.ctx.agent)
     return "sent"
 
 

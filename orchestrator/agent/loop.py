@@ -95,7 +95,7 @@ class Interrupted(AgentStop):
 
 @dataclass
 class Signals:
-    """How tools talk to the loop running them (``ToolContext.extra["signals"]``)."""
+    """What the tools asked of the loop during a step (through ``ToolContext.loop``: ``Agent``)."""
 
     finish: tuple[str, str] | None = None
     """(status, result) set by task_update on the agent's current task."""
@@ -161,8 +161,7 @@ class Agent:
         self.transcript, self.team_name, self.inbox, self.jobs = transcript, team_name, inbox, jobs
         self.roster, self.max_steps, self.on_usage, self.on_step = roster, max_steps, on_usage, on_step
         self.signals = Signals()
-        ctx.extra["signals"] = self.signals
-        ctx.extra["inbox_text"] = self.drain_inbox_text
+        ctx.loop = self  # the tools' LoopControl (tools.services)
         self.cancelled = threading.Event()
         self.usage = Usage()
         self.task_label: str | None = None
@@ -192,6 +191,20 @@ class Agent:
         written = sorted(self.ctx.rel(Path(p)) for p in self.ctx.truth.written())
         return AgentState(name=self.name, role=self.role.name, team=self.team_name, task=self.task_label,
                           roster=self.roster(), changed_files=written)
+
+    # ------------------------------------------------------------------ LoopControl (for the tools)
+    def finish(self, status: str, result: str) -> None:
+        """``task_update`` on the current task: end the attempt after this step."""
+        self.signals.finish = (status, result)
+
+    def go_idle(self) -> None:
+        self.signals.idle = True
+
+    def request_compaction(self) -> None:
+        self.signals.compact = True
+
+    def inbox_text(self) -> str:
+        return self.drain_inbox_text()
 
     # ------------------------------------------------------------------ inbox
     def _fetch(self) -> tuple[list[str], list[str], Callable[[], None] | None]:

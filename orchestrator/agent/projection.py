@@ -36,7 +36,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .prompt import AgentState, stable_json, state_message
+from ..core.jsonutil import stable_json
+from .prompt import AgentState, state_message
 
 # -- token estimate ---------------------------------------------------------
 

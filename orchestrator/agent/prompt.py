@@ -23,13 +23,13 @@ before inner, so narrower rules come later and win). Each file is bounded to
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import UserError
+from ..core.jsonutil import canonical, stable_json
 from ..roles.roles import Role
 from ..roles.skills import Skill
 
@@ -53,18 +53,13 @@ TOOL_RULES = """\
 - A tool error is an observation: fix the call, do not repeat it unchanged."""
 
 
-def stable_json(obj: Any) -> str:
-    """Deterministic JSON: sorted keys, no whitespace variation, UTF-8 kept."""
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
 def canonical_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Tool schemas sorted by name with keys in sorted order (byte-stable JSON)."""
 
     def name_of(tool: Mapping[str, Any]) -> str:
         return tool.get("function", {}).get("name") or tool.get("name", "")
 
-    return [json.loads(stable_json(t)) for t in sorted(tools, key=name_of)]
+    return [canonical(t) for t in sorted(tools, key=name_of)]
 
 
 def prefix_fingerprint(system_prompt: str, tools: Iterable[Mapping[str, Any]] = ()) -> str:

@@ -28,7 +28,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..core.fsutil import append_line, dumps, parse_jsonl
+from ..core.fsutil import append_line, parse_jsonl
+from ..core.jsonutil import dumps
 from ..core.paths import team_dir
 from ..core.redact import scrub
 

@@ -45,7 +45,8 @@ from ..agent.loop import DEFAULT_BUDGET, DEFAULT_MAX_STEPS, Agent, RunResult
 from ..agent.prompt import AgentState
 from ..agent.transcript import Transcript, transcript_path
 from ..core.errors import LeadRunning, UserError
-from ..core.fsutil import atomic_write, dumps
+from ..core.fsutil import atomic_write
+from ..core.jsonutil import dumps
 from ..core.models import Status
 from ..core.paths import team_dir
 from ..llm.pricing import Usage

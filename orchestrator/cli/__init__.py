@@ -1,5 +1,14 @@
 """The ``team`` command line: the only place that prints or exits.
 
+    tasks.py      team task list|show|create|update|blocked|graph|critical
+    runcmd.py     team run, team plan schema|check
+    progress.py   what team run shows while it runs, and its summary
+    teamcmds.py   team send|broadcast|inbox|status, team jobs
+    agentcmds.py  team spawn
+    chat.py       team chat (the terminal side)
+    doctor.py     team doctor
+    common.py     the --root and --json options, output helpers
+
 Every command module registers itself on ``app``. Errors: any ``TeamError``
 reaching the edge prints ``TypeName: message`` to stderr and exits with its
 ``exit_code`` (2 = bad input, 1 = work failed); click usage errors exit 2.

@@ -4,6 +4,7 @@
     models.py   pydantic records kept on disk: Task, Event, Member, Roster, Message
     paths.py    where state lives (--root, $TEAM_ROOT, the current directory)
     fsutil.py   crash-safe files: atomic_write, append_line, read_jsonl, file_lock
+    jsonutil.py JSON text: dumps (records on disk), stable_json and canonical (byte-stable)
     procs.py    process identity robust against pid reuse (/proc)
     redact.py   secrets that must never reach disk, and scrubbing them out
 """

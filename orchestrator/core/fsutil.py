@@ -34,7 +34,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+from .jsonutil import dumps
 
 TMP_PREFIX = ".tmp-"
 
@@ -97,11 +98,6 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
         raise
     if durable and sync_dir:
         fsync_dir(path.parent)
-
-
-def dumps(obj: Any) -> str:
-    """Deterministic compact JSON (sorted keys are not used: field order is kept)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def append_line(path: Path, record: dict | str, *, durable: bool = True) -> int:

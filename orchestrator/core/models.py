@@ -155,6 +155,7 @@ class Message(BaseModel):
     content: str = ""
     timestamp: float
     request_id: str | None = None
+    approve: bool | None = Field(None, description="The answer of a protocol response (shutdown, plan approval).")
     seq: int | None = Field(None, description="Per-sender sequence number.")
 
     def to_json(self) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
     runner.py     run_plan: lead lock, materialise, recover, schedule
     scheduler.py  Scheduler: parallel, durable, retries, keep-going, deadlock detection
-    executors.py  the executor seam (Executor, Outcome) and the shell executor
-    agents.py     the executor for agent tasks (teammates)
+    executor.py   the executor seam: Executor, Outcome, ExecutorContext
+    shell.py      ShellExecutor: shell tasks as background jobs
+    agents.py     AgentExecutor: agent tasks on teammates
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
 """

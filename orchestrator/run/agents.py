@@ -1,7 +1,7 @@
 """``kind: agent`` tasks in ``team run``: the executor that hands them to teammates.
 
-``AgentExecutor(ctx)`` is built by ``executors.build`` when a plan has agent
-tasks. Before any work starts it resolves the model service
+``AgentExecutor(ctx)`` is built by ``runner.build_executors`` when a plan has
+agent tasks. Before any work starts it resolves the model service
 (``LLMConfig.resolve(plan/--model, env)``: a missing model or key is a
 ``UserError``, exit 2), registers the API key as a secret (it never reaches
 a transcript, log or task file), starts a ``TeamRuntime`` with the plan's
@@ -39,12 +39,12 @@ from ..agent.loop import DEFAULT_MAX_STEPS, RunResult
 from ..core.errors import UserError
 from ..core.models import Task
 from ..core.redact import register_secret
+from ..jobs.records import JobRecord
 from ..llm.client import LLMClient
 from ..llm.types import LLMConfig
 from ..roles.roles import Role
 from ..runtime.runtime import TeamRuntime
-from . import executors
-from .executors import Context, DoneCallback, Outcome
+from .executor import DoneCallback, ExecutorContext, Outcome
 
 STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed"}
 
@@ -60,8 +60,9 @@ def max_steps_from_env(env=os.environ) -> int:
 
 class AgentExecutor:
     kind = "agent"
+    inline_start = False  # placing an attempt on a teammate may spawn one: not inside the store's commit
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: ExecutorContext):
         config = LLMConfig.resolve(ctx.model, None)
         register_secret(config.api_key.get_secret_value())
         self.config = config
@@ -97,6 +98,13 @@ class AgentExecutor:
         # With worktree isolation the task's cwd is inside its own worktree: the agent works there.
         self.runtime.assign(task, epoch, report, workspace=Path(task.cwd) if task.worktree and task.cwd else None)
 
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.start(task, epoch, done)
+
+    def reap_orphans(self) -> list[JobRecord]:
+        """Nothing to reap: teammates are threads of this process; their claims are released by the runner."""
+        return []
+
     def cancel(self, task_id: int) -> None:
         self.runtime.cancel(task_id)
 
@@ -105,5 +113,3 @@ class AgentExecutor:
         for client in self._clients.values():
             client.close()
 
-
-executors.register("agent", AgentExecutor)

@@ -45,7 +45,8 @@ from pathlib import Path
 from ..core.errors import TeamError, WorkFailed
 from ..core.models import Task
 from ..git.worktrees import MergeConflict, Summary, Worktrees
-from .executors import DoneCallback, Executor, Outcome
+from ..jobs.records import JobRecord
+from .executor import DoneCallback, Executor, Outcome
 
 log = logging.getLogger("orchestrator.isolation")
 
@@ -187,10 +188,13 @@ class _Isolated:
     def __init__(self, inner: Executor, iso: Isolation):
         self.inner, self.iso = inner, iso
         self.kind = inner.kind
-        self.inline_start = getattr(inner, "inline_start", False)  # start() only enqueues either way
-        reap = getattr(inner, "reap_orphans", None)
-        if reap is not None:
-            self.reap_orphans = reap
+        self.inline_start = inner.inline_start  # start() only enqueues either way
+
+    def reap_orphans(self) -> list[JobRecord]:
+        return self.inner.reap_orphans()
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.start(task, epoch, done)
 
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         if task.isolation != "worktree":

@@ -2,11 +2,12 @@
 
 Order of a run (``run_plan``):
 
-1. The plan was validated whole (``plan.load_plan``) and every task kind has
-   an executor (``executors.check_supported``) — before anything is written.
+1. The plan was validated whole (``plan.load.load_plan``) before anything is written.
 2. Take the lead lock (``lead.LeadLock``): a second lead exits 2 naming us.
-3. Build the executors and reap orphaned jobs of a dead lead (they are
-   killed and marked ``lost``) so nothing from the old run keeps going.
+3. Build the executors the plan needs (``build_executors``: shell first, so
+   its job server forks while this process has one thread) and reap orphaned
+   jobs of a dead lead (they are killed and marked ``lost``) so nothing from
+   the old run keeps going.
 4. ``materialise``: the plan's tasks become store tasks. A store task
    belongs to the plan through its ``plan`` and ``plan_task`` fields and is
    named ``<plan>.<id>`` (so ``team task show demo.build`` works). The match
@@ -50,8 +51,9 @@ from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
-from . import executors
+from .executor import Executor, ExecutorContext
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
+from .shell import ShellExecutor
 
 
 @dataclass
@@ -167,22 +169,20 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
              fresh: bool = False, emit: Emit, note: Callable[[str], None]) -> RunResult:
     """Everything ``team run`` does after parsing its options (see the module docstring)."""
     kinds = kinds_of(lp)
-    executors.check_supported(kinds)
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
-        ctx = executors.Context(root=root, plan=lp.plan.name, model=lp.model,
+        ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model,
                                 workspace=(lp.base / cwd).resolve() if cwd else lp.base,
                                 team=[(m.name, m.role) for m in lp.plan.team],
                                 plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note)
         iso = _isolation(lp, root, fresh)
-        execs = executors.build(set(kinds), ctx)
+        execs = build_executors(set(kinds), ctx)
         if iso is not None:
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
         try:
             for ex in execs.values():
-                reap = getattr(ex, "reap_orphans", None)
-                for job in (reap() if reap else []):
+                for job in ex.reap_orphans():
                     note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
             prep = materialise(store, lp, fresh=fresh, note=note)
             opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
@@ -198,6 +198,29 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
                 ex.close()
             if iso is not None:
                 iso.close()
+
+
+def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor]:
+    """The executors for these task kinds. The shell executor first: it forks its job
+    server while this process has a single thread; the agent executor starts threads."""
+    built: dict[str, Executor] = {}
+    try:
+        if "shell" in kinds:
+            built["shell"] = ShellExecutor(ctx)
+        if "agent" in kinds:
+            from .agents import (
+                AgentExecutor,  # imports openai: only plans with agent tasks pay for it
+            )
+
+            built["agent"] = AgentExecutor(ctx)
+    except BaseException:
+        for ex in built.values():
+            ex.close()
+        raise
+    unknown = kinds - set(built)
+    if unknown:
+        raise PlanError(f"no executor runs tasks of kind {', '.join(sorted(unknown))}")
+    return built
 
 
 def _isolation(lp: LoadedPlan, root: Path, fresh: bool):

@@ -55,7 +55,7 @@ from typing import Any
 from ..core.errors import ConflictError, CorruptFile, TeamError, UnknownRef
 from ..core.models import Status, Task
 from ..tasks.store import TaskStore
-from .executors import Executor, Outcome
+from .executor import Executor, Outcome
 
 Emit = Callable[[dict[str, Any]], None]
 Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
@@ -291,7 +291,7 @@ class Scheduler:
             # saving a thread hop; in-process, a wave goes to the starter thread.
             inline = len(claimed) == 1
             for task in claimed:
-                if getattr(self.executors[task.kind], "inline_start", False):
+                if self.executors[task.kind].inline_start:
                     self._start(task, inline=inline)
                     early.add(task.id)
 
@@ -331,8 +331,7 @@ class Scheduler:
         run = self.runs[task.id]
         run.status, run.attempts = "running", task.attempts
         executor = self.executors[task.kind]
-        start_now = getattr(executor, "start_now", None) if inline else None
-        (start_now or executor.start)(task, task.epoch, self.events.put)
+        (executor.start_now if inline else executor.start)(task, task.epoch, self.events.put)
 
     def _why_unclaimable(self, tid: int) -> str:
         try:

@@ -132,6 +132,11 @@ class TeamRuntime:
             mate.thread.start()
             return mate
 
+    def add_teammate(self, name: str, role: str, prompt: str | None) -> str:
+        """The spawn_teammate tool (``tools.services.Spawner``): start ``name``, say what happened."""
+        mate = self.spawn(name, role, prompt)
+        return f"spawned {mate.name} ({mate.role.name}); message it with send_message"
+
     def assign(self, task: Task, epoch: int, done: Done, *, workspace: Path | None = None) -> None:
         """Queue a task attempt on the right teammate; failures to place it go to ``done``.
 

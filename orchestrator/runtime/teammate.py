@@ -23,7 +23,7 @@ conversation and transcript::
   teammate waits, then continues the same attempt within the same step budget.
 * Worktree isolation: an ``Assignment`` may carry a ``workspace`` (the task's
   worktree); the tools work there for that attempt.
-* Protocols (protocols.py): the teammate's ``protocols.TeammateProtocols``
+* Protocols (team/protocols.py): the teammate's ``handshakes.TeammateHandshakes``
   sees every fetched message before the model. An idle teammate approves a
   ``shutdown_request`` itself and its thread ends; a busy one leaves it to
   the model (``respond_shutdown``). A ``plan_approval_response`` approving
@@ -51,8 +51,8 @@ from ..core.models import Task
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
-from ..team import protocols
 from ..tools.coordination import HARNESS_TOOLS
+from .handshakes import TeammateHandshakes
 
 if TYPE_CHECKING:
     from .runtime import TeamRuntime
@@ -103,17 +103,17 @@ class Teammate:
             transcript=Transcript(transcript_path(rt.root, name)), team_name=rt.team_name,
             inbox=self._fetch, jobs=rt.jobs, roster=rt.team.members, max_steps=rt.max_steps,
             on_usage=self._usage)
-        self.protocols = protocols.TeammateProtocols(
+        self.handshakes = TeammateHandshakes(
             rt.bus, name, self.ctx, idle=lambda: self.current is None and not self.queue, stop=self.stop,
             cancelled=self.agent.cancelled)
-        self.ctx.extra["protocol"] = self.protocols
+        self.ctx.handshakes = self.handshakes
         self.thread = threading.Thread(target=self._main, name=f"teammate-{name}", daemon=True)
 
     # -- plumbing -------------------------------------------------------------
     def _fetch(self, seen: set[str]) -> tuple[list[Any], Callable[[], None]]:
         batch = self.rt.bus.fetch(self.name, seen=seen)
         for m in batch.messages:
-            self.protocols.see(m)
+            self.handshakes.see(m)
         return batch.messages, batch.ack
 
     def _usage(self, total: Usage) -> None:

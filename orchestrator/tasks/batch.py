@@ -32,7 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..core.fsutil import append_line, atomic_write, dumps, fsync_dir
+from ..core.fsutil import append_line, atomic_write, fsync_dir
+from ..core.jsonutil import dumps
 from ..core.models import Task
 from ..core.redact import scrub
 from .pipeline import Batch, Pipeline, active

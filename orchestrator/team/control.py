@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import TeamError, UserError, WorkFailed
-from ..core.fsutil import append_line, atomic_write, dumps, file_lock, parse_jsonl
+from ..core.fsutil import append_line, atomic_write, file_lock, parse_jsonl
+from ..core.jsonutil import dumps
 from ..core.paths import team_dir
 from .lead import lead_info
 

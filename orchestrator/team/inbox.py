@@ -72,7 +72,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..core.errors import ConflictError, UserError
-from ..core.fsutil import LockTimeout, atomic_write, dumps, file_lock, flock_fd, fsync_dir
+from ..core.fsutil import LockTimeout, atomic_write, file_lock, flock_fd, fsync_dir
+from ..core.jsonutil import dumps
 from ..core.models import MESSAGE_TYPES, PROTOCOL_TYPES, Message
 from ..core.paths import team_dir
 from .roster import Team, check_name

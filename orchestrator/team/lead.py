@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import LeadRunning
-from ..core.fsutil import atomic_write, dumps
+from ..core.fsutil import atomic_write
+from ..core.jsonutil import dumps
 from ..core.paths import team_dir
 
 

@@ -26,24 +26,22 @@ reaches the model, which may submit a revised plan.
 Waiting for a response reads the requester's inbox with ``Bus.peek``: it
 consumes nothing, so the lead's own agent still gets every message.
 
-A teammate's side of both (``TeammateProtocols``, one per teammate, in
-``ctx.extra["protocol"]`` for the ``respond_shutdown``/``submit_plan`` tools):
-its harness hands every fetched message to ``see`` before the model reads it.
+A teammate's side of both is ``runtime.handshakes.TeammateHandshakes``: its
+harness hands every fetched message to it before the model reads it.
+
+The functions here need only a ``Mailbox`` (send and peek): the inbox bus,
+or anything shaped like it.
 """
 
 from __future__ import annotations
 
 import secrets
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.errors import WorkFailed
 from ..core.models import Message
-from ..tools.base import ToolContext, ToolError
-from .inbox import Bus
 
 
 class ProtocolTimeout(WorkFailed):
@@ -58,11 +56,20 @@ class Response:
     text: str  # the reason (shutdown) or the feedback (plan approval)
 
 
+class Mailbox(Protocol):
+    """What the protocols need of the bus: send a message, look at an inbox without consuming it."""
+
+    def send(self, to: str, content: str, *, sender: str, type: str = "message",
+             request_id: str | None = None, **extra: Any) -> Message: ...
+
+    def peek(self, name: str) -> list[Message]: ...
+
+
 def new_request_id() -> str:
     return secrets.token_hex(6)
 
 
-def find(bus: Bus, inbox: str, type: str, request_id: str | None = None) -> Message | None:
+def find(bus: Mailbox, inbox: str, type: str, request_id: str | None = None) -> Message | None:
     """The first unconsumed ``type`` message in ``inbox`` (with ``request_id`` if given)."""
     for m in bus.peek(inbox):
         if m.type == type and (request_id is None or m.request_id == request_id):
@@ -70,7 +77,7 @@ def find(bus: Bus, inbox: str, type: str, request_id: str | None = None) -> Mess
     return None
 
 
-def wait_for(bus: Bus, inbox: str, type: str, request_id: str | None, timeout: float,
+def wait_for(bus: Mailbox, inbox: str, type: str, request_id: str | None, timeout: float,
              poll: float = 0.01) -> Message | None:
     deadline = time.monotonic() + timeout
     while True:
@@ -81,14 +88,14 @@ def wait_for(bus: Bus, inbox: str, type: str, request_id: str | None, timeout: f
 
 
 def as_response(msg: Message) -> Response:
-    return Response(msg.request_id or "", msg.sender, bool(getattr(msg, "approve", False)), msg.content)
+    return Response(msg.request_id or "", msg.sender, bool(msg.approve), msg.content)
 
 
-def respond(bus: Bus, to: str, type: str, request_id: str, approve: bool, text: str, *, sender: str) -> Message:
+def respond(bus: Mailbox, to: str, type: str, request_id: str, approve: bool, text: str, *, sender: str) -> Message:
     return bus.send(to, text, sender=sender, type=type, request_id=request_id, approve=approve)
 
 
-def request_shutdown(bus: Bus, to: str, *, reason: str = "", timeout: float = 30.0,
+def request_shutdown(bus: Mailbox, to: str, *, reason: str = "", timeout: float = 30.0,
                      sender: str = "lead") -> Response:
     """Ask ``to`` to shut down; its answer, or ``ProtocolTimeout`` after ``timeout`` seconds."""
     rid = new_request_id()
@@ -100,61 +107,15 @@ def request_shutdown(bus: Bus, to: str, *, reason: str = "", timeout: float = 30
     return as_response(msg)
 
 
-def submit_plan(bus: Bus, plan: str, *, sender: str, to: str = "lead") -> str:
+def submit_plan(bus: Mailbox, plan: str, *, sender: str, to: str = "lead") -> str:
     """Send a plan for approval; returns the request id."""
     rid = new_request_id()
     bus.send(to, plan, sender=sender, type="plan_approval_request", request_id=rid)
     return rid
 
 
-def review_plan(bus: Bus, to: str, request_id: str, approve: bool, feedback: str = "", *,
+def review_plan(bus: Mailbox, to: str, request_id: str, approve: bool, feedback: str = "", *,
                 sender: str = "lead") -> Message:
     """Answer ``to``'s plan approval request ``request_id``."""
     text = feedback or ("approved: go ahead" if approve else "rejected")
     return respond(bus, to, "plan_approval_response", request_id, approve, text, sender=sender)
-
-
-class TeammateProtocols:
-    """One teammate's side: the harness acts on requests and responses before the model sees them."""
-
-    def __init__(self, bus: Bus, name: str, ctx: ToolContext, *, idle: Callable[[], bool],
-                 stop: threading.Event, cancelled: threading.Event):
-        self.bus, self.name, self.ctx, self.idle = bus, name, ctx, idle
-        self.stop, self.cancelled = stop, cancelled
-        self.plan_request: str | None = None  # id of the plan awaiting the lead's approval
-        self.shutdown_requests: dict[str, str] = {}  # request id -> requester, not answered yet
-
-    def see(self, m: Any) -> None:
-        """Act on one fetched message: approve a shutdown when idle, apply a plan approval."""
-        if m.type == "shutdown_request" and m.request_id:
-            if self.idle():  # idle: approve without asking the model
-                respond(self.bus, m.sender, "shutdown_response", m.request_id, True,
-                        "idle: shutting down", sender=self.name)
-                self.stop.set()
-            else:
-                self.shutdown_requests[m.request_id] = m.sender
-        elif m.type == "plan_approval_response" and m.request_id and m.request_id == self.plan_request:
-            if getattr(m, "approve", False):
-                self.ctx.mode = "normal"
-                self.plan_request = None
-
-    def respond_shutdown(self, request_id: str, approve: bool, reason: str) -> str:
-        """The respond_shutdown tool: answer a pending request; approving ends this teammate."""
-        to = self.shutdown_requests.pop(request_id, None)
-        if to is None:
-            known = ", ".join(self.shutdown_requests) or "none"
-            raise ToolError(f"no pending shutdown request {request_id!r} (pending: {known})")
-        respond(self.bus, to, "shutdown_response", request_id, approve, reason, sender=self.name)
-        if not approve:
-            return f"refused shutdown request {request_id}; carry on with your work"
-        self.stop.set()
-        self.cancelled.set()
-        return "approved: you stop after this step (the current attempt ends as interrupted)"
-
-    def submit_plan(self, plan: str) -> str:
-        """The submit_plan tool: send the plan to the lead; write tools stay refused until approved."""
-        if self.ctx.mode != "plan":
-            raise ToolError("you are not in plan mode: go ahead with the work")
-        self.plan_request = submit_plan(self.bus, plan, sender=self.name)
-        return (f"plan sent to the lead for approval (request {self.plan_request}); call idle to wait for "
-                "the answer. Write and execute tools stay refused until it is approved.")

@@ -39,7 +39,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..core import procs
 from ..core.errors import CorruptFile, InvalidName, UnknownRef, UserError
-from ..core.fsutil import atomic_write, dumps, file_lock
+from ..core.fsutil import atomic_write, file_lock
+from ..core.jsonutil import dumps
 from ..core.models import NAME_RE, Member, Roster
 from ..core.paths import team_dir
 

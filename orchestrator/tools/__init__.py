@@ -5,16 +5,18 @@ path policy → freshness → permission policy (plan mode, shell rules) →
 execute → bound → record, and always comes back as an ``Observation``
 (see registry.py). Modules:
 
-    base.py       Tool, Args, Call, ToolOutput, Observation, ToolContext, ToolError, @tool
-    registry.py   ToolRegistry: schemas() for the model, call() the pipeline
-    policy.py     path confinement, plan mode
-    shellpolicy.py  the shell policy: rules a bash command must pass
-    filetruth.py  read baselines; stale/partial edits refused with the changed lines
-    bound.py      head + tail results, full output saved and referenced
-    files.py      read_file, write_file, edit_file
-    search.py     glob, grep
-    shell.py      bash
-    tasks.py      task_create, task_update, task_list, task_get, claim_task
+    base.py          Tool, Args, Call, ToolOutput, Observation, ToolContext, ToolError, @tool
+    services.py      the typed services a tool may reach (bus, jobs, spawner, loop, ...)
+    registry.py      ToolRegistry: schemas() for the model, call() the pipeline
+    policy.py        path confinement, plan mode
+    shellpolicy.py   the shell policy: rules a bash command must pass
+    filetruth.py     read baselines; stale/partial edits refused with the changed lines
+    bound.py         head + tail results, full output saved and referenced
+    files.py         read_file, write_file, edit_file
+    search.py        glob, grep
+    shell.py         bash
+    tasks.py         task_create, task_update, task_list, task_get, claim_task
+    coordination.py  messages, background jobs, teammates, subagents, idle, skills, protocols
 
 Adding a tool from another module::
 
@@ -27,7 +29,7 @@ Adding a tool from another module::
     @tool("send_message", args=SendArgs, risk="coordinate")
     def send_message(call: Call) -> str:
         "Send a message to a teammate."
-        bus = call.ctx.require("bus")      # error observation if there is none
+        bus = call.ctx.need_bus()      # an error observation if there is none
         ...
 
     registry = default_registry().add(send_message)

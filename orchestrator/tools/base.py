@@ -24,9 +24,10 @@ code: the pipeline logs it with its traceback and tells the model so.
 ``ToolContext`` carries everything a call may touch: the workspace the file
 tools are confined to, the state root, the agent's name and mode, where full
 outputs and the call log go, the agent's ``FileTruth`` and ``TaskStore``, and
-slots for services other modules provide (message bus, job manager,
-teammate spawner, subagent runner). A tool that needs a missing service gets
-an error observation from ``ctx.require``.
+typed slots for the services other modules provide (``tools.services``:
+message bus, job runner, spawner, subagents, the agent loop, the protocol
+handshakes). A tool that needs a missing service gets an error observation
+from ``ctx.need_*``.
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from ..tasks.store import TaskStore
     from .filetruth import FileTruth
+    from .services import Handshakes, JobRunner, LoopControl, MessageBus, Spawner, Subagents
+
+T = TypeVar("T")
 
 Risk = Literal["read", "write", "execute", "coordinate"]
 RISKS: tuple[str, ...] = ("read", "write", "execute", "coordinate")
@@ -185,12 +189,10 @@ def tool(
     return wrap
 
 
-SERVICES: dict[str, tuple[str, str]] = {
-    "bus": ("messaging", "no message bus"),
-    "jobs": ("background jobs", "no job manager"),
-    "spawner": ("spawning teammates", "no team"),
-    "subagents": ("subagents", "subagents cannot nest"),
-}
+def _need(value: T | None, what: str, why: str) -> T:
+    if value is None:
+        raise Refused(f"{what} is not available in this session ({why}); carry on without it", "service")
+    return value
 
 
 @dataclass
@@ -211,25 +213,38 @@ class ToolContext:
     """Lease (seconds) for ``claim_task``; None claims without expiry."""
     shell_timeout: float = 120.0
     """Default and ceiling come from here: bash's ``timeout`` may not exceed 5x it."""
-    bus: Any = None
-    jobs: Any = None
-    spawner: Any = None
-    subagents: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Room for services added later, looked up by ``require``."""
+    bus: MessageBus | None = None
+    jobs: JobRunner | None = None
+    spawner: Spawner | None = None
+    subagents: Subagents | None = None
+    loop: LoopControl | None = None
+    """The agent loop running the calls (set by ``agent.loop.Agent``)."""
+    handshakes: Handshakes | None = None
+    """A teammate's side of the protocols (set by ``runtime.teammate.Teammate``)."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
         self.root = Path(self.root).resolve()
         self.outputs_dir = Path(self.outputs_dir).resolve()
 
-    def require(self, service: str) -> Any:
-        """The named service, or a ToolError the model can read."""
-        value = getattr(self, service, None) if service in SERVICES else self.extra.get(service)
-        if value is None:
-            what, why = SERVICES.get(service, (service, "not configured"))
-            raise Refused(f"{what} is not available in this session ({why}); carry on without it", "service")
-        return value
+    # -- services: each missing one is an error observation naming it --------------
+    def need_bus(self) -> MessageBus:
+        return _need(self.bus, "messaging", "no message bus")
+
+    def need_jobs(self) -> JobRunner:
+        return _need(self.jobs, "background jobs", "no job manager")
+
+    def need_spawner(self) -> Spawner:
+        return _need(self.spawner, "spawning teammates", "no team")
+
+    def need_subagents(self) -> Subagents:
+        return _need(self.subagents, "subagents", "subagents cannot nest")
+
+    def need_loop(self) -> LoopControl:
+        return _need(self.loop, "this tool", "it needs an agent loop, and none is running this call")
+
+    def need_handshakes(self) -> Handshakes:
+        return _need(self.handshakes, "the teammate protocols", "only teammates answer shutdown and plan requests")
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the workspace when inside it, else absolute."""

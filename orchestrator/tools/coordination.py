@@ -2,18 +2,9 @@
 skills, compaction, the shutdown / plan-approval protocols, and the
 loop-aware ``task_update``.
 
-They reach services through ``ToolContext`` slots and ``ctx.extra``, filled
-by the agent loop (agent.py) and the team runtime (teammates.py)::
-
-    ctx.bus        inbox.Bus              send_message, broadcast
-    ctx.jobs       jobs.JobManager        background_run, check_background
-    ctx.spawner    teammates.TeamRuntime  spawn_teammate, list_teammates (lead only)
-    ctx.subagents  a runner               subagent (None inside a subagent: no nesting)
-    ctx.extra["signals"]     agent.Signals  idle, compact, task_update on the current task
-    ctx.extra["inbox_text"]  () -> str      read_inbox (the loop's own drain)
-    ctx.extra["protocol"]    protocols.TeammateProtocols  respond_shutdown, submit_plan (protocols.py)
-
-A missing service is an error observation naming it (``ctx.require``).
+They reach services through the typed slots of ``ToolContext`` (the
+Protocols and who provides them: ``services.py``); a missing service is an
+error observation naming it (``ctx.need_*``).
 
 ``task_update`` wraps the store tool: setting the agent's *current* task
 (``ctx.task_id``) to ``completed`` or ``failed`` does not write the store.
@@ -33,18 +24,11 @@ import dataclasses
 from pydantic import Field
 
 from ..roles.skills import load_skill as _load_skill
-from .base import Args, Call, Refused, ToolError, tool
+from .base import Args, Call, ToolError, tool
 from .shell import secret_names
 from .tasks import task_update as _store_task_update
 
 SUBAGENT_RESULT_CHARS = 4000
-
-
-def _signals(call: Call):
-    signals = call.ctx.extra.get("signals")
-    if signals is None:
-        raise Refused("this tool needs an agent loop; none is running this call", "service")
-    return signals
 
 
 # ---------------------------------------------------------------- messages
@@ -59,7 +43,7 @@ def send_message(call: Call) -> str:
     a, ctx = call.args, call.ctx
     if a.to == ctx.agent:
         raise ToolError("you cannot message yourself; name a teammate or 'lead'")
-    msg = ctx.require("bus").send(a.to, a.content, sender=ctx.agent)
+    msg = ctx.need_bus().send(a.to, a.content, sender=ctx.agent)
     return f"sent to {a.to} (message {msg.id})"
 
 
@@ -70,7 +54,7 @@ class BroadcastArgs(Args):
 @tool("broadcast", args=BroadcastArgs, risk="coordinate", budget=1000)
 def broadcast(call: Call) -> str:
     """Send a message to every teammate."""
-    sent = call.ctx.require("bus").broadcast(call.args.content, sender=call.ctx.agent)
+    sent = call.ctx.need_bus().broadcast(call.args.content, sender=call.ctx.agent)
     if not sent:
         return "nobody else is on the team yet; nothing sent"
     return f"broadcast to {len(sent)}: {', '.join(m.to for m in sent)}"
@@ -84,10 +68,7 @@ class NoArgs(Args):
 def read_inbox(call: Call) -> str:
     """Read your unread messages now (they are also delivered automatically before each step)."""
     # fetch only: the agent loop acks them once this result (with their ids) is in the transcript
-    drain = call.ctx.extra.get("inbox_text")
-    if drain is None:
-        raise Refused("messaging is not available in this session (no inbox)", "service")
-    return drain()
+    return call.ctx.need_loop().inbox_text()
 
 
 # ---------------------------------------------------------------- background jobs
@@ -101,7 +82,7 @@ def background_run(call: Call) -> str:
     """Start a long-running shell command in the background and go on working. When it ends,
     a notification with its exit code and output tail arrives before your next step."""
     a, ctx = call.args, call.ctx
-    rec = ctx.require("jobs").start(a.command, owner=ctx.agent, cwd=ctx.workspace, unset=secret_names(),
+    rec = ctx.need_jobs().start(a.command, owner=ctx.agent, cwd=ctx.workspace, unset=secret_names(),
                                     timeout=a.timeout, task=ctx.task_id)
     return f"started background job {rec.id}: {a.command}\nfull log: {rec.log}; check it with check_background"
 
@@ -114,7 +95,7 @@ class CheckArgs(Args):
 def check_background(call: Call) -> str:
     """Show one background job (status, exit code, output tail) or list yours."""
     a, ctx = call.args, call.ctx
-    jobs = ctx.require("jobs")
+    jobs = ctx.need_jobs()
     if a.job_id:
         r = jobs.get(a.job_id)
         code = "" if r.exit_code is None else f", exit code {r.exit_code}"
@@ -137,14 +118,13 @@ class SpawnArgs(Args):
 def spawn_teammate(call: Call) -> str:
     """Add a named teammate with a role; it runs its own agent loop and waits for messages and tasks."""
     a = call.args
-    mate = call.ctx.require("spawner").spawn(a.name, a.role, a.prompt)
-    return f"spawned {mate.name} ({mate.role}); message it with send_message"
+    return call.ctx.need_spawner().add_teammate(a.name, a.role, a.prompt)
 
 
 @tool("list_teammates", args=NoArgs, risk="read", budget=4000)
 def list_teammates(call: Call) -> str:
     """List the team: name, role, status (working/idle/shutdown) and current task."""
-    return call.ctx.require("spawner").describe()
+    return call.ctx.need_spawner().describe()
 
 
 class SubagentArgs(Args):
@@ -157,7 +137,7 @@ def subagent(call: Call) -> str:
     """Run a fresh agent with an empty context on a self-contained job and get its final answer
     (bounded). Use it to keep long explorations out of your own context. Subagents cannot nest."""
     a = call.args
-    result = call.ctx.require("subagents").run(a.prompt, a.role, parent=call.ctx.agent)
+    result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent)
     if len(result.result) > SUBAGENT_RESULT_CHARS:
         text = result.result[:SUBAGENT_RESULT_CHARS] + f"\n[... cut at {SUBAGENT_RESULT_CHARS} chars]"
     else:
@@ -170,14 +150,14 @@ def subagent(call: Call) -> str:
 @tool("idle", args=NoArgs, risk="coordinate", budget=500)
 def idle(call: Call) -> str:
     """End your turn and wait: you are woken by the next message, job notification or task."""
-    _signals(call).idle = True
+    call.ctx.need_loop().go_idle()
     return "going idle after this step"
 
 
 @tool("compact", args=NoArgs, risk="coordinate", budget=500)
 def compact(call: Call) -> str:
     """Summarize older turns of your conversation to free context (the full transcript is kept on disk)."""
-    _signals(call).compact = True
+    call.ctx.need_loop().request_compaction()
     return "the conversation will be compacted before your next step"
 
 
@@ -191,7 +171,7 @@ def load_skill(call: Call) -> str:
     return _load_skill(call.ctx.workspace, call.args.name)
 
 
-# ---------------------------------------------------------------- protocols (protocols.py)
+# ---------------------------------------------------------------- protocols (team/protocols.py)
 class RequestShutdownArgs(Args):
     teammate: str = Field(description="The teammate to shut down.")
     reason: str = Field("", description="Why (the teammate sees it).")
@@ -208,7 +188,7 @@ def request_shutdown(call: Call) -> str:
     else:
         from ..team.protocols import request_shutdown as ask
 
-        r = ask(ctx.require("bus"), a.teammate, reason=a.reason, timeout=a.timeout, sender=ctx.agent)
+        r = ask(ctx.need_bus(), a.teammate, reason=a.reason, timeout=a.timeout, sender=ctx.agent)
     verdict = "approved: it has shut down" if r.approve else "refused"
     return f"{a.teammate} {verdict} (request {r.request_id})" + (f": {r.text}" if r.text else "")
 
@@ -226,7 +206,7 @@ def respond_shutdown(call: Call) -> str:
     a = call.args
     if not a.approve and not a.reason.strip():
         raise ToolError("give a reason when you refuse a shutdown request")
-    return call.ctx.require("protocol").respond_shutdown(a.request_id, a.approve, a.reason)
+    return call.ctx.need_handshakes().respond_shutdown(a.request_id, a.approve, a.reason)
 
 
 class SubmitPlanArgs(Args):
@@ -237,7 +217,7 @@ class SubmitPlanArgs(Args):
 def submit_plan(call: Call) -> str:
     """Plan mode: send your plan to the lead for approval. Write and execute tools stay refused
     until it is approved; call idle to wait for the answer."""
-    return call.ctx.require("protocol").submit_plan(call.args.plan)
+    return call.ctx.need_handshakes().submit_plan(call.args.plan)
 
 
 class ReviewPlanArgs(Args):
@@ -253,21 +233,20 @@ def review_plan(call: Call) -> str:
     from ..team.protocols import review_plan as answer
 
     a, ctx = call.args, call.ctx
-    answer(ctx.require("bus"), a.teammate, a.request_id, a.approve, a.feedback, sender=ctx.agent)
+    answer(ctx.need_bus(), a.teammate, a.request_id, a.approve, a.feedback, sender=ctx.agent)
     return f"plan {a.request_id} of {a.teammate} {'approved' if a.approve else 'rejected'}"
 
 
 # ---------------------------------------------------------------- task_update
 def _loop_task_update(call: Call):
     a, ctx = call.args, call.ctx
-    signals = ctx.extra.get("signals")
-    if ctx.task_id is None or signals is None or ctx.store.resolve(a.task) != ctx.task_id:
+    if ctx.task_id is None or ctx.loop is None or ctx.store.resolve(a.task) != ctx.task_id:
         return _store_task_update.handler(call)
     if a.status in ("completed", "failed"):
         if a.owner is not None or a.add_blocked_by or a.remove_blocked_by:
             raise ToolError("finish your task with status and result only; change owner or "
                             "dependencies in a separate call first")
-        signals.finish = (a.status, a.result or "")
+        ctx.loop.finish(a.status, a.result or "")
         return f"task #{ctx.task_id} marked {a.status}; this attempt ends after this step"
     if a.status is not None:
         raise ToolError(f"task #{ctx.task_id} is your current task: set it to completed (with a result) or "

@@ -35,9 +35,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..agent.prompt import stable_json
 from ..core.errors import TeamError
-from ..core.fsutil import append_line, dumps, file_lock
+from ..core.fsutil import append_line, file_lock
+from ..core.jsonutil import canonical, dumps, stable_json
 from . import bound
 from .base import Call, Observation, Refused, Tool, ToolContext, ToolError, ToolOutput
 from .policy import check_plan, confine
@@ -278,15 +278,6 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
         result["additionalProperties"] = False
         result.setdefault("properties", {})
     return result
-
-
-def canonical(obj: Any) -> Any:
-    """Recursively key-sorted copy, so plain json.dumps is deterministic too."""
-    if isinstance(obj, dict):
-        return {k: canonical(obj[k]) for k in sorted(obj)}
-    if isinstance(obj, list):
-        return [canonical(v) for v in obj]
-    return obj
 
 
 def openai_schema(t: Tool) -> dict[str, Any]:

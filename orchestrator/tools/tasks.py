@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from ..core.errors import ConflictError
-from ..core.fsutil import dumps
+from ..core.jsonutil import dumps
 from ..core.models import MARKERS, Status, Task
 from ..tasks import graph
 from .base import Args, Call, ToolError, tool

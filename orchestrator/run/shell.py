@@ -1,24 +1,12 @@
-"""The executor seam: how the scheduler runs one attempt of one task.
+"""``kind: shell``: each attempt of a shell task is a background job.
 
-The scheduler knows only this Protocol::
-
-    class Executor(Protocol):
-        kind: str                                   # the Task.kind it runs
-        def start(self, task, epoch, done) -> None  # non-blocking
-        def cancel(self, task_id) -> None           # stop a running attempt
-        def close(self) -> None                     # stop everything, free threads
-
-``start`` must return quickly; when the attempt ends the executor calls
-``done(Outcome(...))`` exactly once, from any thread. The scheduler's
-``done`` only puts the outcome on its event queue, so executors never touch
-scheduler state. The epoch is the claim's epoch: it travels back in the
-outcome and the store refuses a completion whose epoch went stale.
-
-``ShellExecutor`` runs ``kind: shell`` tasks as background jobs
-(``jobs.JobManager``): the manager's watcher thread hands each finished job
-to it (``on_notify``), which turns it into an ``Outcome``. The LLM-teammate executor
-(``kind: agent``) plugs in with ``register("agent", factory)``; until one is
-registered, ``check_supported`` refuses plans with agent tasks, naming them.
+``ShellExecutor`` starts jobs through a forked job server (``jobs.server``)
+when this process has a single thread, else through a job manager in this
+process; a finished job comes back on a background thread and becomes an
+``Outcome``. The job gets the lead's environment minus the model key and
+any registered secret unless the plan sets them for the task (``$NAME`` in
+a plan's ``env`` value is expanded from the lead's environment at start,
+so a secret is passed without being stored in the task).
 """
 
 from __future__ import annotations
@@ -27,118 +15,17 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
 
 from ..core import redact
-from ..core.errors import PlanError, TeamError
+from ..core.errors import TeamError
 from ..core.models import Task
 from ..core.redact import secret_env_names
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one attempt ended."""
-
-    task_id: int
-    epoch: int
-    status: str  # completed | failed | timeout | killed | lost
-    exit_code: int | None = None
-    duration: float = 0.0
-    log: str | None = None
-    tail: str = ""
-    error: str | None = None
-    result: str | None = None  # what an agent task produced (else the tail of the log is kept)
-    usage: dict | None = None  # token usage of an agent attempt (pricing.Usage as a dict)
-    fields: dict | None = None  # extra task fields to store with the outcome (worktree, branch, ...)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "completed"
-
-    def describe(self) -> str:
-        if self.ok:
-            return "completed"
-        if self.status == "timeout":
-            return f"timed out after {self.duration:.1f}s (process group killed)"
-        if self.error:
-            return self.error
-        if self.exit_code is not None and self.exit_code < 0:
-            return f"{self.status}: killed by signal {-self.exit_code}"
-        return f"{self.status}: exit code {self.exit_code}"
-
-
-DoneCallback = Callable[[Outcome], None]
-
-
-class Executor(Protocol):
-    kind: str
-
-    def start(self, task: Task, epoch: int, done: DoneCallback) -> None: ...
-
-    def cancel(self, task_id: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass
-class Context:
-    """What an executor factory gets: the state root and run-wide settings."""
-
-    root: Path
-    plan: str
-    model: str | None = None
-    owner: str = "lead"
-    workspace: Path | None = None  # where agent tasks work (default: root)
-    team: list[tuple[str, str]] = field(default_factory=list)  # the plan's (name, role) teammates
-    plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
-    note: Callable[[str], None] | None = None  # tells the user something that is not an outcome
-
-
-ExecutorFactory = Callable[[Context], Executor]
-_FACTORIES: dict[str, ExecutorFactory] = {}
-
-
-def register(kind: str, factory: ExecutorFactory) -> None:
-    """Make tasks of ``kind`` runnable (the agent executor calls this)."""
-    _FACTORIES[kind] = factory
-
-
-_PLUGINS = ("orchestrator.run.agents",)  # modules that register executors on import
-
-
-def _load_plugins() -> None:
-    import importlib
-
-    for name in _PLUGINS:
-        importlib.import_module(name)
-
-
-def supported() -> set[str]:
-    _load_plugins()
-    return set(_FACTORIES)
-
-
-def check_supported(kinds: dict[str, list[str]]) -> None:
-    """``{kind: [plan task ids]}`` -> PlanError when a kind has no executor."""
-    if any(ids and kind not in _FACTORIES for kind, ids in kinds.items()):
-        _load_plugins()  # only then: the agent plugin imports openai, slow for shell-only plans
-    for kind, ids in sorted(kinds.items()):
-        if ids and kind not in _FACTORIES:
-            what = "the LLM teammates executor" if kind == "agent" else f"an executor for kind {kind!r}"
-            raise PlanError(
-                f"{kind} tasks need {what}, which is not available in this build "
-                f"(tasks: {', '.join(ids)}); use `run:` shell tasks instead"
-            )
-
-
-def build(kinds: set[str], ctx: Context) -> dict[str, Executor]:
-    if kinds - set(_FACTORIES):
-        _load_plugins()
-    return {kind: _FACTORIES[kind](ctx) for kind in kinds}
-
+from ..jobs.manager import JobManager
+from ..jobs.records import JobRecord, Notification
+from ..jobs.server import JobServer, LocalJobs
+from .executor import DoneCallback, ExecutorContext, Outcome
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -173,10 +60,7 @@ class ShellExecutor:
     inline_start = True  # start() only enqueues or sends: safe inside store.commit's on_logged
     STARTERS = 1
 
-    def __init__(self, ctx: Context):
-        from ..jobs.manager import JobManager
-        from ..jobs.server import JobServer, LocalJobs
-
+    def __init__(self, ctx: ExecutorContext):
         self.ctx = ctx
         self.records = JobManager(ctx.root)  # reap_orphans: records only, starts nothing
         self.owner = f"{ctx.owner}:{os.getpid()}"
@@ -187,7 +71,7 @@ class ShellExecutor:
         self._stop = threading.Event()
         self._secrets_seen, self._secret_env = -1, []
         if JobServer.usable():
-            self.backend: Any = JobServer.fork(ctx.root, self._on_note, self._on_error)
+            self.backend: JobServer | LocalJobs = JobServer.fork(ctx.root, self._on_note, self._on_error)
         else:
             self.backend = LocalJobs(ctx.root, self._on_note, self._on_error)
         self._starts: queue.SimpleQueue = queue.SimpleQueue()
@@ -196,7 +80,7 @@ class ShellExecutor:
         for t in self._starters:
             t.start()
 
-    def reap_orphans(self) -> list:
+    def reap_orphans(self) -> list[JobRecord]:
         """Kill and mark ``lost`` jobs left by a dead lead (called before re-running)."""
         return self.records.reap_orphans()
 
@@ -259,7 +143,7 @@ class ShellExecutor:
         self.backend.forget(ref)
         return entry
 
-    def _on_note(self, ref: str, n: Any) -> None:
+    def _on_note(self, ref: str, n: Notification) -> None:
         """A finished job (from the backend's thread)."""
         entry = self._take(ref)
         if entry is None:
@@ -294,5 +178,3 @@ class ShellExecutor:
             self.ctx.note(f"warning: {len(errors)} job record(s) in .team/jobs could not be written "
                           f"(first: {errors[0]}); the tasks' results are in the task store")
 
-
-register("shell", ShellExecutor)

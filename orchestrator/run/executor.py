@@ -1,0 +1,106 @@
+"""The executor seam: how the scheduler runs one attempt of one task.
+
+The scheduler knows only the ``Executor`` Protocol below. ``start`` must
+return quickly; when the attempt ends the executor calls ``done(Outcome(...))``
+exactly once, from any thread. The scheduler's ``done`` only puts the outcome
+on its event queue, so executors never touch scheduler state. The epoch is
+the claim's epoch: it travels back in the outcome and the store refuses a
+completion whose epoch went stale.
+
+What an executor can do is declared here, not probed: ``inline_start``
+says ``start`` only enqueues or sends (so the scheduler may call it inside
+the store's commit, the moment a claim is logged), ``start_now`` starts on
+the caller's thread, and ``reap_orphans`` kills what a dead lead left
+running before anything runs again.
+
+The executors: ``shell.ShellExecutor`` (``kind: shell``, background jobs),
+``agents.AgentExecutor`` (``kind: agent``, LLM teammates), ``sync.SyncExecutor``
+(in-process, synchronous: the scheduler's policy in tests), and
+``isolation``'s wrapper that runs either in a git worktree. ``runner``
+builds the ones a plan needs (``build_executors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core.models import Task
+from ..jobs.records import JobRecord
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended."""
+
+    task_id: int
+    epoch: int
+    status: str  # completed | failed | timeout | killed | lost
+    exit_code: int | None = None
+    duration: float = 0.0
+    log: str | None = None
+    tail: str = ""
+    error: str | None = None
+    result: str | None = None  # what an agent task produced (else the tail of the log is kept)
+    usage: dict[str, Any] | None = None  # token usage of an agent attempt (pricing.Usage as a dict)
+    fields: dict[str, Any] | None = None  # extra task fields to store with the outcome (worktree, branch, ...)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    def describe(self) -> str:
+        if self.ok:
+            return "completed"
+        if self.status == "timeout":
+            return f"timed out after {self.duration:.1f}s (process group killed)"
+        if self.error:
+            return self.error
+        if self.exit_code is not None and self.exit_code < 0:
+            return f"{self.status}: killed by signal {-self.exit_code}"
+        return f"{self.status}: exit code {self.exit_code}"
+
+
+DoneCallback = Callable[[Outcome], None]
+
+
+class Executor(Protocol):
+    kind: str
+    inline_start: bool
+    """``start`` only enqueues or sends: safe inside ``TaskStore.commit``'s ``on_logged``."""
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        """Begin the attempt (non-blocking); ``done`` is called once when it ends."""
+        ...
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        """``start`` on the caller's thread (the scheduler does this for a lone claim)."""
+        ...
+
+    def cancel(self, task_id: int) -> None:
+        """Stop a running attempt (its ``done`` still comes)."""
+        ...
+
+    def reap_orphans(self) -> list[JobRecord]:
+        """Kill what a dead lead left running (called before anything runs); what was killed."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything and free threads."""
+        ...
+
+
+@dataclass
+class ExecutorContext:
+    """What an executor is built with: the state root and run-wide settings."""
+
+    root: Path
+    plan: str
+    model: str | None = None
+    owner: str = "lead"
+    workspace: Path | None = None  # where agent tasks work (default: root)
+    team: list[tuple[str, str]] = field(default_factory=list)  # the plan's (name, role) teammates
+    plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
+    note: Callable[[str], None] | None = None  # tells the user something that is not an outcome

@@ -1,0 +1,102 @@
+"""What a tool may reach beyond files and the task store: one small Protocol per service.
+
+``ToolContext`` holds each as an optional, typed slot; the module that owns
+the real thing fills it (the team runtime, the agent loop, a teammate).
+A tool asks for the slice it needs with ``ToolContext.need_*``, which turns
+a missing service into an error observation the model can read::
+
+    slot         Protocol      provided by                        used by
+    bus          MessageBus    team.inbox.Bus                     send_message, broadcast, review_plan
+    jobs         JobRunner     jobs.manager.JobManager            background_run, check_background
+    spawner      Spawner       runtime.runtime.TeamRuntime        spawn_teammate, list_teammates, request_shutdown
+    subagents    Subagents     runtime.subagents.SubagentRunner   subagent (absent inside a subagent)
+    loop         LoopControl   agent.loop.Agent                   idle, compact, read_inbox, task_update
+    handshakes   Handshakes    runtime.handshakes.TeammateHandshakes  respond_shutdown, submit_plan
+
+The Protocols name only what the tools call, so a test can hand a tool a
+small fake, and the type checker holds every provider to the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from ..core.models import Message
+from ..jobs.records import JobRecord
+from ..team.protocols import Mailbox, Response
+
+
+class MessageBus(Mailbox, Protocol):
+    """The inbox bus, as tools use it."""
+
+    def broadcast(self, content: str, *, sender: str) -> list[Message]: ...
+
+
+class JobRunner(Protocol):
+    """Background jobs: start one, look at one, list them."""
+
+    def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
+              env: Mapping[str, str] | None = None, timeout: float | None = None,
+              task: int | None = None, unset: Iterable[str] = (), ref: str | None = None) -> JobRecord: ...
+
+    def get(self, job_id: str) -> JobRecord: ...
+
+    def list(self) -> list[JobRecord]: ...
+
+
+class Spawner(Protocol):
+    """The team, as the lead's tools change it."""
+
+    def add_teammate(self, name: str, role: str, prompt: str | None) -> str:
+        """Start (or message) teammate ``name``; a line saying what happened."""
+        ...
+
+    def describe(self) -> str: ...
+
+    def request_shutdown(self, name: str, *, reason: str = "", timeout: float = 30.0) -> Response: ...
+
+
+class AgentAnswer(Protocol):
+    """How a subagent's run ended."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def result(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def steps(self) -> int: ...
+
+
+class Subagents(Protocol):
+    def run(self, prompt: str, role: str, *, parent: str) -> AgentAnswer: ...
+
+
+class LoopControl(Protocol):
+    """The agent loop running this call: how tools end a task, go idle, compact, read the inbox."""
+
+    def finish(self, status: str, result: str) -> None:
+        """End the current task attempt after this step (``completed`` or ``failed``)."""
+        ...
+
+    def go_idle(self) -> None: ...
+
+    def request_compaction(self) -> None: ...
+
+    def inbox_text(self) -> str:
+        """Unread messages as text (acknowledged once the tool result is in the transcript)."""
+        ...
+
+
+class Handshakes(Protocol):
+    """A teammate's side of the shutdown and plan-approval protocols."""
+
+    def respond_shutdown(self, request_id: str, approve: bool, reason: str) -> str: ...
+
+    def submit_plan(self, plan: str) -> str: ...
