@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A suite started in the background by a non-interactive shell (``make test &``,
+# some CI runners) inherits SIGINT and SIGQUIT ignored, and so would every
+# process it starts: the tests that interrupt a lead with SIGINT would then
+# test nothing. Give this process (and so its children) the default handling.
+for _sig in (signal.SIGINT, signal.SIGQUIT):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.default_int_handler if _sig == signal.SIGINT else signal.SIG_DFL)
 
 
 def team_env(root: Path, **extra: str) -> dict[str, str]:
