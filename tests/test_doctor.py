@@ -41,8 +41,8 @@ def damage(root):
     team_tmp.write_text("x")
     os.utime(team_tmp, (time.time() - 3600, time.time() - 3600))
     (root / ".team" / ".tmp-fresh.part").write_text("in flight")  # young: maybe a live writer
-    store.names_path.unlink()
-    store.counter_path.write_text("3")
+    store.files.names_path.unlink()
+    store.files.counter_path.write_text("3")
 
 
 PROBLEMS = [
@@ -110,7 +110,7 @@ def test_doctor_fix_repairs_the_safe_problems_and_lists_the_rest(team):
     assert (team.root / ".team" / ".tmp-fresh.part").exists()
     t3 = store.read(3)
     assert (t3.status.value, t3.owner, t3.error) == ("pending", "", "lease of alice expired (attempt 1)")
-    assert store.counter_path.read_text() == "8"
+    assert store.files.counter_path.read_text() == "8"
 
     # A person repairs the rest; the doctor then reports a healthy root.
     store.path(4).unlink()

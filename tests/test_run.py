@@ -285,14 +285,16 @@ def test_a_task_store_that_cannot_be_written_stops_the_run_at_once(tmp_path, mon
 tasks:
   - {id: long, run: 'sleep 600'}
 """)
-    real = TaskStore._write_files
+    from orchestrator.tasks.files import TaskFiles
+
+    real = TaskFiles.write_now
 
     def disk_full(self, files, lines, **kw):
         if threading.current_thread().name == "team-store-writer":
             raise OSError(28, "No space left on device")
         return real(self, files, lines, **kw)
 
-    monkeypatch.setattr(TaskStore, "_write_files", disk_full)
+    monkeypatch.setattr(TaskFiles, "write_now", disk_full)
     outcome: list[BaseException] = []
 
     def run() -> None:

@@ -153,7 +153,7 @@ def test_a_dependency_on_a_deleted_task_can_be_removed(store):
 
 def test_lost_name_index_is_rebuilt_before_a_new_name_is_checked(store):
     store.create("a", name="alpha")
-    store.names_path.unlink()
+    store.files.names_path.unlink()
     with pytest.raises(UserError, match="'alpha' already exists"):
         store.create("b", name="alpha")
     assert store.resolve("alpha") == 1
@@ -162,9 +162,9 @@ def test_lost_name_index_is_rebuilt_before_a_new_name_is_checked(store):
 def test_stale_counter_never_reuses_an_id(store):
     for i in range(3):
         store.create(f"t{i}")
-    store.counter_path.write_text("2")
+    store.files.counter_path.write_text("2")
     assert store.create("next").id == 4
-    store.counter_path.write_text("garbage")
+    store.files.counter_path.write_text("garbage")
     assert store.create("after").id == 5
     assert store.repair_counter() == 6
 
@@ -244,23 +244,29 @@ def test_pipelined_batches_are_visible_at_once_here_and_on_disk_once_flushed(sto
     assert sorted(e["task"] for e in claims) == ids
 
 
-def test_every_store_of_the_root_in_this_process_goes_through_its_pipeline(store, tmp_path, monkeypatch):
+def test_the_pipeline_belongs_to_its_store_object_others_see_the_disk(store, tmp_path, monkeypatch):
+    """A run's pipeline is attached to the store object it was given, not to the root: another
+    store object (another process, or a thread that built its own) reads what is on disk and
+    takes the lock like any other process, once the pipeline has written and let go of it."""
     ids = [store.create(f"t{i}").id for i in range(2)]
     monkeypatch.chdir(tmp_path)
-    other = TaskStore(".")  # the same root spelled another way, as a teammate thread might hold it
+    other = TaskStore(".")  # the same root spelled another way
     with store.pipelined():
         store.commit([], [ids[0]], "lead")
-        assert other.read(ids[0]).status == Status.in_progress  # the queued claim, before it is on disk
-        other.update(ids[1], subject="renamed")  # a locked section: the writer drains first
+        assert store.read(ids[0]).status == Status.in_progress  # the run sees its queued claim at once
+        other.update(ids[1], subject="renamed")  # waits for the writer to drain and hand over the lock
+        assert other.read(ids[0]).status == Status.in_progress  # by then the claim is on disk
         assert json.loads(store.path(ids[0]).read_bytes())["status"] == "in_progress"
         assert store.read(ids[1]).subject == "renamed"
+        assert store.files.pipeline is not None and other.files.pipeline is None
+    assert store.files.pipeline is None
 
 
 def lock_is_free(store: TaskStore) -> bool:
     import fcntl
     import os
 
-    fd = os.open(store.lock_path, os.O_RDWR)
+    fd = os.open(store.files.lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
@@ -279,7 +285,7 @@ def test_a_pipeline_write_failure_stops_the_next_caller_loudly(store, monkeypatc
 
     with pytest.raises(OSError, match="No space left"):
         with store.pipelined(on_error=told.append):
-            monkeypatch.setattr(store, "_write_files", disk_full)
+            monkeypatch.setattr(store.files, "write_now", disk_full)
             store.commit([], [ids[0]], "lead")
             wait_until(lambda: told, timeout=10, what="the writer reports its failure")
             assert lock_is_free(store)  # other processes are not locked out by a failed run

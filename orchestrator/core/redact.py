@@ -5,7 +5,7 @@ environment (``OPENAI_API_KEY``, registered by every ``team`` command at
 start) and anything passed to ``register_secret``. Writers scrub them:
 
 * transcripts (transcript.py), every task file and event line the store
-  writes (store.py, store_batch.py), so an agent's echo of the key or an
+  writes (tasks/files.py), so an agent's echo of the key or an
   error message quoting it lands as ``[REDACTED]``;
 * job output tails (jobrecords.read_tail), which go into notifications, job
   records and task results.

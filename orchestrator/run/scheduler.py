@@ -23,7 +23,7 @@ started as soon as the batch is decided and its claims are in the event
 log (``commit(on_logged=...)``; a lead killed before the claim reached the
 task file leaves a logged claim that the next lead counts and releases).
 The run is ``pipelined``: the batches' files are written and fsynced by a
-group-commit writer thread (``store_pipeline``), so the loop does not wait
+group-commit writer thread (``tasks.pipeline``), so the loop does not wait
 for the disk between an outcome and the next start. Shell jobs are started
 and watched by a forked job server (``jobserver``), so a start costs the
 lead one request line.

@@ -236,7 +236,7 @@ def check_name_index(ctx: Context) -> list[Finding]:
         if t.name and t.name not in want:
             want[t.name] = t.id
     have: dict[str, int] = {}
-    for entry in read_jsonl(ctx.store.names_path):
+    for entry in read_jsonl(ctx.store.files.names_path):
         if isinstance(entry.get("name"), str):
             have[entry["name"]] = entry.get("id")
     wrong = sorted(n for n, i in want.items() if have.get(n) != i)
@@ -248,14 +248,14 @@ def check_name_index(ctx: Context) -> list[Finding]:
             f"the name index does not match the task files for {', '.join(wrong[:5])}"
             + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""),
             hint="rebuild it from the task files",
-            path=ctx.rel(ctx.store.names_path),
-            fix=lambda: f"rebuilt {ctx.rel(ctx.store.names_path)} ({len(ctx.store.rebuild_name_index())} names)",
+            path=ctx.rel(ctx.store.files.names_path),
+            fix=lambda: f"rebuilt {ctx.rel(ctx.store.files.names_path)} ({len(ctx.store.rebuild_name_index())} names)",
         )
     ]
 
 
 def check_counter(ctx: Context) -> list[Finding]:
-    path = ctx.store.counter_path
+    path = ctx.store.files.counter_path
     if not path.exists():
         return []
     ids = ctx.store.ids()

@@ -1,10 +1,10 @@
 """The durable task graph: ``.tasks/``.
 
-    store.py      TaskStore: files, lock, reads, refs, events; the one class callers use
-    edits.py      create / update: ids, unique names, dependency edges checked for cycles
-    attempts.py   claim, lease, hand over, finish, release, the scheduler's commit batch
-    batch.py      durable batched writes of task files and event lines
-    pipeline.py   group commit for ``team run`` (the scheduler never waits for the disk)
+    store.py      TaskStore: the one class callers use; it holds the three below
+    files.py      TaskFiles: layout, the lock, reads, refs, events, durable batch writes
+    edits.py      TaskEdits: create / update: ids, unique names, dependency edges checked for cycles
+    attempts.py   Attempts: claim, lease, hand over, finish, release, the scheduler's commit batch
+    pipeline.py   Pipeline: group commit for ``team run`` (the scheduler never waits for the disk)
     graph.py      pure queries: ready, blocked chains, waves, critical path, cycles
     render.py     text renderings: list lines, blocked chains, tree, mermaid, dot
 """

@@ -1,9 +1,8 @@
 """The attempt lifecycle of a task: claim, lease, hand over, finish, release.
 
-Mixed into ``store.TaskStore`` (``AttemptLifecycle``), whose lock, file and
-event primitives (``locked``, ``read``, ``get``, ``_save``,
-``_event_record``, ``_write_batch``) it uses; callers only ever see
-``TaskStore``.
+``Attempts`` works on the store's files (``files.TaskFiles``: the lock,
+reads, events and batch writes) and nothing else; ``store.TaskStore``
+holds one and exposes its operations.
 
 States and transitions::
 
@@ -22,8 +21,8 @@ Rules:
   ``epoch`` and are refused when it is stale (the lease expired and the task
   was reclaimed by someone else).
 * ``commit`` is the run scheduler's batch: it ends attempts and claims
-  newly ready tasks in one locked, durable write (``store_batch``).
-* Status timestamps are set in one place, ``_apply_status``.
+  newly ready tasks in one locked, durable write (``TaskFiles.write``).
+* Status timestamps are set in one place, ``apply_status``.
 """
 
 from __future__ import annotations
@@ -34,6 +33,10 @@ from typing import Any
 
 from ..core.errors import ConflictError, UnknownRef, UserError
 from ..core.models import TERMINAL, Status, Task
+from .files import TaskFiles
+
+Finish = tuple[int, int, "str | Status", dict[str, Any]]
+"""One attempt to end in ``commit``: ``(task id, epoch, status, fields to set)``."""
 
 
 def parse_status(value: str | Status) -> Status:
@@ -44,21 +47,24 @@ def parse_status(value: str | Status) -> Status:
         raise UserError(f"invalid status {value!r}: use one of {allowed}") from None
 
 
-class AttemptLifecycle:
+def apply_status(task: Task, status: Status, now: float) -> None:
+    """Move ``task`` to ``status`` with its timestamps and lease (the one place that does)."""
+    if status == Status.in_progress and task.status != Status.in_progress:
+        task.started_at = now
+    if status in TERMINAL:
+        task.finished_at = now
+    else:
+        task.finished_at = None
+    if status != Status.in_progress:
+        task.lease_expires = None
+    task.status = status
+
+
+class Attempts:
     """Claims, leases and the end of attempts (see the module docstring)."""
 
-    # ------------------------------------------------------------------ status
-    def _apply_status(self, task: Task, status: Status) -> None:
-        now = self.clock()
-        if status == Status.in_progress and task.status != Status.in_progress:
-            task.started_at = now
-        if status in TERMINAL:
-            task.finished_at = now
-        else:
-            task.finished_at = None
-        if status != Status.in_progress:
-            task.lease_expires = None
-        task.status = status
+    def __init__(self, files: TaskFiles):
+        self.files = files
 
     # ------------------------------------------------------------------ claim / lease
     def claim(self, ref: int | str, owner: str, *, lease: float | None = None, actor: str | None = None) -> Task:
@@ -66,8 +72,8 @@ class AttemptLifecycle:
 
         Raises ``ConflictError`` saying why when the task is not claimable.
         """
-        with self.locked():
-            task = self.get(ref)
+        with self.files.locked():
+            task = self.files.get(ref)
             self._check_claimable(task, owner=owner)
             return self._claim_locked(task, owner, lease, actor or owner)
 
@@ -80,10 +86,10 @@ class AttemptLifecycle:
     def claim_many(self, ids: Iterable[int], owner: str, *, lease: float | None = None) -> list[Task]:
         """Claim every claimable task among ``ids`` under one lock; skip the others."""
         won = []
-        with self.locked():
+        with self.files.locked():
             for tid in ids:
                 try:
-                    task = self.read(tid)
+                    task = self.files.read(tid)
                     self._check_claimable(task, owner=owner)
                 except (ConflictError, UnknownRef):
                     continue
@@ -99,7 +105,7 @@ class AttemptLifecycle:
         waiting = []
         for dep in task.blockedBy:
             try:
-                if ((overlay or {}).get(dep) or self.read(dep)).status != Status.completed:
+                if ((overlay or {}).get(dep) or self.files.read(dep)).status != Status.completed:
                     waiting.append(dep)
             except UnknownRef:
                 waiting.append(dep)
@@ -112,14 +118,14 @@ class AttemptLifecycle:
         task.owner = owner
         task.epoch += 1
         task.attempts += 1
-        self._apply_status(task, Status.in_progress)
-        task.lease_expires = (self.clock() + lease) if lease else None
+        apply_status(task, Status.in_progress, self.files.clock())
+        task.lease_expires = (self.files.clock() + lease) if lease else None
         task.error = None
         return before
 
     def _claim_locked(self, task: Task, owner: str, lease: float | None, actor: str) -> Task:
         before = self._mark_claimed(task, owner, lease)
-        self._save(task, "claimed", actor, before, owner=owner, epoch=task.epoch, attempt=task.attempts)
+        self.files.save(task, "claimed", actor, before, owner=owner, epoch=task.epoch, attempt=task.attempts)
         return task
 
     def _check_epoch(self, task: Task, epoch: int) -> None:
@@ -129,11 +135,11 @@ class AttemptLifecycle:
             )
 
     def renew(self, ref: int | str, epoch: int, lease: float) -> Task:
-        with self.locked():
-            task = self.get(ref)
+        with self.files.locked():
+            task = self.files.get(ref)
             self._check_epoch(task, epoch)
-            task.lease_expires = self.clock() + lease
-            self._write_batch([task])
+            task.lease_expires = self.files.clock() + lease
+            self.files.write([task])
             return task
 
     def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task:
@@ -142,28 +148,28 @@ class AttemptLifecycle:
         Epoch-checked like ``finish``: the attempt, lease and epoch stay the
         same; only who holds it changes, so ``task blocked`` can say who runs it.
         """
-        with self.locked():
-            task = self.get(ref)
+        with self.files.locked():
+            task = self.files.get(ref)
             self._check_epoch(task, epoch)
             if task.owner != owner:
                 previous, task.owner = task.owner, owner
-                self._save(task, "handed_over", actor or previous or owner, None, owner=owner,
+                self.files.save(task, "handed_over", actor or previous or owner, None, owner=owner,
                             previous_owner=previous, epoch=epoch)
             return task
 
     def renew_many(self, leases: dict[int, int], lease: float) -> list[int]:
         """Renew several leases (id -> epoch) under one lock; returns the ids renewed."""
         renewed: list[Task] = []
-        with self.locked():
+        with self.files.locked():
             for tid, epoch in leases.items():
                 try:
-                    task = self.read(tid)
+                    task = self.files.read(tid)
                     self._check_epoch(task, epoch)
                 except (ConflictError, UnknownRef):
                     continue
-                task.lease_expires = self.clock() + lease
+                task.lease_expires = self.files.clock() + lease
                 renewed.append(task)
-            self._write_batch(renewed)
+            self.files.write(renewed)
         return [t.id for t in renewed]
 
     def finish(
@@ -179,8 +185,8 @@ class AttemptLifecycle:
     ) -> Task:
         """End an attempt (completed/failed/cancelled). Refused on a stale epoch."""
         new = parse_status(status)
-        with self.locked():
-            task = self.get(ref)
+        with self.files.locked():
+            task = self.files.get(ref)
             self._check_epoch(task, epoch)
             before = task.status
             if result is not None:
@@ -189,22 +195,22 @@ class AttemptLifecycle:
                 task.error = error
             for key, value in fields.items():
                 setattr(task, key, value)
-            self._apply_status(task, new)
-            self._save(task, "status", actor or task.owner, before, epoch=epoch, error=error)
+            apply_status(task, new, self.files.clock())
+            self.files.save(task, "status", actor or task.owner, before, epoch=epoch, error=error)
             return task
 
     def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None, **fields: Any) -> Task:
         """Give an attempt back: the task becomes pending and unowned (a retry)."""
-        with self.locked():
-            task = self.get(ref)
+        with self.files.locked():
+            task = self.files.get(ref)
             self._check_epoch(task, epoch)
             before = task.status
             task.owner = ""
             task.error = reason
             for key, value in fields.items():
                 setattr(task, key, value)
-            self._apply_status(task, Status.pending)
-            self._save(task, "released", actor or "lead", before, reason=reason)
+            apply_status(task, Status.pending, self.files.clock())
+            self.files.save(task, "released", actor or "lead", before, reason=reason)
             return task
 
     def unfiled_claims(self, tasks: Iterable[Task]) -> dict[int, tuple[int, int]]:
@@ -220,7 +226,7 @@ class AttemptLifecycle:
         if not files:
             return {}
         try:
-            data = self.events_path.read_bytes()
+            data = self.files.events_path.read_bytes()
         except FileNotFoundError:
             return {}
         logged: dict[int, tuple[int, int]] = {}
@@ -243,23 +249,23 @@ class AttemptLifecycle:
 
     def release_unfiled(self, task_id: int, epoch: int, attempt: int, *, reason: str, actor: str) -> Task | None:
         """Record a claim that ran but never reached its file: the attempt is counted, the task stays pending."""
-        with self.locked():
-            task = self.read(task_id)
+        with self.files.locked():
+            task = self.files.read(task_id)
             if task.status != Status.pending or task.epoch >= epoch:
                 return None  # changed since: nothing to repair
             task.epoch = epoch
             task.attempts = max(task.attempts, attempt)
             task.owner = ""
             task.error = reason
-            self._save(task, "released", actor, Status.pending, reason=reason, epoch=epoch, attempt=attempt)
+            self.files.save(task, "released", actor, Status.pending, reason=reason, epoch=epoch, attempt=attempt)
             return task
 
     def reclaim_expired(self, *, actor: str = "lead", owner_filter: Callable[[str], bool] | None = None) -> list[Task]:
         """Return every in-progress task whose lease expired to pending (attempt kept)."""
-        now = self.clock()
+        now = self.files.clock()
         out = []
-        with self.locked():
-            for task in self.scan()[0]:  # an unreadable file must not stall recovery of the rest
+        with self.files.locked():
+            for task in self.files.scan()[0]:  # an unreadable file must not stall recovery of the rest
                 if task.status != Status.in_progress or task.lease_expires is None:
                     continue
                 if task.lease_expires > now:
@@ -269,27 +275,27 @@ class AttemptLifecycle:
                 before, prev_owner = task.status, task.owner
                 task.owner = ""
                 task.error = f"lease of {prev_owner or 'unknown'} expired (attempt {task.attempts})"
-                self._apply_status(task, Status.pending)
-                self._save(task, "lease_expired", actor, before, previous_owner=prev_owner)
+                apply_status(task, Status.pending, self.files.clock())
+                self.files.save(task, "lease_expired", actor, before, previous_owner=prev_owner)
                 out.append(task)
         return out
 
     def cancel(self, ref: int | str, reason: str, *, actor: str = "lead") -> Task:
         """Mark a task that can no longer run as cancelled, with the reason."""
-        with self.locked():
-            task = self.get(ref)
+        with self.files.locked():
+            task = self.files.get(ref)
             if task.status in TERMINAL:
                 return task
             before = task.status
             task.error = reason
-            self._apply_status(task, Status.cancelled)
-            self._save(task, "status", actor, before, reason=reason)
+            apply_status(task, Status.cancelled, self.files.clock())
+            self.files.save(task, "status", actor, before, reason=reason)
             return task
 
     # ------------------------------------------------------------------ batches (the run scheduler)
     def commit(
         self,
-        finishes: list[tuple[int, int, str | Status, dict[str, Any]]] = (),
+        finishes: Iterable[Finish] = (),
         claims: Iterable[int] = (),
         owner: str = "lead",
         *,
@@ -305,7 +311,7 @@ class AttemptLifecycle:
         claimed work there, so a job's start does not wait for the batch's
         fsyncs. A SIGKILL after it leaves a claim that is in the event log
         but not in the task file; the next lead counts that attempt and logs
-        its release (``unfiled_claims``, ``runplan.materialise``), just as for
+        its release (``unfiled_claims``, ``run.runner.materialise``), just as for
         a claim that reached the file. Completion lines are appended only
         after the files are renamed. ``on_logged`` must not block or take the
         store lock.
@@ -315,7 +321,7 @@ class AttemptLifecycle:
         dependency finished earlier in this batch counts as completed); the
         unclaimable are skipped. Returns ``(finished, claimed)``. Cost: the
         files are fsynced in parallel, renamed, then the directory and the
-        event log are synced once for the whole batch; inside ``pipelined``
+        event log are synced once for the whole batch; with a pipeline attached
         the batch is queued for the group-commit writer instead, and is
         durable once ``flush`` (or the block) returns.
         """
@@ -323,32 +329,32 @@ class AttemptLifecycle:
         claimed: list[Task] = []
         records: list[dict[str, Any]] = []
         claims_logged: list[dict[str, Any]] = []
-        with self._locked_for_commit():
+        with self.files.locked_for_commit():
             overlay: dict[int, Task] = {}
             for tid, epoch, status, fields in finishes:
                 try:
-                    task = self.read(tid)
+                    task = self.files.read(tid)
                     self._check_epoch(task, epoch)
                 except (ConflictError, UnknownRef):
                     continue
                 before = task.status
                 for key, value in fields.items():
                     setattr(task, key, value)
-                self._apply_status(task, parse_status(status))
+                apply_status(task, parse_status(status), self.files.clock())
                 finished.append(task)
                 overlay[tid] = task
-                records.append(self._event_record(task, "status", actor or task.owner, before, epoch=epoch,
+                records.append(self.files.event_record(task, "status", actor or task.owner, before, epoch=epoch,
                                                   error=fields.get("error")))
             for tid in claims:
                 try:
-                    task = self.read(tid)
+                    task = self.files.read(tid)
                     self._check_claimable(task, overlay, owner)
                 except (ConflictError, UnknownRef):
                     continue
                 before = self._mark_claimed(task, owner, lease)
                 claimed.append(task)
-                claims_logged.append(self._event_record(task, "claimed", actor or owner, before, owner=owner,
+                claims_logged.append(self.files.event_record(task, "claimed", actor or owner, before, owner=owner,
                                                         epoch=task.epoch, attempt=task.attempts))
-            self._write_batch(finished + claimed, records, claims_logged,
+            self.files.write(finished + claimed, records, claims_logged,
                               on_logged=(lambda: on_logged(claimed)) if on_logged else None)
         return finished, claimed

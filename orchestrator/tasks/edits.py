@@ -1,12 +1,13 @@
 """Creating and editing tasks: ids, names and checked dependency edges.
 
-Mixed into ``store.TaskStore`` (``TaskEdits``), whose lock, file, ref and
-event primitives it uses; callers only ever see ``TaskStore``.
+``TaskEdits`` works on the store's files (``files.TaskFiles``: the lock,
+reads, refs, the name index, the id counter and batch writes);
+``store.TaskStore`` holds one and exposes its operations.
 
 Rules:
 
 * ``create_many`` takes the next free ids under one lock and writes the
-  whole batch with one durable ``_write_batch`` (``store_batch``).
+  whole batch with one durable ``TaskFiles.write``.
 * A dependency that does not exist, or that would close a cycle, is refused
   with the unknown ref or the cycle (``#4 → #7 → #4``) in the message. The
   cycle search walks ``blockedBy`` edges, reading only reachable task files.
@@ -22,9 +23,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..core.errors import CycleError, InvalidName, UnknownRef, UserError
-from ..core.fsutil import append_line, atomic_write, read_jsonl
 from ..core.models import NAME_RE, Status, Task
-from .attempts import parse_status
+from .attempts import apply_status, parse_status
+from .files import TaskFiles
 
 
 def format_cycle(ids: list[int]) -> str:
@@ -34,20 +35,10 @@ def format_cycle(ids: list[int]) -> str:
 class TaskEdits:
     """``create``, ``create_many`` and ``update`` (see the module docstring)."""
 
-    # ------------------------------------------------------------------ create
-    def _next_id(self) -> int:
-        try:
-            candidate = int(self.counter_path.read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            candidate = 0
-        if candidate < 1:
-            ids = self.ids()
-            candidate = (ids[-1] + 1) if ids else 1
-        while self.path(candidate).exists():  # stale counter (crash, seed-written store)
-            ids = self.ids()
-            candidate = max(candidate + 1, (ids[-1] + 1) if ids else 1)
-        return candidate
+    def __init__(self, files: TaskFiles):
+        self.files = files
 
+    # ------------------------------------------------------------------ create
     @staticmethod
     def _check_owner(owner: str | None) -> None:
         if owner and not NAME_RE.match(owner):
@@ -62,7 +53,7 @@ class TaskEdits:
             raise InvalidName(
                 f"invalid task name {name!r}: use letters, digits, '.', '_' or '-' (not all digits, ≤ 64 chars)"
             )
-        if self._index_lookup(name, entries) is not None:
+        if self.files.name_lookup(name, entries) is not None:
             raise UserError(f"a task named {name!r} already exists; pick another name")
 
     def create(
@@ -91,13 +82,14 @@ class TaskEdits:
         """
         if not specs:
             return []
-        with self.locked():
-            if any(spec.get("name") for spec in specs) and not self.names_path.exists() and self.ids():
-                self._rebuild_names_locked()  # the index was lost: names must stay unique
-            index = read_jsonl(self.names_path) if any(spec.get("name") for spec in specs) else []
-            first = self._next_id()
+        with self.files.locked():
+            named = any(spec.get("name") for spec in specs)
+            if named and not self.files.names_path.exists() and self.files.ids():
+                self.files.rebuild_names_locked()  # the index was lost: names must stay unique
+            index = self.files.name_entries() if named else []
+            first = self.files.next_id()
             ids = [first + i for i in range(len(specs))]
-            now = self.clock()
+            now = self.files.clock()
             tasks = []
             seen_names: set[str] = set()
             for i, spec in enumerate(specs):
@@ -107,7 +99,7 @@ class TaskEdits:
                     if isinstance(dep, tuple) and dep[0] == "new":
                         deps.append(ids[dep[1]])
                     else:
-                        deps.append(self.resolve(dep))
+                        deps.append(self.files.resolve(dep))
                 name = spec.get("name")
                 self._check_name(name, index)
                 self._check_owner(spec.get("owner"))
@@ -127,11 +119,9 @@ class TaskEdits:
                 cycle = self._find_path(t.blockedBy, t.id, batch)
                 if cycle:
                     raise CycleError(f"dependency cycle: {format_cycle([t.id, *cycle])}", [t.id, *cycle])
-            atomic_write(self.counter_path, str(ids[-1] + 1), durable=False)
-            for t in tasks:
-                if t.name:
-                    append_line(self.names_path, {"name": t.name, "id": t.id}, durable=False)
-            self._write_batch(tasks, [self._event_record(t, "created", actor, None) for t in tasks])
+            self.files.set_counter(ids[-1] + 1)
+            self.files.add_names(tasks)
+            self.files.write(tasks, [self.files.event_record(t, "created", actor, None) for t in tasks])
             return tasks
 
     # ------------------------------------------------------------------ graph checks
@@ -139,7 +129,7 @@ class TaskEdits:
         if tid in overlay:
             return overlay[tid].blockedBy
         try:
-            return self.read(tid).blockedBy
+            return self.files.read(tid).blockedBy
         except UnknownRef:
             return []
 
@@ -182,10 +172,10 @@ class TaskEdits:
         """Change a task by hand (or by a tool). Dependency edits are checked."""
         new_status = parse_status(status) if status is not None else None
         self._check_owner(owner)
-        with self.locked():
-            task = self.get(ref)
+        with self.files.locked():
+            task = self.files.get(ref)
             before = task.status
-            add = [self.resolve(r) for r in add_blocked_by]
+            add = [self.files.resolve(r) for r in add_blocked_by]
             remove = {self._resolve_dep_to_remove(task, r) for r in remove_blocked_by}
             for dep in add:
                 if dep == task.id:
@@ -204,7 +194,7 @@ class TaskEdits:
             for key, value in fields.items():
                 setattr(task, key, value)
             if new_status is not None and new_status != before:
-                self._apply_status(task, new_status)
+                apply_status(task, new_status, self.files.clock())
                 if new_status == Status.pending and owner is None and task.owner:
                     task.owner = ""  # re-opened: unassigned unless --owner says otherwise
                     owner = ""
@@ -216,16 +206,16 @@ class TaskEdits:
             changed.extend(fields)
             records = []
             if new_status is not None and new_status != before:
-                records.append(self._event_record(task, "status", actor, before))
+                records.append(self.files.event_record(task, "status", actor, before))
             if changed:
-                records.append(self._event_record(task, "updated", actor, None, fields=changed))
-            self._write_batch([task], records)
+                records.append(self.files.event_record(task, "updated", actor, None, fields=changed))
+            self.files.write([task], records)
             return task
 
     def _resolve_dep_to_remove(self, task: Task, ref: int | str) -> int:
         """Like ``resolve``, but a declared id whose file is gone may be removed."""
         try:
-            return self.resolve(ref)
+            return self.files.resolve(ref)
         except UnknownRef:
             text = str(ref).strip().lstrip("#")
             if text.isdigit() and int(text) in task.blockedBy:

@@ -172,7 +172,7 @@ def _expand(s: _Suffix) -> tuple[list[int], int]:
             ids.append(s[0])
             s = s[1]
         return ids, 0
-    head = []
+    head: list[int] = []
     while len(head) < PATH_HEAD:
         head.append(s[0])
         s = s[1]

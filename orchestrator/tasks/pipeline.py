@@ -1,8 +1,13 @@
 """Group commit for ``team run``: task files made durable off the scheduler's thread.
 
-Inside ``TaskStore.pipelined()`` (the run scheduler), the batches that
-``TaskStore.commit`` decides are not written by the thread that decided
-them. They are queued for one writer thread, which writes every queued
+A ``Pipeline`` is an object the run owns: ``TaskStore.pipelined()`` attaches
+one to that store's files for the block (the scheduler's store, which the
+run also hands to its teammates), and every section of that store goes
+through it. Other ``TaskStore`` objects, in this process or another, see
+only what is on disk and wait for the flock like any other process.
+
+With a pipeline attached, the batches that ``TaskStore.commit`` decides are
+not written by the thread that decided them. They are queued for one writer thread, which writes every queued
 batch as one group (each file as always: temp file, fsync, rename; then
 the directory and the event log fsynced once for the group). The
 scheduler goes on handling outcomes and starting jobs while the disk
@@ -20,12 +25,13 @@ others once it is on disk.
 
 State (one ``Pipeline`` per ``.tasks`` directory per process)::
 
-    mutex     one thread at a time inside ``store.locked()`` in this process
+    mutex     one thread at a time inside a section of the store
     lock_fd   the store flock; held while a batch is queued or being written
     overlay   task file name -> bytes of its newest decided version not yet renamed
     queue     batches waiting for the writer; ``busy`` while it writes one group
     error     the writer's failure, raised to every later caller (the queue and
               overlay are dropped and the lock let go: the run must stop)
+    pool      the writer's threads for parallel fsyncs, for the pipeline's life
 
 Sections (``exclusive``):
 
@@ -48,7 +54,7 @@ write fails, the queue is dropped and the lock let go at once.
 Crash safety: a batch's claims are in the event log before its jobs start
 (``TaskStore.commit``); a SIGKILL before the writer renamed its files leaves
 those tasks as the last written state says (in progress or pending), and
-the next lead re-runs them (``runplan.materialise``, ``unfiled_claims``).
+the next lead re-runs them (``run.runner.materialise``, ``unfiled_claims``).
 A power loss can forget the groups written in the last moments; their
 tasks run again.
 """
@@ -59,9 +65,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ..core.fsutil import file_lock, flock_fd, waiters
 
@@ -73,17 +81,20 @@ GROUP_DELAY = 0.003
 """Seconds the writer waits after the first queued batch for more to join its group (unless a
 caller is waiting for it): a task claimed and finished within that time is written once."""
 
-_active: dict[Path, Pipeline] = {}
-_active_lock = threading.Lock()
+class CommitTarget(Protocol):
+    """What a pipeline writes to: the store's files (``files.TaskFiles``)."""
 
+    lock_path: Path
+    waiting_path: Path
 
-def active(key: Path) -> Pipeline | None:
-    """The pipeline running in this process for the ``.tasks`` directory ``key`` (absolute), if any."""
-    return _active.get(key) if _active else None
+    def ensure(self) -> None: ...
+
+    def write_now(self, files: dict[Path, bytes], lines: str, *, synced_lines: bool = True,
+                  pool: Executor | None = None) -> None: ...
 
 
 @dataclass
-class Batch:
+class WriteBatch:
     """One decided batch: the task files to write and the event lines to append after them."""
 
     files: dict[Path, bytes] = field(default_factory=dict)
@@ -92,15 +103,16 @@ class Batch:
 
 
 class Pipeline:
-    """See the module docstring. Built and closed by ``TaskStore.pipelined``."""
+    """See the module docstring. Built and closed by ``TaskFiles.pipelined``."""
 
-    def __init__(self, store, on_error: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(self, store: CommitTarget, on_error: Callable[[BaseException], None] | None = None) -> None:
         self.store = store
         self.on_error = on_error
         self.mutex = threading.Lock()
         self.cond = threading.Condition()
         self.overlay: dict[str, bytes] = {}
-        self.queue: list[Batch] = []
+        self.queue: list[WriteBatch] = []
+        self.pool: ThreadPoolExecutor | None = None
         self.busy = False
         self.error: BaseException | None = None
         self.queueing: int | None = None  # thread id of the drain=False section, while inside
@@ -113,29 +125,6 @@ class Pipeline:
         self._draining = 0  # threads waiting for the writer to be idle: no group delay then
 
     # -- lifecycle ---------------------------------------------------------------
-    @classmethod
-    @contextmanager
-    def running(cls, store, on_error: Callable[[BaseException], None] | None = None) -> Iterator[Pipeline]:
-        """Make a pipeline active for ``store.dir`` in this process for the block.
-
-        ``on_error(exc)`` is called on the writer's thread if a write fails
-        (so a caller asleep on something else can stop at once); the error
-        is raised to every later caller as well.
-        """
-        pipe = cls(store, on_error)
-        with _active_lock:
-            if store.key in _active:
-                raise RuntimeError(f"{store.dir}: a pipeline is already active in this process")
-            _active[store.key] = pipe
-        try:
-            yield pipe
-        finally:
-            try:
-                pipe.close()
-            finally:
-                with _active_lock:
-                    _active.pop(store.key, None)
-
     def close(self) -> None:
         """Write everything queued, stop the writer, let go of the flock."""
         with self.mutex:
@@ -151,6 +140,8 @@ class Pipeline:
                 if self._waiting_fd >= 0:
                     os.close(self._waiting_fd)
                     self._waiting_fd = -1
+                if self.pool is not None:
+                    self.pool.shutdown()
                 self._closed = True
         self._raise_error()
 
@@ -186,12 +177,13 @@ class Pipeline:
         with self.cond:
             return self.overlay.get(path.name)
 
-    def submit(self, batch: Batch) -> None:
+    def submit(self, batch: WriteBatch) -> None:
         """Queue a decided batch (inside ``exclusive(drain=False)``, on its thread)."""
         if self.queueing != threading.get_ident():
             raise RuntimeError("Pipeline.submit outside its commit section")
         with self.cond:
             if self._writer is None:  # started before anything is queued: a failed start queues nothing
+                self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="team-fsync")
                 writer = threading.Thread(target=self._write_loop, name="team-store-writer", daemon=True)
                 writer.start()
                 self._writer = writer
@@ -278,7 +270,7 @@ class Pipeline:
         for batch in group:
             files.update(batch.files)
         lines = "\n".join(b.lines for b in group if b.lines)
-        self.store._write_files(files, lines, synced_lines=any(b.logged for b in group))
+        self.store.write_now(files, lines, synced_lines=any(b.logged for b in group), pool=self.pool)
         with self.cond:
             for path, data in files.items():
                 if self.overlay.get(path.name) is data:

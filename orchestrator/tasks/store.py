@@ -1,325 +1,210 @@
-"""The durable task store: ``<root>/.tasks/``.
+"""The durable task store: ``<root>/.tasks/``, one class for callers.
 
-Layout::
+``TaskStore`` puts together three collaborators, each with one concept:
 
-    .tasks/task_<id>.json   one Task per file (models.Task), written atomically
-    .tasks/events.jsonl     append-only log: one line per transition
-    .tasks/.lock            flock held for every multi-step change
-    .tasks/.lock-waiting    held shared by a process blocked on .lock (store_pipeline)
-    .tasks/.next_id         id counter (a cache: verified against the files)
-    .tasks/names.jsonl      name -> id index (a cache: verified on every use)
-
-``TaskStore`` is the one class callers use. This module holds its files,
-lock, reads, scans, ref resolution, event log and repairs; the rest is
-mixed in from one module per concept:
-
-* ``store_edits.TaskEdits`` — ``create``/``create_many``/``update``:
-  ids, unique names, dependency edges checked for unknown refs and cycles.
-* ``store_attempts.AttemptLifecycle`` — ``claim``/``renew``/``hand_over``/
+* ``files`` (``files.TaskFiles``): the directory's layout, the store lock,
+  reads and refs, the event log, the name index and id counter, durable
+  batch writes (and the group-commit pipeline of a run, pipeline.py);
+* ``edits`` (``edits.TaskEdits``): ``create``/``create_many``/``update``:
+  ids, unique names, dependency edges checked for unknown refs and cycles;
+* ``attempts`` (``attempts.Attempts``): ``claim``/``renew``/``hand_over``/
   ``finish``/``release``/``reclaim_expired``/``cancel`` and the run
   scheduler's ``commit`` batch, all epoch-checked.
-* ``store_batch.BatchWriter`` — ``_write_batch``: many files and event
-  lines made durable with two commit waits per batch; ``pipelined`` hands
-  ``commit``'s batches to a group-commit writer (``store_pipeline``).
+
+The methods below are that API in one place (each says which collaborator
+does the work); the collaborators use only ``TaskFiles``' public methods.
 
 Rules:
 
-* Every write is ``fsutil.atomic_write`` (temp + fsync + rename + dir fsync),
-  so a reader never sees a torn file and a returned call is durable.
+* Every write is atomic (temp + fsync + rename + dir fsync), so a reader
+  never sees a torn file and a returned call is durable.
 * Every read-modify-write runs under the one store lock (not reentrant).
 * Readiness is derived: completing a task rewrites no other file.
-* Caches (``.next_id``, ``names.jsonl``) are never trusted alone: an id is
-  used only if no file has it, a name hit is checked against the task file,
-  and a miss falls back to a scan. Losing them loses nothing.
+* Caches (``.next_id``, ``names.jsonl``) are never trusted alone (files.py).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from ..core.errors import CorruptFile, NotWritable, UnknownRef
-from ..core.fsutil import (
-    append_line,
-    atomic_write,
-    dumps,
-    file_lock,
-    fsync_dir,
-    parse_jsonl,
-    read_jsonl,
-)
 from ..core.models import Status, Task
-from ..core.paths import tasks_dir
-from ..core.redact import scrub
-from .attempts import AttemptLifecycle
-from .batch import BatchWriter
+from .attempts import Attempts, Finish
 from .edits import TaskEdits
-from .pipeline import active
-
-TASK_PREFIX = "task_"
-TASK_SUFFIX = ".json"
-
-Clock = Callable[[], float]
+from .files import Clock, TaskFiles
 
 
-def task_id_from_filename(fname: str) -> int | None:
-    if fname.startswith(TASK_PREFIX) and fname.endswith(TASK_SUFFIX):
-        digits = fname[len(TASK_PREFIX) : -len(TASK_SUFFIX)]
-        if digits.isdigit():
-            return int(digits)
-    return None
-
-
-class TaskStore(TaskEdits, AttemptLifecycle, BatchWriter):
+class TaskStore:
     """All access to ``.tasks/``. Safe across threads and processes."""
 
     def __init__(self, root: Path | str, *, clock: Clock = time.time, durable: bool = True):
-        self.root = Path(root)
-        self.dir = tasks_dir(self.root)
-        self.key = self.dir.absolute()  # names this store to the process's pipeline (store_pipeline)
-        self.clock = clock
-        self.durable = durable
-        self.lock_path = self.dir / ".lock"
-        self.waiting_path = self.dir / ".lock-waiting"  # held shared by whoever waits for .lock
-        self.events_path = self.dir / "events.jsonl"
-        self.counter_path = self.dir / ".next_id"
-        self.names_path = self.dir / "names.jsonl"
+        self.files = TaskFiles(root, clock=clock, durable=durable)
+        self.edits = TaskEdits(self.files)
+        self.attempts = Attempts(self.files)
 
-    # ------------------------------------------------------------------ files
+    # ------------------------------------------------------------------ where it lives
+    @property
+    def root(self) -> Path:
+        return self.files.root
+
+    @property
+    def dir(self) -> Path:
+        return self.files.dir
+
+    @property
+    def clock(self) -> Clock:
+        return self.files.clock
+
+    @property
+    def events_path(self) -> Path:
+        return self.files.events_path
+
     def path(self, task_id: int) -> Path:
-        return self.dir / f"{TASK_PREFIX}{task_id}{TASK_SUFFIX}"
+        return self.files.path(task_id)
 
     def exists(self) -> bool:
-        return self.dir.is_dir()
-
-    def ensure(self) -> None:
-        """Create ``.tasks/`` if needed; refuse a root we cannot write."""
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise NotWritable(f"cannot create {self.dir}: {e.strerror}; pass a writable --root or set TEAM_ROOT") from None
-        if not os.access(self.dir, os.W_OK | os.X_OK):
-            raise NotWritable(f"{self.dir} is not writable; pass a writable --root or set TEAM_ROOT")
+        return self.files.exists()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the store lock (not reentrant).
-
-        While this process runs a pipeline (``pipelined``), every thread
-        goes through it: the section starts once its queued batches are on
-        disk, and then works on the files directly (``store_pipeline``).
-        """
-        pipe = active(self.key)
-        if pipe is not None:
-            with pipe.exclusive(drain=True):
-                yield
-            return
-        self.ensure()
-        with file_lock(self.lock_path, announce=self.waiting_path):
+        """Hold the store lock for a multi-step change of your own (not reentrant)."""
+        with self.files.locked():
             yield
 
-    @contextmanager
-    def _locked_for_commit(self) -> Iterator[None]:
-        """``locked``, except that in a pipelined run the section's batch is queued, not written."""
-        pipe = active(self.key)
-        if pipe is None:
-            with self.locked():
-                yield
-            return
-        with pipe.exclusive(drain=False):
-            yield
-
-    def _load_file(self, path: Path) -> Task:
-        pipe = active(self.key)
-        data = pipe.peek(path) if pipe is not None else None
-        try:
-            if data is None:
-                data = path.read_bytes()
-        except FileNotFoundError:
-            raise
-        except OSError as e:
-            raise CorruptFile(path, f"cannot read: {e.strerror}") from None
-        try:
-            return Task.model_validate_json(data)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "file"
-            raise CorruptFile(path, f"{where}: {first.get('msg', 'invalid')}") from None
-
-    def _load_task(self, task_id: int) -> Task:
-        """``task_<id>.json``, checked to hold that id (a copied file would not)."""
-        path = self.path(task_id)
-        task = self._load_file(path)
-        if task.id != task_id:
-            raise CorruptFile(path, f"holds id {task.id}, not {task_id}")
-        return task
-
+    # ------------------------------------------------------------------ reads (files)
     def read(self, task_id: int) -> Task:
-        try:
-            return self._load_task(task_id)
-        except FileNotFoundError:
-            raise UnknownRef(f"no task #{task_id}; `team task list` shows the tasks") from None
-
-    @staticmethod
-    def _serialize(task: Task) -> str:
-        """The file's bytes; known secrets never reach a task file (redact.py)."""
-        return scrub(dumps(task.to_json()))
-
-    def ids(self) -> list[int]:
-        if not self.dir.is_dir():
-            return []
-        out = []
-        with os.scandir(self.dir) as it:
-            for entry in it:
-                tid = task_id_from_filename(entry.name)
-                if tid is not None:
-                    out.append(tid)
-        out.sort()
-        return out
-
-    def all(self) -> list[Task]:
-        """Every task, by id. A corrupt file raises ``CorruptFile`` naming it."""
-        tasks = []
-        for tid in self.ids():
-            try:
-                tasks.append(self._load_task(tid))
-            except FileNotFoundError:
-                continue  # deleted between listing and reading
-        return tasks
-
-    def scan(self) -> tuple[list[Task], list[tuple[Path, str]]]:
-        """Like ``all`` but collects unreadable files instead of raising (doctor)."""
-        tasks, bad = [], []
-        for tid in self.ids():
-            path = self.path(tid)
-            try:
-                task = self._load_file(path)
-            except FileNotFoundError:
-                continue
-            except CorruptFile as e:
-                bad.append((path, str(e)))
-                continue
-            if task.id != tid:
-                bad.append((path, f"{path}: holds id {task.id}, not {tid}"))
-                continue
-            tasks.append(task)
-        return tasks, bad
-
-    # ------------------------------------------------------------------ refs
-    def resolve(self, ref: int | str) -> int:
-        """Numeric id (``4``, ``#4``) or task name -> id; UnknownRef otherwise."""
-        if isinstance(ref, int):
-            if self.path(ref).exists():
-                return ref
-            raise UnknownRef(f"no task #{ref}; `team task list` shows the tasks")
-        text = str(ref).strip()
-        digits = text[1:] if text.startswith("#") else text
-        if digits.isdigit():
-            return self.resolve(int(digits))
-        hit = self._index_lookup(text)
-        if hit is not None:
-            return hit
-        for task in self.all():
-            if task.name == text:
-                return task.id
-        raise UnknownRef(f"no task named {text!r}; `team task list` shows the tasks")
+        """The task with this id; ``UnknownRef`` if there is none, ``CorruptFile`` if it does not parse."""
+        return self.files.read(task_id)
 
     def get(self, ref: int | str) -> Task:
-        """The task ``ref`` names (one read for a numeric ref)."""
-        if isinstance(ref, int):
-            return self.read(ref)
-        text = str(ref).strip()
-        digits = text[1:] if text.startswith("#") else text
-        return self.read(int(digits)) if digits.isdigit() else self.read(self.resolve(text))
+        """The task ``ref`` (an id, ``#id`` or a name) names."""
+        return self.files.get(ref)
 
-    def _index_lookup(self, name: str, entries: list[dict] | None = None) -> int | None:
-        """The id the name index gives ``name``, checked against the task file.
-        ``entries``: the index already read (a batch reads it once)."""
-        for entry in reversed(read_jsonl(self.names_path) if entries is None else entries):
-            if entry.get("name") == name:
-                tid = entry.get("id")
-                if isinstance(tid, int):
-                    try:
-                        if self._load_file(self.path(tid)).name == name:
-                            return tid
-                    except (FileNotFoundError, CorruptFile):
-                        return None
-                return None
-        return None
+    def resolve(self, ref: int | str) -> int:
+        """The id ``ref`` names."""
+        return self.files.resolve(ref)
 
-    # ------------------------------------------------------------------ events
-    def _event_record(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> dict:
-        record: dict[str, Any] = {"ts": round(self.clock(), 6), "task": task.id, "event": event, "actor": actor}
-        if before is not None or event == "created":
-            record["from"] = before.value if before else None
-            record["to"] = task.status.value
-        record.update({k: v for k, v in extra.items() if v is not None})
-        return record
+    def ids(self) -> list[int]:
+        return self.files.ids()
 
-    def _save(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
-        """Write one task and its event line as one durable batch (``_write_batch``):
-        the directory and event-log syncs overlap, two waits instead of three."""
-        self._write_batch([task], [self._event_record(task, event, actor, before, **extra)])
+    def all(self) -> list[Task]:
+        """Every task, by id; a corrupt file raises ``CorruptFile`` naming it."""
+        return self.files.all()
 
-    def events(self, offset: int = 0) -> tuple[list[dict], int]:
-        """Events from byte ``offset``; returns them and the offset to resume from."""
-        try:
-            with open(self.events_path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except FileNotFoundError:
-            return [], offset
-        end = data.rfind(b"\n") + 1  # never consume a line still being written
+    def scan(self) -> tuple[list[Task], list[tuple[Path, str]]]:
+        """Every readable task, and the files that could not be read (with why)."""
+        return self.files.scan()
 
-        return list(parse_jsonl(data[:end])), offset + end
+    def events(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Event lines from byte ``offset``, and the offset to resume from."""
+        return self.files.events(offset)
 
-    # ------------------------------------------------------------------ repairs (doctor)
-    def _rebuild_names_locked(self) -> dict[str, int]:
-        names: dict[str, int] = {}
-        for task in self.scan()[0]:
-            if task.name and task.name not in names:
-                names[task.name] = task.id
-        atomic_write(self.names_path, "".join(dumps({"name": n, "id": i}) + "\n" for n, i in names.items()), durable=self.durable)
-        return names
+    # ------------------------------------------------------------------ edits
+    def create(self, subject: str, description: str = "", blocked_by: Iterable[int | str] = (), owner: str = "",
+               *, actor: str = "cli", **fields: Any) -> Task:
+        """Create one task with the next id (``TaskEdits.create``)."""
+        return self.edits.create(subject, description, blocked_by, owner, actor=actor, **fields)
 
+    def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli") -> list[Task]:
+        """Create several tasks in one locked, durable batch (``TaskEdits.create_many``)."""
+        return self.edits.create_many(specs, actor=actor)
+
+    def update(self, ref: int | str, *, status: str | Status | None = None, owner: str | None = None,
+               add_blocked_by: Iterable[int | str] = (), remove_blocked_by: Iterable[int | str] = (),
+               actor: str = "cli", **fields: Any) -> Task:
+        """Change a task by hand or by a tool; dependency edits are checked (``TaskEdits.update``)."""
+        return self.edits.update(ref, status=status, owner=owner, add_blocked_by=add_blocked_by,
+                                 remove_blocked_by=remove_blocked_by, actor=actor, **fields)
+
+    # ------------------------------------------------------------------ attempts
+    def claim(self, ref: int | str, owner: str, *, lease: float | None = None, actor: str | None = None) -> Task:
+        """Compare-and-set claim; ``ConflictError`` saying why it is not claimable (``Attempts.claim``)."""
+        return self.attempts.claim(ref, owner, lease=lease, actor=actor)
+
+    def try_claim(self, ref: int | str, owner: str, *, lease: float | None = None) -> Task | None:
+        return self.attempts.try_claim(ref, owner, lease=lease)
+
+    def claim_many(self, ids: Iterable[int], owner: str, *, lease: float | None = None) -> list[Task]:
+        return self.attempts.claim_many(ids, owner, lease=lease)
+
+    def renew(self, ref: int | str, epoch: int, lease: float) -> Task:
+        return self.attempts.renew(ref, epoch, lease)
+
+    def renew_many(self, leases: dict[int, int], lease: float) -> list[int]:
+        return self.attempts.renew_many(leases, lease)
+
+    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task:
+        return self.attempts.hand_over(ref, epoch, owner, actor=actor)
+
+    def finish(self, ref: int | str, epoch: int, status: str | Status, *, result: str | None = None,
+               error: str | None = None, actor: str | None = None, **fields: Any) -> Task:
+        """End an attempt; refused on a stale epoch (``Attempts.finish``)."""
+        return self.attempts.finish(ref, epoch, status, result=result, error=error, actor=actor, **fields)
+
+    def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None, **fields: Any) -> Task:
+        """Give an attempt back: pending and unowned again (``Attempts.release``)."""
+        return self.attempts.release(ref, epoch, reason=reason, actor=actor, **fields)
+
+    def cancel(self, ref: int | str, reason: str, *, actor: str = "lead") -> Task:
+        return self.attempts.cancel(ref, reason, actor=actor)
+
+    def reclaim_expired(self, *, actor: str = "lead",
+                        owner_filter: Callable[[str], bool] | None = None) -> list[Task]:
+        return self.attempts.reclaim_expired(actor=actor, owner_filter=owner_filter)
+
+    def unfiled_claims(self, tasks: Iterable[Task]) -> dict[int, tuple[int, int]]:
+        return self.attempts.unfiled_claims(tasks)
+
+    def release_unfiled(self, task_id: int, epoch: int, attempt: int, *, reason: str, actor: str) -> Task | None:
+        return self.attempts.release_unfiled(task_id, epoch, attempt, reason=reason, actor=actor)
+
+    def commit(self, finishes: Iterable[Finish] = (), claims: Iterable[int] = (), owner: str = "lead", *,
+               lease: float | None = None, actor: str | None = None,
+               on_logged: Callable[[list[Task]], None] | None = None) -> tuple[list[Task], list[Task]]:
+        """End attempts and claim tasks in one batch: the run scheduler's write (``Attempts.commit``)."""
+        return self.attempts.commit(finishes, claims, owner, lease=lease, actor=actor, on_logged=on_logged)
+
+    # ------------------------------------------------------------------ the run's group commit
+    @contextmanager
+    def pipelined(self, on_error: Callable[[BaseException], None] | None = None) -> Iterator[None]:
+        """Batches ``commit`` makes in the block go to a group-commit writer (pipeline.py).
+
+        Every section of this store object goes through it (share the object
+        with whoever works on the run's tasks in this process); the block
+        ends once everything is durable. ``on_error(exc)``: called from the
+        writer thread when a write fails.
+        """
+        with self.files.pipelined(on_error):
+            yield
+
+    def flush(self) -> None:
+        """Wait until every batch queued by this store's pipeline is durable."""
+        if self.files.pipeline is not None:
+            self.files.pipeline.flush()
+
+    # ------------------------------------------------------------------ repairs (doctor, --fresh)
     def rebuild_name_index(self) -> dict[str, int]:
         """Rewrite ``names.jsonl`` from the task files (first id wins a duplicate name)."""
-        with self.locked():
-            return self._rebuild_names_locked()
+        with self.files.locked():
+            return self.files.rebuild_names_locked()
 
     def repair_counter(self) -> int:
         """Rewrite ``.next_id`` as one past the highest task id; returns it."""
-        with self.locked():
-            ids = self.ids()
+        with self.files.locked():
+            ids = self.files.ids()
             nxt = (ids[-1] + 1) if ids else 1
-            atomic_write(self.counter_path, str(nxt), durable=self.durable)
+            self.files.set_counter(nxt)
             return nxt
 
     def delete_all(self) -> None:
-        """Remove every task file, the index and the event log (``--fresh``)."""
-        with self.locked():
-            for tid in self.ids():
-                self.path(tid).unlink(missing_ok=True)
-            for p in (self.counter_path, self.names_path, self.events_path):
-                p.unlink(missing_ok=True)
+        """Remove every task file, the index and the event log."""
+        with self.files.locked():
+            self.files.delete_everything()
 
     def delete_many(self, ids: Iterable[int], *, actor: str = "lead", reason: str = "") -> int:
         """Remove these task files (``team run --fresh`` for one plan); logs a ``deleted`` event each."""
-        n = 0
-        with self.locked():
-            for tid in ids:
-                path = self.path(tid)
-                if path.exists():
-                    path.unlink()
-                    append_line(self.events_path, {"ts": round(self.clock(), 6), "task": tid, "event": "deleted",
-                                                   "actor": actor, "reason": reason}, durable=False)
-                    n += 1
-            if n and self.durable:
-                fsync_dir(self.dir)
-        return n
+        with self.files.locked():
+            return self.files.delete(ids, actor=actor, reason=reason)

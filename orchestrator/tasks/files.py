@@ -1,0 +1,425 @@
+"""The files of ``.tasks/``: how the task store is laid out, read and written.
+
+Layout::
+
+    .tasks/task_<id>.json   one Task per file (core.models.Task), written atomically
+    .tasks/events.jsonl     append-only log: one line per transition
+    .tasks/.lock            flock held for every multi-step change
+    .tasks/.lock-waiting    held shared by a process blocked on .lock (see pipeline.py)
+    .tasks/.next_id         id counter (a cache: verified against the files)
+    .tasks/names.jsonl      name -> id index (a cache: verified on every use)
+
+``TaskFiles`` is this layer and nothing more: paths, the store lock, reading
+and parsing task files, refs (id or name), the event log, the name index and
+the id counter, and the durable write of a batch. The rules about *what* may
+change (claims, epochs, cycles) live above it, in ``attempts.py`` and
+``edits.py``; ``store.TaskStore`` puts them together.
+
+Writes:
+
+* A batch (``write``) is atomic per file (temp file + fsync + rename) and
+  durable as a whole: the temp files are fsynced in parallel (the kernel
+  merges them into one journal commit), renamed, then the directory fsync
+  and the event-log append+fsync run side by side: two commit waits per
+  batch, whatever its size. A returned call is durable.
+* With a group-commit ``Pipeline`` attached (``team run``: pipeline.py), a
+  batch written inside a ``commit`` section is queued for the pipeline's
+  writer thread instead, and every read in this process sees queued
+  versions first (``Pipeline.peek``).
+* Known secrets never reach a task file or an event line (``core.redact``).
+
+Caches (``.next_id``, ``names.jsonl``) are never trusted alone: an id is
+used only if no file has it, a name hit is checked against the task file,
+and a miss falls back to a scan. Losing them loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..core.errors import CorruptFile, NotWritable, UnknownRef
+from ..core.fsutil import append_line, atomic_write, file_lock, fsync_dir, parse_jsonl, read_jsonl
+from ..core.jsonutil import dumps
+from ..core.models import Status, Task
+from ..core.paths import tasks_dir
+from ..core.redact import scrub
+from .pipeline import Pipeline, WriteBatch
+
+TASK_PREFIX = "task_"
+TASK_SUFFIX = ".json"
+FSYNC_THREADS = 8
+"""Most temp files fsynced at once by one batch."""
+
+Clock = Callable[[], float]
+EventRecord = dict[str, Any]
+
+
+def task_id_from_filename(fname: str) -> int | None:
+    if fname.startswith(TASK_PREFIX) and fname.endswith(TASK_SUFFIX):
+        digits = fname[len(TASK_PREFIX) : -len(TASK_SUFFIX)]
+        if digits.isdigit():
+            return int(digits)
+    return None
+
+
+def _parallel(pool: Executor | None, jobs: Sequence[Callable[[], None]]) -> None:
+    """Run ``jobs`` at once: on ``pool`` if given, else on threads made for the call."""
+    if len(jobs) == 1:
+        jobs[0]()
+        return
+    if pool is not None:
+        for future in [pool.submit(job) for job in jobs]:
+            future.result()
+        return
+    with ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(jobs)), thread_name_prefix="team-fsync") as tmp:
+        for future in [tmp.submit(job) for job in jobs]:
+            future.result()
+
+
+class TaskFiles:
+    """The ``.tasks/`` directory of one state root (see the module docstring). Thread-safe."""
+
+    def __init__(self, root: Path | str, *, clock: Clock = time.time, durable: bool = True):
+        self.root = Path(root)
+        self.dir = tasks_dir(self.root)
+        self.clock = clock
+        self.durable = durable
+        self.lock_path = self.dir / ".lock"
+        self.waiting_path = self.dir / ".lock-waiting"  # held shared by whoever waits for .lock
+        self.events_path = self.dir / "events.jsonl"
+        self.counter_path = self.dir / ".next_id"
+        self.names_path = self.dir / "names.jsonl"
+        self.pipeline: Pipeline | None = None  # attached for a run (``TaskStore.pipelined``)
+        self._append_lock = threading.Lock()  # event-log appends of this object's threads, one at a time
+
+    # ------------------------------------------------------------------ paths and the lock
+    def path(self, task_id: int) -> Path:
+        return self.dir / f"{TASK_PREFIX}{task_id}{TASK_SUFFIX}"
+
+    def exists(self) -> bool:
+        return self.dir.is_dir()
+
+    def ensure(self) -> None:
+        """Create ``.tasks/`` if needed; refuse a root we cannot write."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise NotWritable(f"cannot create {self.dir}: {e.strerror}; pass a writable --root or set TEAM_ROOT") from None
+        if not os.access(self.dir, os.W_OK | os.X_OK):
+            raise NotWritable(f"{self.dir} is not writable; pass a writable --root or set TEAM_ROOT")
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store lock (not reentrant).
+
+        With a pipeline attached, the section starts once its queued batches
+        are on disk, and then works on the files directly (pipeline.py).
+        """
+        pipe = self.pipeline
+        if pipe is not None:
+            with pipe.exclusive(drain=True):
+                yield
+            return
+        self.ensure()
+        with file_lock(self.lock_path, announce=self.waiting_path):
+            yield
+
+    @contextmanager
+    def locked_for_commit(self) -> Iterator[None]:
+        """``locked``, except that with a pipeline the section's batch is queued, not written."""
+        pipe = self.pipeline
+        if pipe is None:
+            with self.locked():
+                yield
+            return
+        with pipe.exclusive(drain=False):
+            yield
+
+    # ------------------------------------------------------------------ reads
+    def load_file(self, path: Path) -> Task:
+        """Parse one task file (its queued version first, with a pipeline); FileNotFoundError if none."""
+        pipe = self.pipeline
+        data = pipe.peek(path) if pipe is not None else None
+        try:
+            if data is None:
+                data = path.read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise CorruptFile(path, f"cannot read: {e.strerror}") from None
+        try:
+            return Task.model_validate_json(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "file"
+            raise CorruptFile(path, f"{where}: {first.get('msg', 'invalid')}") from None
+
+    def load(self, task_id: int) -> Task:
+        """``task_<id>.json``, checked to hold that id (a copied file would not)."""
+        path = self.path(task_id)
+        task = self.load_file(path)
+        if task.id != task_id:
+            raise CorruptFile(path, f"holds id {task.id}, not {task_id}")
+        return task
+
+    def read(self, task_id: int) -> Task:
+        try:
+            return self.load(task_id)
+        except FileNotFoundError:
+            raise UnknownRef(f"no task #{task_id}; `team task list` shows the tasks") from None
+
+    def ids(self) -> list[int]:
+        if not self.dir.is_dir():
+            return []
+        out = []
+        with os.scandir(self.dir) as it:
+            for entry in it:
+                tid = task_id_from_filename(entry.name)
+                if tid is not None:
+                    out.append(tid)
+        out.sort()
+        return out
+
+    def all(self) -> list[Task]:
+        """Every task, by id. A corrupt file raises ``CorruptFile`` naming it."""
+        tasks = []
+        for tid in self.ids():
+            try:
+                tasks.append(self.load(tid))
+            except FileNotFoundError:
+                continue  # deleted between listing and reading
+        return tasks
+
+    def scan(self) -> tuple[list[Task], list[tuple[Path, str]]]:
+        """Like ``all`` but collects unreadable files instead of raising (doctor)."""
+        tasks, bad = [], []
+        for tid in self.ids():
+            path = self.path(tid)
+            try:
+                task = self.load_file(path)
+            except FileNotFoundError:
+                continue
+            except CorruptFile as e:
+                bad.append((path, str(e)))
+                continue
+            if task.id != tid:
+                bad.append((path, f"{path}: holds id {task.id}, not {tid}"))
+                continue
+            tasks.append(task)
+        return tasks, bad
+
+    # ------------------------------------------------------------------ refs
+    def resolve(self, ref: int | str) -> int:
+        """Numeric id (``4``, ``#4``) or task name -> id; UnknownRef otherwise."""
+        if isinstance(ref, int):
+            if self.path(ref).exists():
+                return ref
+            raise UnknownRef(f"no task #{ref}; `team task list` shows the tasks")
+        text = str(ref).strip()
+        digits = text[1:] if text.startswith("#") else text
+        if digits.isdigit():
+            return self.resolve(int(digits))
+        hit = self.name_lookup(text)
+        if hit is not None:
+            return hit
+        for task in self.all():
+            if task.name == text:
+                return task.id
+        raise UnknownRef(f"no task named {text!r}; `team task list` shows the tasks")
+
+    def get(self, ref: int | str) -> Task:
+        """The task ``ref`` names (one read for a numeric ref)."""
+        if isinstance(ref, int):
+            return self.read(ref)
+        text = str(ref).strip()
+        digits = text[1:] if text.startswith("#") else text
+        return self.read(int(digits)) if digits.isdigit() else self.read(self.resolve(text))
+
+    # ------------------------------------------------------------------ the name index and the id counter
+    def name_entries(self) -> list[dict[str, Any]]:
+        """``names.jsonl`` as read (a batch reads it once)."""
+        return read_jsonl(self.names_path)
+
+    def name_lookup(self, name: str, entries: list[dict[str, Any]] | None = None) -> int | None:
+        """The id the name index gives ``name``, checked against the task file."""
+        for entry in reversed(self.name_entries() if entries is None else entries):
+            if entry.get("name") == name:
+                tid = entry.get("id")
+                if isinstance(tid, int):
+                    try:
+                        if self.load_file(self.path(tid)).name == name:
+                            return tid
+                    except (FileNotFoundError, CorruptFile):
+                        return None
+                return None
+        return None
+
+    def add_names(self, tasks: Iterable[Task]) -> None:
+        """Index the names of new tasks (under the lock; a cache, not fsynced)."""
+        for t in tasks:
+            if t.name:
+                append_line(self.names_path, {"name": t.name, "id": t.id}, durable=False)
+
+    def rebuild_names_locked(self) -> dict[str, int]:
+        """Rewrite ``names.jsonl`` from the task files (first id wins a duplicate name); under the lock."""
+        names: dict[str, int] = {}
+        for task in self.scan()[0]:
+            if task.name and task.name not in names:
+                names[task.name] = task.id
+        atomic_write(self.names_path, "".join(dumps({"name": n, "id": i}) + "\n" for n, i in names.items()),
+                     durable=self.durable)
+        return names
+
+    def next_id(self) -> int:
+        """The next free id: the counter's, unless a file already has it (stale counter)."""
+        try:
+            candidate = int(self.counter_path.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            candidate = 0
+        if candidate < 1:
+            ids = self.ids()
+            candidate = (ids[-1] + 1) if ids else 1
+        while self.path(candidate).exists():  # stale counter (crash, seed-written store)
+            ids = self.ids()
+            candidate = max(candidate + 1, (ids[-1] + 1) if ids else 1)
+        return candidate
+
+    def set_counter(self, next_id: int) -> None:
+        atomic_write(self.counter_path, str(next_id), durable=False)
+
+    # ------------------------------------------------------------------ events
+    def event_record(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> EventRecord:
+        record: EventRecord = {"ts": round(self.clock(), 6), "task": task.id, "event": event, "actor": actor}
+        if before is not None or event == "created":
+            record["from"] = before.value if before else None
+            record["to"] = task.status.value
+        record.update({k: v for k, v in extra.items() if v is not None})
+        return record
+
+    def events(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Events from byte ``offset``; returns them and the offset to resume from."""
+        try:
+            with open(self.events_path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return [], offset
+        end = data.rfind(b"\n") + 1  # never consume a line still being written
+        return list(parse_jsonl(data[:end])), offset + end
+
+    @staticmethod
+    def _event_lines(records: Iterable[EventRecord]) -> str:
+        """Event lines as written: known secrets never reach the log (core.redact)."""
+        return scrub("\n".join(dumps(r) for r in records))
+
+    def _append_events(self, lines: str) -> None:
+        with self._append_lock:
+            append_line(self.events_path, lines, durable=False)
+
+    # ------------------------------------------------------------------ writes
+    @staticmethod
+    def serialize(task: Task) -> str:
+        """The file's bytes; known secrets never reach a task file (core.redact)."""
+        return scrub(dumps(task.to_json()))
+
+    def save(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
+        """Write one task and its event line as one durable batch."""
+        self.write([task], [self.event_record(task, event, actor, before, **extra)])
+
+    def write(self, tasks: Sequence[Task], records: Sequence[EventRecord] = (),
+              logged_first: Sequence[EventRecord] = (), on_logged: Callable[[], None] | None = None) -> None:
+        """Atomic per file, durable as a batch, then the batch's event lines (under the lock).
+
+        ``logged_first`` lines are appended before any file is written, and
+        ``on_logged`` is called right after them (see ``Attempts.commit``).
+        Inside a pipeline's commit section the files and ``records`` are
+        queued for the group-commit writer instead of written here.
+        """
+        if logged_first:
+            self._append_events(self._event_lines(logged_first))
+        if on_logged is not None:
+            on_logged()
+        if not tasks and not records and not logged_first:
+            return
+        now = self.clock()
+        for task in tasks:
+            task.updated_at = now
+        files = {self.path(t.id): self.serialize(t).encode() for t in tasks}
+        lines = self._event_lines(records) if records else ""
+        pipe = self.pipeline
+        if pipe is not None and pipe.queueing == threading.get_ident():
+            pipe.submit(WriteBatch(files, lines, logged=bool(logged_first)))
+            return
+        self.write_now(files, lines, synced_lines=bool(logged_first))
+
+    def write_now(self, files: dict[Path, bytes], lines: str, *, synced_lines: bool = True,
+                  pool: Executor | None = None) -> None:
+        """Write ``files`` (each atomically), then append ``lines``; durable together on return.
+
+        ``synced_lines``: the event log has lines of this batch to fsync even
+        when ``lines`` is empty (claims appended first). ``pool``: threads for
+        the parallel fsyncs (the pipeline's writer keeps one for the run).
+        """
+        if len(files) <= 1 or not self.durable:
+            for path, data in files.items():
+                atomic_write(path, data, durable=self.durable, sync_dir=False)
+        else:
+            _parallel(pool, [partial(atomic_write, path, data, sync_dir=False) for path, data in files.items()])
+        if lines:
+            self._append_events(lines)
+        if not self.durable:
+            return
+        syncs: list[Callable[[], None]] = []
+        if lines or synced_lines:
+            syncs.append(lambda: fsync_dir(self.events_path))
+        if files:
+            syncs.append(lambda: fsync_dir(self.dir))
+        if syncs:
+            _parallel(pool, syncs)
+
+    def delete(self, ids: Iterable[int], *, actor: str, reason: str) -> int:
+        """Remove these task files (under the lock); logs a ``deleted`` event each."""
+        n = 0
+        for tid in ids:
+            path = self.path(tid)
+            if path.exists():
+                path.unlink()
+                self._append_events(dumps({"ts": round(self.clock(), 6), "task": tid, "event": "deleted",
+                                           "actor": actor, "reason": reason}))
+                n += 1
+        if n and self.durable:
+            fsync_dir(self.dir)
+        return n
+
+    def delete_everything(self) -> None:
+        """Remove every task file, the index, the counter and the event log (under the lock)."""
+        for tid in self.ids():
+            self.path(tid).unlink(missing_ok=True)
+        for p in (self.counter_path, self.names_path, self.events_path):
+            p.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ group commit
+    @contextmanager
+    def pipelined(self, on_error: Callable[[BaseException], None] | None = None) -> Iterator[Pipeline]:
+        """Attach a group-commit pipeline for the block (pipeline.py); everything is durable after it."""
+        if self.pipeline is not None:
+            raise RuntimeError(f"{self.dir}: this store already runs a pipeline")
+        pipe = Pipeline(self, on_error)
+        self.pipeline = pipe
+        try:
+            yield pipe
+        finally:
+            try:
+                pipe.close()
+            finally:
+                self.pipeline = None
