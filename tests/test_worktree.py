@@ -22,6 +22,7 @@ from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
 
 from orchestrator.core.errors import InvalidName, UserError
 from orchestrator.git.command import GitError
+from orchestrator.git.orphans import clean_up, find_orphans
 from orchestrator.git.worktrees import MergeConflict, Worktrees
 
 REPO = Path(__file__).resolve().parent.parent
@@ -183,8 +184,8 @@ def test_user_tree_index_and_branch_are_byte_for_byte_unchanged(tmp_path):
     wt.merge("one")
     with pytest.raises(MergeConflict):
         wt.merge("two")
-    wt.orphans()
-    wt.cleanup()
+    find_orphans(wt)
+    clean_up(wt)
     wt.summary()
     wt.release()
 
@@ -247,7 +248,7 @@ def test_leftover_merge_state_is_repaired_and_nothing_merges_twice(tmp_path):
     gitdir = Path(git(integ, "rev-parse", "--absolute-git-dir").strip())
     (gitdir / "index.lock").write_text("")
     (integ / "junk.tmp").write_text("x")
-    kinds = sorted(o.kind for o in wt.orphans(live=["a"]))
+    kinds = sorted(o.kind for o in find_orphans(wt, live=["a"]))
     assert kinds == ["merge-in-progress", "stale-lock"]
 
     result = wt.merge("a")
@@ -269,7 +270,7 @@ def test_leftover_merge_state_is_repaired_and_nothing_merges_twice(tmp_path):
     git(repo, "worktree", "add", "-q", str(wt.path("a")), "team/rec/a")
     (wt.path("a") / "a.txt").unlink()
     (wt.base_dir / ".removing-a").touch()
-    assert [o.name for o in wt.orphans()] == ["a"]
+    assert [o.name for o in find_orphans(wt)] == ["a"]
     result = wt.merge("a")
     assert (result.status, result.recovered) == ("up-to-date", ("finished removing task a's worktree",))
     assert not wt.path("a").exists() and wt.task_branches() == [] and wt.merged_tasks() == ["a"]
@@ -303,18 +304,18 @@ def test_orphans_found_and_cleaned(tmp_path):
         write_and_commit(wt, t, {f"{t}.txt": t})
     shutil.rmtree(wt.path("gone"))  # worktree dir deleted by hand: a stale git entry
     (wt.base_dir / "stray").mkdir()
-    found = {(o.kind, o.name): o.detail for o in wt.orphans(live=["live"])}
+    found = {(o.kind, o.name): o.detail for o in find_orphans(wt, live=["live"])}
     assert found == {
         ("task", "dead"): f"branch team/orph/dead (1 unmerged commits), worktree {wt.path('dead')}",
         ("task", "gone"): f"branch team/orph/gone (1 unmerged commits), worktree {wt.path('gone')}",
         ("stray-dir", "stray"): f"{wt.base_dir / 'stray'} is not a registered worktree",
         ("stale-entry", "gone"): f"git worktree entry for missing {wt.path('gone').resolve()}",
     }
-    assert wt.cleanup(live=["live"]) == [
+    assert clean_up(wt, live=["live"]) == [
         f"removed task dead: branch team/orph/dead (1 unmerged commits), worktree {wt.path('dead')}",
         f"removed task gone: branch team/orph/gone (1 unmerged commits), worktree {wt.path('gone')}",
         f"removed stray directory {wt.base_dir / 'stray'}"]
-    assert wt.orphans(live=["live"]) == []
+    assert find_orphans(wt, live=["live"]) == []
     assert wt.task_branches() == ["live"] and wt.path("live").exists()
     assert "gone" not in git(repo, "worktree", "list")
     wt.reset()

@@ -1,4 +1,4 @@
-"""Orphans of worktree isolation, for ``team doctor``: find them, clean them up.
+"""Orphans of worktree isolation, for ``team doctor``: find them (``find_orphans``), remove them (``clean_up``).
 
 An orphan is what a plan's worktree directory holds that no live task will
 come back for (``live``: the task slugs still expected to run or merge)::
@@ -11,7 +11,7 @@ come back for (``live``: the task slugs still expected to run or merge)::
 
 The last two are only reported when the plan's flock can be taken at once:
 if a merge holds it, its MERGE_HEAD and locks are live, not leftovers.
-``cleanup`` removes every orphan under the lock (unmerged orphan branches
+``clean_up`` removes every orphan under the lock (unmerged orphan branches
 included), repairing the integration worktree first; it works through
 ``Worktrees``' own lock and removal (``locked``, ``remove_task``...), so a
 removal killed halfway finishes on the next call like any other.
@@ -22,12 +22,9 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..core.fsutil import LockTimeout
-
-if TYPE_CHECKING:
-    from .worktrees import Worktrees
+from .worktrees import Worktrees
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,7 @@ class Orphan:
     detail: str
 
 
-def orphans(wt: Worktrees, live: Iterable[str] = ()) -> list[Orphan]:
+def find_orphans(wt: Worktrees, live: Iterable[str] = ()) -> list[Orphan]:
     """Leftovers: task branches/worktrees not in ``live``, stray dirs, stale entries,
     and (when no merge holds the lock) a half-done merge in the integration worktree."""
     live, out = set(live), []
@@ -72,12 +69,12 @@ def orphans(wt: Worktrees, live: Iterable[str] = ()) -> list[Orphan]:
     return out
 
 
-def cleanup(wt: Worktrees, live: Iterable[str] = (), timeout: float = 30) -> list[str]:
-    """Remove what ``orphans(wt, live)`` reports (unmerged orphan branches included); what was done."""
+def clean_up(wt: Worktrees, live: Iterable[str] = (), timeout: float = 30) -> list[str]:
+    """Remove what ``find_orphans(wt, live)`` reports (unmerged orphan branches included); what was done."""
     live, done = set(live), []
     with wt.locked(timeout=timeout) as fd:
         done += wt.setup_integration(fd) if wt.git.rev(wt.integration) else []
-        for o in orphans(wt, live):
+        for o in find_orphans(wt, live):
             if o.kind == "task":
                 wt.remove_task(o.name, fd)
                 done.append(f"removed task {o.name}: {o.detail}")

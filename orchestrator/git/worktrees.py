@@ -40,7 +40,8 @@ commit is found by its trailer is "up-to-date" too. ``prepare`` likewise
 reuses a healthy worktree, and rebuilds a half-created one (``git worktree
 add`` killed mid-checkout leaves it ``locked initializing``) or a stray dir;
 a ``.removing-<task>`` marker makes an interrupted removal finish next time.
-Leftovers nobody will come back for (``team doctor``) are worktree_doctor.py's.
+Leftovers nobody will come back for (``team doctor``) are found and removed by orphans.py,
+through this class's public methods.
 """
 
 from __future__ import annotations
@@ -48,16 +49,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import InvalidName, UserError, WorkFailed
 from ..core.fsutil import LockTimeout, atomic_write, file_lock
-from . import orphans as worktree_doctor
 from .command import Git, GitError
-from .orphans import Orphan
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 INTEGRATION = "integration"
@@ -264,15 +263,6 @@ class Worktrees:
         cmds = [f"git log --oneline --first-parent HEAD..{b}", f"git diff HEAD...{b}", f"git merge {b}"]
         return Summary(self.plan, b, base, ahead, self.merged_tasks(), self.task_branches(), cmds)
 
-    # -- doctor (worktree_doctor.py) ---------------------------------------------
-    def orphans(self, live: Iterable[str] = ()) -> list[Orphan]:
-        """Leftovers of tasks not in ``live`` and of killed git commands (worktree_doctor.orphans)."""
-        return worktree_doctor.orphans(self, live)
-
-    def cleanup(self, live: Iterable[str] = (), timeout: float = 30) -> list[str]:
-        """Remove what ``orphans(live)`` reports (worktree_doctor.cleanup); what was done."""
-        return worktree_doctor.cleanup(self, live, timeout)
-
     def release(self) -> None:
         """Remove the integration worktree (the branch stays) so the user can check it out."""
         with self.locked() as fd:
@@ -287,7 +277,7 @@ class Worktrees:
             if self.git.rev(self.integration) is not None:
                 self.git("branch", "-D", self.integration, fd=fd)
 
-    # -- internals (worktree_doctor.py uses locked, task_names, setup_integration, remove_task) --
+    # -- the lock and repairs (orphans.py uses locked, task_names, setup_integration, remove_task) --
     @contextmanager
     def locked(self, timeout: float | None = None) -> Iterator[int]:
         """Hold the plan's flock (its fd, for git children to inherit); ``UserError`` on timeout."""

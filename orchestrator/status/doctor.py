@@ -280,6 +280,7 @@ def check_orphan_worktrees(ctx: Context) -> list[Finding]:
     if not base.is_dir():
         return []  # isolation never ran here: no git call
     from ..core.errors import UserError
+    from ..git.orphans import find_orphans
     from ..git.worktrees import Worktrees
 
     out = []
@@ -287,7 +288,7 @@ def check_orphan_worktrees(ctx: Context) -> list[Finding]:
         live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task
                 and t.status in (Status.pending, Status.in_progress, Status.failed)}
         try:
-            orphans = Worktrees(ctx.root, plan_dir.name).orphans(live)
+            orphans = find_orphans(Worktrees(ctx.root, plan_dir.name), live)
         except UserError as e:
             out.append(Finding("orphan-worktree", f"cannot check {ctx.rel(plan_dir)}: {e}", path=ctx.rel(plan_dir)))
             continue
