@@ -225,3 +225,15 @@ def test_finished_tasks_do_not_show_an_owner_in_the_list(team):
         store.finish(tid, t.epoch, status)
     store.claim(3, "alice")
     assert team("task", "list").stdout == "[x] #1: a\n[!] #2: b\n[>] #3: c (alice)\n"
+
+
+def test_the_state_root_comes_from_the_command_then_team_root_then_the_environment(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    assert run_team(tmp_path, "--root", str(a), "task", "create", "in a").returncode == 0
+    assert run_team(b, "task", "create", "in b").returncode == 0  # TEAM_ROOT=b (conftest)
+    assert run_team(b, "--root", str(a), "task", "list").stdout == "[ ] #1: in a\n"
+    assert run_team(b, "task", "list", "--root", str(a)).stdout == "[ ] #1: in a\n"
+    assert run_team(a, "--root", str(a), "task", "list", "--root", str(b)).stdout == "[ ] #1: in b\n"
+    assert run_team(b, "task", "list").stdout == "[ ] #1: in b\n"

@@ -16,7 +16,6 @@ reaching the edge prints ``TypeName: message`` to stderr and exits with its
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -35,13 +34,13 @@ app = typer.Typer(
 
 @app.callback()
 def _global(
+    ctx: typer.Context,
     root: Annotated[
         Path | None,
         typer.Option("--root", help="State root (default: $TEAM_ROOT, else the current directory)."),
     ] = None,
 ) -> None:
-    if root is not None:
-        os.environ["TEAM_ROOT"] = str(root.absolute())
+    ctx.obj = root.absolute() if root is not None else None  # read by common.root_of
 
 
 def _register() -> None:

@@ -17,6 +17,7 @@ from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 
 def spawn_cmd(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Teammate name (letters, digits, '.', '_', '-').", show_default=False)],
     role: Annotated[str, typer.Option("--role", "-r", help="Role: coder, tester, reviewer or agents/ROLE.md.")] = "coder",
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="First instruction (else it starts idle).")] = None,
@@ -30,7 +31,7 @@ def spawn_cmd(
     from ..team.roster import check_name
 
     check_name(name)
-    reply = request(root_of(root), "spawn", {"name": name, "role": role, "prompt": prompt, "plan_mode": plan_mode},
+    reply = request(root_of(root, ctx), "spawn", {"name": name, "role": role, "prompt": prompt, "plan_mode": plan_mode},
                     timeout=timeout)
     if json_out:
         print_json(reply)

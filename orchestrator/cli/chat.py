@@ -59,6 +59,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def chat_cmd(
+    ctx: typer.Context,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the last lead session (and its teammates).")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for the lead and its teammates (else $TEAM_MODEL).")] = None,
     root: RootOpt = None,
@@ -83,7 +84,7 @@ def chat_cmd(
                                       on_retry=lambda e: console.line(f"({e})"))
         return clients[name]
 
-    session = ChatSession(root_of(root), model_for=model_for, resume=resume, max_steps=max_steps,
+    session = ChatSession(root_of(root, ctx), model_for=model_for, resume=resume, max_steps=max_steps,
                           on_text=console.text, on_tool=console.tool)
     signal.signal(signal.SIGTERM, _terminate)
     try:

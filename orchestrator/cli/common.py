@@ -15,15 +15,20 @@ RootOpt = Annotated[
     Path | None,
     typer.Option(
         "--root",
-        envvar="TEAM_ROOT",
-        help="State root holding .tasks/ and .team/ (default: current directory).",
+        help="State root holding .tasks/ and .team/ (default: $TEAM_ROOT, else the current directory).",
         show_default=False,
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def root_of(root: Path | None) -> Path:
+def root_of(root: Path | None, ctx: typer.Context) -> Path:
+    """The state root: this command's ``--root``, else ``team --root DIR`` (kept on the
+    command's context by the app's callback, never in the environment), else $TEAM_ROOT,
+    else the current directory."""
+    if root is None:
+        given = ctx.find_root().obj
+        root = given if isinstance(given, Path) else None
     return resolve_root(root)
 
 

@@ -14,6 +14,7 @@ from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 
 def doctor_cmd(
+    ctx: typer.Context,
     fix: Annotated[bool, typer.Option("--fix", help="Repair what is safe to repair; report the rest.")] = False,
     as_json: JsonOpt = False,
     root: RootOpt = None,
@@ -22,7 +23,7 @@ def doctor_cmd(
     dependencies, leftover temp files, expired leases, stale indexes."""
     from ..status import doctor
 
-    where = root_of(root)
+    where = root_of(root, ctx)
     findings = doctor.diagnose(where)
     left = doctor.repair(findings) if fix else [f for f in findings]
     if as_json:

@@ -22,6 +22,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def run_cmd(
+    ctx: typer.Context,
     plan_file: Annotated[Path, typer.Argument(help="The plan (YAML).", show_default=False)],
     workers: Annotated[int | None, typer.Option("--workers", "-w", min=1, help="Max tasks at once (default: the plan's `workers`).")] = None,
     keep_going: Annotated[bool, typer.Option("--keep-going", "-k", help="After a failure, run every branch not downstream of it.")] = False,
@@ -37,7 +38,7 @@ def run_cmd(
     from . import progress
 
     lp = load_plan(plan_file, model=model)
-    state_root = root_of(root)
+    state_root = root_of(root, ctx)
     if dry_run:
         _dry_run(lp, state_root, workers, json_out)
         return

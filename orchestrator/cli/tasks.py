@@ -28,8 +28,8 @@ task_app = typer.Typer(no_args_is_help=True, help="Inspect and edit the task gra
 EMPTY = "No tasks yet. Create one with `team task create SUBJECT` or run a plan with `team run PLAN.yaml`."
 
 
-def _store(root) -> TaskStore:
-    return TaskStore(root_of(root))
+def _store(root, ctx) -> TaskStore:
+    return TaskStore(root_of(root, ctx))
 
 
 def _task_json(task: Task, by_id: dict[int, Task]) -> dict[str, Any]:
@@ -42,6 +42,7 @@ def _task_json(task: Task, by_id: dict[int, Task]) -> dict[str, Any]:
 
 @task_app.command("list")
 def list_cmd(
+    ctx: typer.Context,
     status: Annotated[str | None, typer.Option("--status", help="Only tasks with this status.")] = None,
     owner: Annotated[str | None, typer.Option("--owner", help="Only tasks owned by NAME.")] = None,
     ready: Annotated[bool, typer.Option("--ready", help="Only tasks that could start now.")] = False,
@@ -51,7 +52,7 @@ def list_cmd(
 ) -> None:
     r"""One line per task: \[ ] pending, \[>] running, \[x] done, \[!] failed, \[-] cancelled."""
     want = parse_status(status) if status is not None else None
-    tasks = _store(root).all()
+    tasks = _store(root, ctx).all()
     by_id = {t.id: t for t in tasks}
     shown = []
     for t in tasks:
@@ -78,12 +79,13 @@ def list_cmd(
 
 @task_app.command("show")
 def show_cmd(
+    ctx: typer.Context,
     ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
     """Everything about one task: fields, dependencies, dependents, history."""
-    store = _store(root)
+    store = _store(root, ctx)
     tid = store.resolve(ref)
     tasks = store.all()
     by_id = {t.id: t for t in tasks}
@@ -136,6 +138,7 @@ def _ts(ts: Any) -> str:
 
 @task_app.command("create")
 def create_cmd(
+    ctx: typer.Context,
     subject: Annotated[str, typer.Argument(help="One-line title.")],
     description: Annotated[str, typer.Option("-d", "--description", help="What done means.")] = "",
     blocked_by: Annotated[list[str] | None, typer.Option("--blocked-by", help="A task this one waits on (repeatable).")] = None,
@@ -155,7 +158,7 @@ def create_cmd(
         fields["name"] = name
     if estimate is not None:
         fields["estimate"] = estimate
-    task = _store(root).create(subject, description, blocked_by or [], owner, actor="cli", **fields)
+    task = _store(root, ctx).create(subject, description, blocked_by or [], owner, actor="cli", **fields)
     if as_json:
         print_json(task.to_json())
     else:
@@ -165,6 +168,7 @@ def create_cmd(
 
 @task_app.command("update")
 def update_cmd(
+    ctx: typer.Context,
     ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
     status: Annotated[str | None, typer.Option("--status", help="pending|in_progress|completed|failed|cancelled")] = None,
     owner: Annotated[str | None, typer.Option("--owner", help="New owner ('' clears it).")] = None,
@@ -183,7 +187,7 @@ def update_cmd(
     for key, value in (("subject", subject), ("description", description), ("estimate", estimate)):
         if value is not None:
             fields[key] = value
-    task = _store(root).update(
+    task = _store(root, ctx).update(
         ref,
         status=status,
         owner=owner,
@@ -202,12 +206,13 @@ def update_cmd(
 
 @task_app.command("blocked")
 def blocked_cmd(
+    ctx: typer.Context,
     ref: Annotated[str | None, typer.Argument(help="Only this task (id or name).")] = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
     """Why each blocked task waits: every chain down to its root blockers."""
-    store = _store(root)
+    store = _store(root, ctx)
     tid = store.resolve(ref) if ref is not None else None
     tasks = store.all()
     chains = graph.blocked_chains(tasks, tid)
@@ -247,11 +252,12 @@ class Format(str, Enum):
 
 @task_app.command("graph")
 def graph_cmd(
+    ctx: typer.Context,
     fmt: Annotated[Format, typer.Option("--format", help="tree, mermaid or dot.")] = Format.tree,
     root: RootOpt = None,
 ) -> None:
     """Draw the task graph (an edge goes from a blocker to what it blocks)."""
-    tasks = _store(root).all()
+    tasks = _store(root, ctx).all()
     if not tasks and fmt == Format.tree:
         out(EMPTY)
         return
@@ -260,9 +266,9 @@ def graph_cmd(
 
 
 @task_app.command("critical")
-def critical_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+def critical_cmd(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Critical path of the unfinished work, and the waves that could run in parallel."""
-    tasks = _store(root).all()
+    tasks = _store(root, ctx).all()
     cp = graph.critical_path(tasks)
     wv = graph.waves(tasks)
     if as_json:

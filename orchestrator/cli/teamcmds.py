@@ -22,6 +22,7 @@ jobs_app = typer.Typer(help="Background shell jobs (.team/jobs/): list, show, ki
 
 
 def send_cmd(
+    ctx: typer.Context,
     to: Annotated[str, typer.Argument(help="Recipient: 'lead' or a team member.")],
     text: Annotated[str, typer.Argument(help="Message text.")],
     sender: Annotated[str, typer.Option("--from", help="Sender name.")] = "lead",
@@ -30,28 +31,30 @@ def send_cmd(
     root: RootOpt = None,
 ) -> None:
     """Append a message to TO's inbox (returns once it is on disk)."""
-    msg = Bus(root_of(root)).send(to, text, sender=sender, type=type_, request_id=request_id)
+    msg = Bus(root_of(root, ctx)).send(to, text, sender=sender, type=type_, request_id=request_id)
     out(f"sent {msg.id} to {to}")
 
 
 def broadcast_cmd(
+    ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="Message text.")],
     sender: Annotated[str, typer.Option("--from", help="Sender name.")] = "lead",
     root: RootOpt = None,
 ) -> None:
     """Send TEXT to every team member except the sender."""
-    sent = Bus(root_of(root)).broadcast(text, sender=sender)
+    sent = Bus(root_of(root, ctx)).broadcast(text, sender=sender)
     out(f"broadcast to {', '.join(m.to for m in sent)}" if sent else "no other members to broadcast to")
 
 
 def inbox_cmd(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Whose inbox: 'lead' or a member.")],
     peek: Annotated[bool, typer.Option("--peek", help="Show without consuming.")] = False,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
     """Read (and consume) NAME's unread messages."""
-    bus = Bus(root_of(root))
+    bus = Bus(root_of(root, ctx))
     messages = bus.peek(name) if peek else bus.read(name)
     if as_json:
         print_json([m.to_json() for m in messages])
@@ -61,9 +64,9 @@ def inbox_cmd(
         out("\n".join(overview.message_line(m) for m in messages))
 
 
-def status_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+def status_cmd(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Roster with working/idle/dead/shutdown, task counts, running jobs, lead alive?, token usage."""
-    data = overview.status_data(root_of(root))
+    data = overview.status_data(root_of(root, ctx))
     if as_json:
         print_json(data)
         return
@@ -75,7 +78,7 @@ def jobs_list(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None
     """List background jobs (oldest first)."""
     if ctx.invoked_subcommand is not None:
         return
-    where = root_of(root)
+    where = root_of(root, ctx)
     jobs = JobManager(where).list()
     if as_json:
         print_json([overview.job_data(j) for j in jobs])
@@ -85,12 +88,13 @@ def jobs_list(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None
 
 @jobs_app.command("show")
 def jobs_show(
+    ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(help="Job id (see `team jobs`).")],
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
     """A job's record and the tail of its output."""
-    j = JobManager(root_of(root)).get(job_id)
+    j = JobManager(root_of(root, ctx)).get(job_id)
     if as_json:
         print_json(overview.job_data(j))
         return
@@ -105,11 +109,12 @@ def jobs_show(
 
 @jobs_app.command("kill")
 def jobs_kill(
+    ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(help="Job id (see `team jobs`).")],
     root: RootOpt = None,
 ) -> None:
     """Kill a job's whole process group (from any process)."""
-    mgr = JobManager(root_of(root))
+    mgr = JobManager(root_of(root, ctx))
     before = mgr.get(job_id)
     if before.status != "running":
         out(f"{job_id} already {before.status}" + ("" if before.exit_code is None else f" (exit {before.exit_code})"))
