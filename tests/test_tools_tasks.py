@@ -95,3 +95,20 @@ def test_store_errors_come_back_as_observations(alice):
     assert alice.call("task_list", {"status": "done"}).stage == "validate"
     assert alice.call("task_create", {"subject": ""}).stage == "validate"
     assert alice.store.read(1).blockedBy == []
+
+
+def test_the_tool_and_the_cli_list_tasks_alike(alice):
+    """One filter and one line format: `task_list` shows what `team task list` shows."""
+    from conftest import run_team
+
+    alice.store.create("done", owner="carol")
+    alice.store.create("assigned and ready", owner="dave")
+    alice.store.create("waits", blocked_by=[2])
+    alice.store.create("free")
+    alice.store.update(1, status="completed")
+    for args, flags in (({}, []), ({"ready": True}, ["--ready"]), ({"owner": "dave"}, ["--owner", "dave"]),
+                        ({"status": "completed"}, ["--status", "completed"])):
+        cli = run_team(alice.root, "task", "list", *flags)
+        assert cli.returncode == 0, cli.stderr
+        assert alice.ok("task_list", args) == cli.stdout.rstrip("\n")
+    assert alice.ok("task_list", {"ready": True}) == "[ ] #2: assigned and ready (dave)\n[ ] #4: free"

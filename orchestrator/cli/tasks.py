@@ -34,9 +34,8 @@ def _store(root, ctx) -> TaskStore:
 
 def _task_json(task: Task, by_id: dict[int, Task]) -> dict[str, Any]:
     data = task.to_json()
-    waiting = graph.open_blockers(task, by_id)
-    data["ready"] = task.status == Status.pending and not waiting
-    data["waiting_on"] = waiting
+    data["ready"] = graph.is_ready(task, by_id)
+    data["waiting_on"] = graph.open_blockers(task, by_id)
     return data
 
 
@@ -54,18 +53,7 @@ def list_cmd(
     want = parse_status(status) if status is not None else None
     tasks = _store(root, ctx).all()
     by_id = {t.id: t for t in tasks}
-    shown = []
-    for t in tasks:
-        if want is not None and t.status != want:
-            continue
-        if owner is not None and t.owner != owner:
-            continue
-        if ready or blocked:
-            waiting = t.status == Status.pending and bool(graph.open_blockers(t, by_id))
-            is_ready = t.status == Status.pending and not waiting
-            if not ((ready and is_ready) or (blocked and waiting)):
-                continue
-        shown.append(t)
+    shown = graph.TaskFilter(status=want, owner=owner, ready=ready, blocked=blocked).select(tasks)
     if as_json:
         print_json([_task_json(t, by_id) for t in shown])
         return

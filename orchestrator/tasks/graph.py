@@ -5,7 +5,10 @@ declared ``blockedBy`` ids. Definitions used throughout:
 
 * *open blockers* of a task: ids in ``blockedBy`` whose task is not
   ``completed`` (a missing id counts as open: it can never complete).
-* *ready*: ``pending`` with no open blockers. *Blocked*: ``pending`` with some.
+* *ready*: ``pending`` with no open blockers (whether or not an owner is
+  already assigned: ``claim`` lets only that owner take it). *Blocked*:
+  ``pending`` with some. One meaning everywhere: ``is_ready``, ``ready``,
+  ``TaskFilter``.
 * *unfinished work*: every task that is not ``completed`` or ``cancelled``
   (pending, in_progress, failed-awaiting-retry).
 * A *root blocker* of a blocked task is where a chain of open blockers ends:
@@ -14,7 +17,8 @@ declared ``blockedBy`` ids. Definitions used throughout:
   ``failed → blocked until #3 is retried``.
 
 Queries (all O(tasks + edges) except path enumeration, which is capped):
-``ready``, ``blocked_chains``, ``critical_path``, ``waves``, ``find_cycles``.
+``ready``, ``TaskFilter.select``, ``blocked_chains``, ``critical_path``,
+``waves``, ``find_cycles``.
 Turning their results into text lives in ``render.py``; the CLI prints it.
 
 Cycles can only exist through hand edits (the store refuses them); queries
@@ -60,6 +64,36 @@ def ready(tasks: Sequence[Task]) -> list[Task]:
     """Pending tasks whose every dependency is completed, by id."""
     by_id = index(tasks)
     return [t for t in sorted(tasks, key=lambda t: t.id) if is_ready(t, by_id)]
+
+
+def is_blocked(task: Task, by_id: dict[int, Task]) -> bool:
+    """Pending and waiting on at least one blocker that is not completed."""
+    return task.status == Status.pending and bool(open_blockers(task, by_id))
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """Which tasks a listing shows (``team task list``, the ``task_list`` tool): every given
+    condition must hold; ``ready`` and ``blocked`` together mean either."""
+
+    status: Status | None = None
+    owner: str | None = None
+    ready: bool = False
+    blocked: bool = False
+
+    def select(self, tasks: Sequence[Task]) -> list[Task]:
+        by_id = index(tasks)
+        out = []
+        for t in tasks:
+            if self.status is not None and t.status != self.status:
+                continue
+            if self.owner is not None and t.owner != self.owner:
+                continue
+            if (self.ready or self.blocked) and not (
+                    (self.ready and is_ready(t, by_id)) or (self.blocked and is_blocked(t, by_id))):
+                continue
+            out.append(t)
+        return out
 
 
 def dependents(tasks: Iterable[Task]) -> dict[int, list[int]]:

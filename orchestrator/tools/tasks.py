@@ -6,8 +6,9 @@ compare-and-set claim; its errors (unknown ref, cycle, claim conflict, bad
 status) are ``TeamError``s that the pipeline turns into error observations
 the model can act on ("task #3 is already owned by bob"). The acting agent is
 ``ctx.agent``; every change is logged in the store's event log under that
-name. ``task_list`` prints the seed's line format (``[>] #2: subject
-(owner)``, ``(blocked by: [3, 4])`` listing only unfinished blockers).
+name. ``task_list`` prints the seed's line format, as ``team task list``
+does (``tasks.render.list_line``: ``[>] #2: subject (owner)``,
+``(blocked by: [3, 4])`` listing only unfinished blockers).
 """
 
 from __future__ import annotations
@@ -18,24 +19,14 @@ from pydantic import Field
 
 from ..core.errors import ConflictError
 from ..core.jsonutil import dumps
-from ..core.models import MARKERS, Status, Task
+from ..core.models import Status
 from ..tasks import graph
+from ..tasks.render import list_line
 from .base import Args, Call, ToolError, tool
 
 Ref = int | str
 StatusName = Literal["pending", "in_progress", "completed", "failed", "cancelled"]
 REF_HELP = "Task id (3 or '#3') or task name."
-
-
-def task_line(task: Task, status_of: dict[int, Status]) -> str:
-    """``[ ] #1: subject``, with owner and unfinished blockers when present."""
-    line = f"{MARKERS[task.status]} #{task.id}: {task.subject}"
-    if task.owner:
-        line += f" ({task.owner})"
-    waiting = [d for d in task.blockedBy if status_of.get(d) != Status.completed]
-    if waiting and task.status == Status.pending:
-        line += f" (blocked by: {waiting})"
-    return line
 
 
 class CreateArgs(Args):
@@ -80,37 +71,28 @@ def task_update(call: Call) -> str:
         actor=ctx.agent,
         **extra,
     )
-    status_of = {t.id: t.status for t in ctx.store.all()}
-    return "updated: " + task_line(task, status_of)
+    return "updated: " + list_line(task, graph.index(ctx.store.all()))
 
 
 class ListArgs(Args):
     status: StatusName | None = Field(None, description="Only tasks with this status.")
     owner: str | None = Field(None, description="Only tasks owned by this name.")
-    ready: bool = Field(False, description="Only tasks that can be claimed now.")
+    ready: bool = Field(False, description="Only tasks ready to start (pending, every blocker completed).")
 
 
 @tool("task_list", args=ListArgs, risk="read", budget=12_000)
 def task_list(call: Call) -> str:
     """List tasks, one line each: [ ] pending, [>] in progress (owner), [x] completed,
-    [!] failed, [-] cancelled, with unfinished blockers."""
+    [!] failed, [-] cancelled, with unfinished blockers. An owner on a pending task means it
+    is assigned to them."""
     a, ctx = call.args, call.ctx
     tasks = ctx.store.all()
-    status_of = {t.id: t.status for t in tasks}
     by_id = graph.index(tasks)
     want = Status(a.status) if a.status else None
-    shown = []
-    for t in tasks:
-        if want is not None and t.status != want:
-            continue
-        if a.owner is not None and t.owner != a.owner:
-            continue
-        if a.ready and not (graph.is_ready(t, by_id) and not t.owner):
-            continue
-        shown.append(task_line(t, status_of))
+    shown = graph.TaskFilter(status=want, owner=a.owner, ready=a.ready).select(tasks)
     if not shown:
         return "no tasks match" if tasks else "no tasks yet"
-    return "\n".join(shown)
+    return "\n".join(list_line(t, by_id) for t in shown)
 
 
 class GetArgs(Args):
