@@ -232,7 +232,7 @@ def compact(
 
 
 @dataclass
-class Prepared:
+class PreparedRequest:
     messages: list[dict]
     """The working transcript to keep (compacted if ``compaction`` is set)."""
     request: list[dict]
@@ -261,13 +261,13 @@ class ContextWindow:
         return compact(messages, state=state, summarize=self.summarize, transcripts_dir=self.transcripts_dir,
                        keep_units=self.keep_units, reason=reason, display_root=self.display_root)
 
-    def prepare(self, messages: Sequence[Mapping], state: AgentState, tools: Sequence[Mapping] = ()) -> Prepared:
+    def prepare(self, messages: Sequence[Mapping], state: AgentState, tools: Sequence[Mapping] = ()) -> PreparedRequest:
         request = self.project(messages, state, tools)
         tokens = estimate_tokens(request, tools)
         if tokens <= self.threshold * self.budget:
-            return Prepared(list(messages), request, tokens)
+            return PreparedRequest(list(messages), request, tokens)
         done = self.compact(messages, state, reason=f"auto at ~{tokens:,} of {self.budget:,} tokens")
         if not done.replaced:
-            return Prepared(list(messages), request, tokens)
+            return PreparedRequest(list(messages), request, tokens)
         request = self.project(done.messages, state, tools)
-        return Prepared(done.messages, request, estimate_tokens(request, tools), done)
+        return PreparedRequest(done.messages, request, estimate_tokens(request, tools), done)

@@ -57,7 +57,7 @@ from .shell import ShellExecutor
 
 
 @dataclass
-class Prepared:
+class Materialised:
     tasks: list[Task]
     priority: dict[int, float]
     retry_delay: dict[int, float]
@@ -83,7 +83,7 @@ _MUTABLE = ("subject", "description", "command", "prompt", "role", "assignee", "
 
 
 def materialise(store: TaskStore, lp: LoadedPlan, *, fresh: bool = False, owner: str = "lead",
-                note: Callable[[str], None] = lambda s: None) -> Prepared:
+                note: Callable[[str], None] = lambda s: None) -> Materialised:
     plan = lp.plan
     existing = [t for t in store.all() if t.plan == plan.name] if store.exists() else []
     if fresh and existing:
@@ -150,7 +150,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, fresh: bool = False, owner:
     tasks = [tasks_by_key[t.id] for t in plan.tasks]
     remaining = analyse(plan).remaining
     d = plan.defaults
-    return Prepared(
+    return Materialised(
         tasks=tasks,
         priority={tasks_by_key[k].id: v for k, v in remaining.items()},
         retry_delay={tasks_by_key[t.id].id: t.retry_delay if t.retry_delay is not None else d.retry_delay

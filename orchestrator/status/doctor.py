@@ -1,7 +1,7 @@
 """Local consistency checks of a state root (``team doctor``); no model call.
 
 Design: ``CHECKS`` is a registry, a plain list of functions. Each takes a
-``Context`` (the root, the store, the task files parsed once) and returns a
+``DoctorContext`` (the root, the store, the task files parsed once) and returns a
 list of ``Finding`` records. A finding explains one problem in a sentence,
 says what a human should do (``hint``) and, when the problem is safe to
 repair without judgement, carries a ``fix`` callable that repairs it and
@@ -76,7 +76,7 @@ class Finding:
 
 
 @dataclass
-class Context:
+class DoctorContext:
     """What every check may look at. Task files are parsed once, here."""
 
     root: Path
@@ -86,7 +86,7 @@ class Context:
     now: float
 
     @classmethod
-    def load(cls, root: Path, clock: Callable[[], float] = time.time) -> Context:
+    def load(cls, root: Path, clock: Callable[[], float] = time.time) -> DoctorContext:
         store = TaskStore(root, clock=clock)
         tasks, bad = store.scan()
         return cls(root, store, tasks, bad, clock())
@@ -98,10 +98,10 @@ class Context:
             return str(path)
 
 
-Check = Callable[[Context], list[Finding]]
+Check = Callable[[DoctorContext], list[Finding]]
 
 
-def check_unreadable(ctx: Context) -> list[Finding]:
+def check_unreadable(ctx: DoctorContext) -> list[Finding]:
     return [
         Finding(
             "corrupt-task",
@@ -113,7 +113,7 @@ def check_unreadable(ctx: Context) -> list[Finding]:
     ]
 
 
-def check_missing_deps(ctx: Context) -> list[Finding]:
+def check_missing_deps(ctx: DoctorContext) -> list[Finding]:
     known = {t.id for t in ctx.tasks} | {_id_of(p) for p, _ in ctx.unreadable}
     out = []
     for t in ctx.tasks:
@@ -134,7 +134,7 @@ def _id_of(path: Path) -> int:
     return int(path.stem.split("_", 1)[1])
 
 
-def check_cycles(ctx: Context) -> list[Finding]:
+def check_cycles(ctx: DoctorContext) -> list[Finding]:
     return [
         Finding(
             "cycle",
@@ -145,7 +145,7 @@ def check_cycles(ctx: Context) -> list[Finding]:
     ]
 
 
-def check_temp_files(ctx: Context) -> list[Finding]:
+def check_temp_files(ctx: DoctorContext) -> list[Finding]:
     out = []
     tasks_dir = ctx.store.dir
     for base, guarded in ((tasks_dir, True), (team_dir(ctx.root), False)):
@@ -174,7 +174,7 @@ def check_temp_files(ctx: Context) -> list[Finding]:
     return out
 
 
-def _remover(ctx: Context, path: Path, guarded: bool) -> Callable[[], str]:
+def _remover(ctx: DoctorContext, path: Path, guarded: bool) -> Callable[[], str]:
     def fix() -> str:
         if guarded:
             with ctx.store.locked():
@@ -186,7 +186,7 @@ def _remover(ctx: Context, path: Path, guarded: bool) -> Callable[[], str]:
     return fix
 
 
-def check_expired_leases(ctx: Context) -> list[Finding]:
+def check_expired_leases(ctx: DoctorContext) -> list[Finding]:
     out = []
     for t in ctx.tasks:
         if t.status == Status.in_progress and t.lease_expires is not None and t.lease_expires <= ctx.now:
@@ -203,7 +203,7 @@ def check_expired_leases(ctx: Context) -> list[Finding]:
     return out
 
 
-def _reclaimer(ctx: Context, tid: int) -> Callable[[], str]:
+def _reclaimer(ctx: DoctorContext, tid: int) -> Callable[[], str]:
     def fix() -> str:
         back = ctx.store.reclaim_expired(actor="doctor", owner_filter=None)
         ids = [t.id for t in back]
@@ -214,7 +214,7 @@ def _reclaimer(ctx: Context, tid: int) -> Callable[[], str]:
     return fix
 
 
-def check_duplicate_names(ctx: Context) -> list[Finding]:
+def check_duplicate_names(ctx: DoctorContext) -> list[Finding]:
     seen: dict[str, list[int]] = {}
     for t in ctx.tasks:
         if t.name:
@@ -230,7 +230,7 @@ def check_duplicate_names(ctx: Context) -> list[Finding]:
     ]
 
 
-def check_name_index(ctx: Context) -> list[Finding]:
+def check_name_index(ctx: DoctorContext) -> list[Finding]:
     want: dict[str, int] = {}
     for t in ctx.tasks:
         if t.name and t.name not in want:
@@ -254,7 +254,7 @@ def check_name_index(ctx: Context) -> list[Finding]:
     ]
 
 
-def check_counter(ctx: Context) -> list[Finding]:
+def check_counter(ctx: DoctorContext) -> list[Finding]:
     path = ctx.store.files.counter_path
     if not path.exists():
         return []
@@ -274,7 +274,7 @@ def check_counter(ctx: Context) -> list[Finding]:
     ]
 
 
-def check_orphan_worktrees(ctx: Context) -> list[Finding]:
+def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     """Worktrees/branches of ``isolation: worktree`` plans that no unfinished task needs (worktree.py)."""
     base = team_dir(ctx.root) / "worktrees"
     if not base.is_dir():
@@ -304,7 +304,7 @@ def check_orphan_worktrees(ctx: Context) -> list[Finding]:
     return out
 
 
-def check_inbox_lines(ctx: Context) -> list[Finding]:
+def check_inbox_lines(ctx: DoctorContext) -> list[Finding]:
     """Complete inbox lines that are no message (readers skip them); reported, never rewritten."""
     from ..team.inbox import bad_lines
 
@@ -325,7 +325,7 @@ def check_inbox_lines(ctx: Context) -> list[Finding]:
     return out
 
 
-def check_orphaned_jobs(ctx: Context) -> list[Finding]:
+def check_orphaned_jobs(ctx: DoctorContext) -> list[Finding]:
     """Jobs still ``running`` whose manager died (kill -9); the fix is ``reap_orphans``."""
     if not (team_dir(ctx.root) / "jobs").is_dir():
         return []
@@ -379,12 +379,12 @@ CHECKS: list[Check] = [
     check_inbox_lines,
     check_orphaned_jobs,
 ]
-"""The registry: append a function ``(Context) -> list[Finding]`` to add a check."""
+"""The registry: append a function ``(DoctorContext) -> list[Finding]`` to add a check."""
 
 
 def diagnose(root: Path, clock: Callable[[], float] = time.time) -> list[Finding]:
     """Run every check; changes nothing."""
-    ctx = Context.load(root, clock)
+    ctx = DoctorContext.load(root, clock)
     findings: list[Finding] = []
     for check in CHECKS:
         findings.extend(check(ctx))

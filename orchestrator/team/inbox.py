@@ -19,7 +19,7 @@ order; ``seq`` numbers them per sender within a ``Bus`` instance.
 Receive (two phases):
 
 * ``fetch(name)`` takes the consumer lock, reads from the cursor to the last
-  complete line and returns a ``Batch``. Nothing changes on disk.
+  complete line and returns a ``InboxBatch``. Nothing changes on disk.
 * The consumer persists what it got (its transcript, its state), then
   ``batch.ack()`` replaces the cursor (atomic rename) and releases the lock.
   ``batch.release()`` (or leaving ``with batch:`` without acking) gives the
@@ -120,7 +120,7 @@ def _line_has_id(f, start: int, end: int, msg_id: str) -> bool:
     return msg is not None and msg.id == msg_id
 
 
-class Batch:
+class InboxBatch:
     """Messages fetched but not yet acknowledged; holds the inbox's consumer lock."""
 
     def __init__(self, bus: Bus, name: str, messages: list[Message], cursor: Cursor, lock_fd: int):
@@ -142,7 +142,7 @@ class Batch:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> Batch:
+    def __enter__(self) -> InboxBatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -283,7 +283,7 @@ class Bus:
         self._stale[name] = (ino, offset + len(data)) if cut < len(data) and not messages else None
         return messages, Cursor(ino, offset + cut, check)
 
-    def fetch(self, name: str, *, seen: Container[str] = (), limit: int | None = None) -> Batch:
+    def fetch(self, name: str, *, seen: Container[str] = (), limit: int | None = None) -> InboxBatch:
         """Take the consumer lock and return what is unconsumed; ``ack`` or ``release`` it.
 
         Messages whose id is in ``seen`` (already persisted by the consumer
@@ -300,7 +300,7 @@ class Bus:
         except BaseException:
             os.close(fd)
             raise
-        return Batch(self, name, messages, cursor, fd)
+        return InboxBatch(self, name, messages, cursor, fd)
 
     def _advance(self, name: str, cur: Cursor) -> None:
         if cur == self._cursor(name):
