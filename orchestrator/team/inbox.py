@@ -45,9 +45,10 @@ append creates a new file whose inode differs (the old one still exists as
 the rename loses and duplicates nothing: the cursor is written first, and
 the rename is atomic.
 
-Waiting: ``wait(name, timeout)`` wakes at once on a send from the same
-process (a per-inbox ``threading.Condition``) and polls the inbox size every
-``poll_interval`` seconds (default 5 ms) for senders in other processes.
+Waiting: ``wait(name, timeout)`` wakes at once on a send through the same
+``Bus`` object (a per-inbox ``threading.Condition``: the lead shares one Bus
+among its teammates and their tools) and polls the inbox size every
+``poll_interval`` seconds (default 5 ms) for other senders.
 
 Sending to an unknown recipient or an invalid name raises before any file
 is created (no phantom inboxes).
@@ -87,19 +88,6 @@ class _Signal:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.version = 0
-
-
-_signals: dict[str, _Signal] = {}
-_signals_lock = threading.Lock()
-
-
-def _signal_for(path: Path) -> _Signal:
-    key = str(path)
-    with _signals_lock:
-        sig = _signals.get(key)
-        if sig is None:
-            sig = _signals[key] = _Signal()
-        return sig
 
 
 class Cursor(NamedTuple):
@@ -171,6 +159,15 @@ class Bus:
         self._seq: dict[str, int] = {}
         self._seq_lock = threading.Lock()
         self._stale: dict[str, tuple[int, int] | None] = {}
+        self._signals: dict[str, _Signal] = {}  # inbox name -> wake-up for waiters on this Bus
+        self._signals_lock = threading.Lock()
+
+    def _signal_for(self, name: str) -> _Signal:
+        with self._signals_lock:
+            sig = self._signals.get(name)
+            if sig is None:
+                sig = self._signals[name] = _Signal()
+            return sig
 
     def path(self, name: str) -> Path:
         return self.dir / f"{check_name(name)}.jsonl"
@@ -215,7 +212,7 @@ class Bus:
                     fsync_dir(self.dir)
         finally:
             os.close(fd)
-        sig = _signal_for(path)
+        sig = self._signal_for(to)
         with sig.cond:
             sig.version += 1
             sig.cond.notify_all()
@@ -342,7 +339,7 @@ class Bus:
     def wait_unread(self, name: str, timeout: float | None = None) -> bool:
         """Block until ``name``'s inbox holds unread bytes; False on timeout. Consumes nothing."""
         self.team.check_recipient(name)
-        sig = _signal_for(self.path(name))
+        sig = self._signal_for(name)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             version = sig.version
