@@ -6,4 +6,5 @@
     shell.py      ShellExecutor: shell tasks as background jobs
     agents.py     AgentExecutor: agent tasks on teammates
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
+    sync.py       SyncExecutor: attempts decided in-process, for testing the scheduler's policy
 """
