@@ -106,8 +106,8 @@ class Signals:
 
 
 @dataclass
-class RunResult:
-    """How one run of the loop ended."""
+class LoopResult:
+    """How one run of the agent loop ended (a task attempt or a turn woken by messages)."""
 
     status: str  # completed | failed | idle | interrupted
     result: str = ""
@@ -243,7 +243,7 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompt: str | None = None, *, task_label: str | None = None,
-            notes: list[Any] = (), max_steps: int | None = None) -> RunResult:
+            notes: list[Any] = (), max_steps: int | None = None) -> LoopResult:
         """Run until a final answer, a finished task, idle, a limit or an error."""
         limit = max_steps if max_steps is not None else self.max_steps
         self.task_label = task_label
@@ -269,20 +269,20 @@ class Agent:
                     if self.signals.finish is not None:
                         raise TaskDone(*self.signals.finish)
                     if self.signals.idle:
-                        return RunResult("idle", "", None, steps, usage)
+                        return LoopResult("idle", "", None, steps, usage)
                     continue
                 text = (completion.content or "").strip()
                 self.add({"role": "assistant", "content": completion.content or ""})
-                return RunResult("completed", text, None, steps, usage)
+                return LoopResult("completed", text, None, steps, usage)
         except TaskDone as done:
-            return RunResult(done.status, done.result, None if done.status == "completed" else
+            return LoopResult(done.status, done.result, None if done.status == "completed" else
                              (done.result or "the agent marked the task failed"), steps, usage)
         except LimitsExceeded as e:
-            return RunResult("failed", "", str(e), steps, usage)
+            return LoopResult("failed", "", str(e), steps, usage)
         except Interrupted as e:
-            return RunResult("interrupted", "", str(e), steps, usage)
+            return LoopResult("interrupted", "", str(e), steps, usage)
         except ModelError as e:
-            return RunResult("failed", "", f"ModelError: {e}", steps, usage)
+            return LoopResult("failed", "", f"ModelError: {e}", steps, usage)
 
     def _call_model(self):
         if self.signals.compact:

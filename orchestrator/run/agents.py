@@ -9,7 +9,7 @@ a transcript, log or task file), starts a ``TeamRuntime`` with the plan's
 
 ``start(task, epoch, done)`` queues the attempt on a teammate (assignee, else
 an idle teammate of the task's role, else a new ``<role>-<n>``) and returns.
-When the teammate's run ends, its ``RunResult`` becomes the ``Outcome``:
+When the teammate's run ends, its ``LoopResult`` becomes the ``Outcome``:
 
     completed    the agent marked the task completed, or gave a final answer
     failed       marked failed, step limit, model service down after retries
@@ -35,7 +35,7 @@ import os
 import time
 from pathlib import Path
 
-from ..agent.loop import DEFAULT_MAX_STEPS, RunResult
+from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core.errors import UserError
 from ..core.models import Task
 from ..core.redact import register_secret
@@ -87,7 +87,7 @@ class AgentExecutor:
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         started = time.monotonic()
 
-        def report(r: RunResult) -> None:
+        def report(r: LoopResult) -> None:
             status = STATUS.get(r.status, "failed")
             error = r.error if status != "completed" else None
             if status == "failed" and not error:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..agent.loop import DEFAULT_MAX_STEPS, RunResult
+from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core.errors import UserError
 from ..core.models import Status, Task
 from ..core.paths import team_dir
@@ -144,7 +144,7 @@ class TeamRuntime:
         try:
             mate = self._choose(task)
         except UserError as e:
-            done(RunResult("failed", "", f"cannot start task #{task.id}: {e}"))
+            done(LoopResult("failed", "", f"cannot start task #{task.id}: {e}"))
             return
         with self.lock:
             mate.queue.append(Assignment(task, epoch, done, workspace))
@@ -221,7 +221,7 @@ class TeamRuntime:
                 if mate.current is not None and mate.current.task.id == task_id:
                     mate.agent.cancelled.set()
         for a in dropped:
-            a.done(RunResult("interrupted", "", "cancelled before it started"))
+            a.done(LoopResult("interrupted", "", "cancelled before it started"))
 
     def describe(self) -> str:
         states = self.team.states()
@@ -269,6 +269,6 @@ class TeamRuntime:
             queued = list(m.queue)
             m.queue.clear()
             for a in queued:
-                a.done(RunResult("interrupted", "", "the run is shutting down"))
+                a.done(LoopResult("interrupted", "", "the run is shutting down"))
         if self._own_jobs:
             self.jobs.shutdown()

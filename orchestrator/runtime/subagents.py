@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from ..agent.loop import Agent, RunResult
+from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..roles.roles import get_role
 
@@ -31,7 +31,7 @@ class SubagentRunner:
         self.rt = rt
         self._n = itertools.count(1)
 
-    def run(self, prompt: str, role: str, *, parent: str) -> RunResult:
+    def run(self, prompt: str, role: str, *, parent: str) -> LoopResult:
         r = get_role(role, self.rt.workspace)
         while True:
             name = f"sub{next(self._n)}-{parent}"

@@ -18,7 +18,7 @@ conversation and transcript::
   woken turn whose messages were all seen before (a resume) makes no model call.
 * A task attempt: the teammate records ``task`` in its transcript, sets
   ``ctx.task_id`` (so ``task_update`` on it ends the attempt), runs the loop
-  with the task prompt, and hands the ``RunResult`` to the assignment's
+  with the task prompt, and hands the ``LoopResult`` to the assignment's
   ``done``. The idle tool inside a task means "wait for messages": the
   teammate waits, then continues the same attempt within the same step budget.
 * Worktree isolation: an ``Assignment`` may carry a ``workspace`` (the task's
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..agent.loop import Agent, RunResult
+from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..core.errors import ConflictError
 from ..core.models import Task
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orchestrator.teammates")
 
-Done = Callable[[RunResult], None]
+Done = Callable[[LoopResult], None]
 
 
 @dataclass
@@ -174,7 +174,7 @@ class Teammate:
                 return notes
         return None
 
-    def _turn(self, result: RunResult) -> None:
+    def _turn(self, result: LoopResult) -> None:
         if result.status == "failed":
             log.warning("teammate %s: turn failed: %s", self.name, result.error)
             self._set(last_error=result.error)
@@ -208,7 +208,7 @@ class Teammate:
                 break
             waited = self._wait(take_tasks=False)  # idle inside a task: wait for messages, then go on
             if waited is None:
-                result = RunResult("interrupted", "", "stopped while waiting for messages")
+                result = LoopResult("interrupted", "", "stopped while waiting for messages")
                 break
             self._set(status="working")
             notes = waited
@@ -225,4 +225,4 @@ class Teammate:
             self.queue.clear()
             self.current = None
         for a in pending:
-            a.done(RunResult("failed", "", error))
+            a.done(LoopResult("failed", "", error))
