@@ -1,8 +1,9 @@
 """The team runtime: the lead-side owner of every teammate thread (teammate.py).
 
 ``TeamRuntime`` (one per lead) holds the shared services -- roster
-(``team.roster.Team``), bus (``team.inbox.Bus``), task store, job
-manager, tool registry -- and one ``Teammate`` per name. Who depends on whom, one way::
+(``team.roster.Team``), bus (``team.inbox.Bus``), task store (its own, or
+the one passed in: ``team run`` shares the scheduler's), job manager, tool
+registry -- and one ``Teammate`` per name. Who depends on whom, one way::
 
     runtime.py ──► teammate.py ──► handshakes.py
          │                 (TeamServices: root, roster, bus, jobs, store,
@@ -62,7 +63,7 @@ from typing import Any
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core.errors import UserError
 from ..core.models import Status, Task
-from ..core.paths import team_dir
+from ..core.paths import tasks_dir, team_dir
 from ..jobs.manager import JobManager
 from ..llm.types import ChatModel
 from ..roles.roles import Role, check_tools, get_role
@@ -87,14 +88,17 @@ class TeamRuntime:
     def __init__(self, root: Path, *, model_for: Callable[[Role], ChatModel], workspace: Path | None = None,
                  team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
-                 autoclaim: bool = False, claim_lease: float = 60.0, claim_rescan: float = 5.0):
+                 store: TaskStore | None = None, autoclaim: bool = False, claim_lease: float = 60.0,
+                 claim_rescan: float = 5.0):
         self.root = Path(root).absolute()
         self.workspace = Path(workspace or root).absolute()
+        if store is not None and store.dir.resolve() != tasks_dir(self.root).resolve():
+            raise ValueError(f"the task store of {store.root} cannot serve a runtime of {self.root}")
         self.model_for, self.team_name = model_for, team_name
         self.max_steps, self.subagent_steps, self.idle_slice = max_steps, subagent_steps, idle_slice
         self.team = Team(self.root)
         self.bus = Bus(self.root, team=self.team, poll_interval=0.01)
-        self.store = TaskStore(self.root)
+        self.store = store if store is not None else TaskStore(self.root)
         self._own_jobs = jobs is None
         self.jobs = jobs or JobManager(self.root)
         self.registry = agent_registry()
