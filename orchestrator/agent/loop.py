@@ -54,12 +54,13 @@ roster for ``team status``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import ModelError
+from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
@@ -228,7 +229,7 @@ class Agent:
         self._inbox_pending = (ids, ack)
         return "\n\n".join(texts)
 
-    def drain(self, extra_notes: list[Any] = ()) -> int:
+    def drain(self, extra_notes: Sequence[Notification] = ()) -> int:
         """Fold unread inbox messages and job notifications into the conversation:
         one transcript line with the text and the inbox ids, then the ack."""
         self._inbox_pending = None
@@ -243,7 +244,7 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompt: str | None = None, *, task_label: str | None = None,
-            notes: list[Any] = (), max_steps: int | None = None) -> LoopResult:
+            notes: Sequence[Notification] = (), max_steps: int | None = None) -> LoopResult:
         """Run until a final answer, a finished task, idle, a limit or an error."""
         limit = max_steps if max_steps is not None else self.max_steps
         self.task_label = task_label
