@@ -47,7 +47,7 @@ and the next ack passes over them). Both ways in follow this order:
 A restarted agent resumes with the conversation it had.
 
 Usage: each call's ``Usage`` is summed per run (stored on the task by the
-executor) and per agent (``on_usage`` lets the team runtime persist it in the
+executor) and per agent (``on_usage`` lets a teammate persist it in the
 roster for ``team status``).
 """
 

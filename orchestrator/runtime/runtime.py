@@ -5,15 +5,15 @@
 the one passed in: ``team run`` shares the scheduler's), job manager, tool
 registry -- and one ``Teammate`` per name. Who depends on whom, one way::
 
-    runtime.py ──► teammate.py ──► handshakes.py
-         │                 (TeamServices: root, roster, bus, jobs, store,
-         │                  registry, claim, step budget, idle slice)
-         ├──────► subagents.py   (root, workspace, registry, model_for, context)
-         └──────► autoclaim.py   (the store)
+    runtime.py ─┬─► teammate.py ──► handshakes.py   given TeamServices and a ToolContext
+                ├─► subagents.py                    given root, workspace, registry, model_for, context
+                └─► autoclaim.py                    given the store and reclaim_leases
 
-The runtime builds one ``TeamServices`` record (teammate.py) and hands it to
-every teammate with the teammate's own ``ToolContext``; the subagent runner
-gets its collaborators as constructor arguments. Neither knows the runtime.
+The runtime builds one ``TeamServices`` record (teammate.py: root, roster,
+bus, jobs, store, registry, ``claim``, step budget, idle slice; each
+service a small Protocol) and hands it to every teammate with the
+teammate's own ``ToolContext``; the subagent runner gets its collaborators
+as constructor arguments. None of them imports runtime.py.
 A teammate guards its own work queue; the runtime places, drops and
 interrupts work only through its methods (``enqueue``, ``drop``,
 ``interrupt``, ``free``, ``halt``, ``join``), and its own lock guards only
@@ -192,7 +192,8 @@ class TeamRuntime:
             return self.spawn(f"{role}-{n}", role)
 
     def claim_for(self, mate: Teammate) -> Assignment | None:
-        """Autonomous claiming (autoclaim.py): the next ready task ``mate`` may take, claimed."""
+        """Autonomous claiming (autoclaim.py; each teammate's ``TeamServices.claim``): the next
+        ready task ``mate`` may take, claimed; None when there is none or ``mate`` is stopping."""
         if self.claimer is None or mate.stopping:
             return None
         claimed = self.claimer.claim(mate.name, mate.role.name)

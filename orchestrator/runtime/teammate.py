@@ -14,21 +14,22 @@ own conversation and transcript::
   notifications (``JobNotes``), the store's ``hand_over`` (``HandOver``),
   the tool registry, the step budget, the idle slice and ``claim`` (an
   autonomous claim for an idle teammate). Its ``ToolContext`` comes with it.
-* Work arrives three ways: a task assignment (``enqueue``, from the agent
-  executor through the runtime), a message in its inbox (``team send``, a
+* Work arrives four ways: a task assignment (``enqueue``, from the agent
+  executor through the runtime), an autonomous claim
+  (``TeamServices.claim``), a message in its inbox (``team send``, a
   teammate, the lead), or a notification of a background job it started.
   An idle teammate blocks in ``Bus.wait_unread`` -- woken at once by a send
   from this process, by a cheap stat poll for senders in other processes --
-  in ``idle_slice`` pieces between which it checks its queue, an autonomous
-  claim (``TeamServices.claim``), its job notifications and the stop flag.
-  A woken turn whose messages were all seen before (a resume) makes no
-  model call.
+  in ``idle_slice`` pieces between which it checks its queue, a claim, its
+  job notifications and the stop flag. A woken turn whose messages were
+  all seen before (a resume) makes no model call.
 * The work queue, from any thread: ``enqueue`` an attempt, ``drop`` queued
   attempts (of one task, or all: each ends as interrupted without
   starting), ``interrupt`` the running attempt of a task, ``free`` (idle,
   nothing queued, running), ``halt`` and ``join`` the thread. The queue,
   the busy flag and the current attempt are guarded by the teammate's own
-  lock; everything else changes only on its own thread.
+  lock; everything else changes only on its own thread (the stop and
+  cancel flags are events, set from anywhere).
 * A task attempt: the teammate records ``task`` in its transcript, sets
   ``ctx.task_id`` (so ``task_update`` on it ends the attempt), runs the loop
   with the task prompt, and hands the ``LoopResult`` to the assignment's
