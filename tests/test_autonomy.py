@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
+import pytest
 from fake_model import FakeModel, say
 from util import wait_until
 
@@ -130,3 +132,20 @@ def test_a_gone_owners_expired_claim_is_reclaimed_and_taken_by_an_idle_teammate_
                  if e["event"] == "lease_expired"]
     assert reclaimed == [(early.id, "lead", "ghost"), (late.id, "lead", "ghost")]
     assert len(model.calls) == 2
+
+
+def test_the_runtime_works_on_the_store_it_is_given(tmp_path):
+    """`team run` hands the runtime the scheduler's TaskStore: leases, claims and tools go through it."""
+    later = TaskStore(tmp_path, clock=lambda: time.time() + 3600)  # an hour on: every lease has expired
+    task = later.create("left by a dead lead", kind="agent", prompt="x")
+    TaskStore(tmp_path).claim(task.id, "ghost", lease=60, actor="ghost")
+    model = FakeModel(lambda messages, n: say("done"))
+    rt = TeamRuntime(tmp_path, model_for=lambda role: model, store=later, autoclaim=True, idle_slice=0.01)
+    try:
+        assert rt.store is later and rt.tool_context("ada").store is later
+        assert rt.claimer is not None and rt.claimer.store is later
+        assert later.read(task.id).status.value == "pending"  # expired by the given store's clock
+    finally:
+        rt.close()
+    with pytest.raises(ValueError, match="cannot serve a runtime of"):
+        TeamRuntime(tmp_path / "elsewhere", model_for=lambda role: model, store=later)

@@ -14,7 +14,7 @@ import pytest
 from fake_model import FakeModel, call, say, tool_results
 from util import wait_until
 
-from orchestrator.agent.loop import RunResult
+from orchestrator.agent.loop import LoopResult
 from orchestrator.core.errors import UserError
 from orchestrator.runtime.runtime import TeamRuntime
 from orchestrator.tasks.store import TaskStore
@@ -36,7 +36,7 @@ def request_id(messages: list[dict]) -> str:
     return found[-1]
 
 
-def busy_in_a_task(rt: TeamRuntime, model: FakeModel, results: list[RunResult]):
+def busy_in_a_task(rt: TeamRuntime, model: FakeModel, results: list[LoopResult]):
     """Spawn ada and give her an agent task; return once she idles inside it."""
     store = TaskStore(rt.root)
     task = store.claim(store.create("long job", kind="agent", prompt="work").id, "lead")
@@ -74,7 +74,7 @@ def test_busy_teammate_refuses_with_a_reason_and_keeps_working(tmp_path):
 
     model = FakeModel(script)
     rt = runtime(tmp_path, model)
-    results: list[RunResult] = []
+    results: list[LoopResult] = []
     try:
         mate = busy_in_a_task(rt, model, results)
         r = rt.request_shutdown("ada", reason="wrapping up", timeout=10)
@@ -94,7 +94,7 @@ def test_busy_teammate_may_approve_its_attempt_ends_and_it_shuts_down(tmp_path):
 
     model = FakeModel(script)
     rt = runtime(tmp_path, model)
-    results: list[RunResult] = []
+    results: list[LoopResult] = []
     try:
         mate = busy_in_a_task(rt, model, results)
         assert rt.request_shutdown("ada", timeout=10).approve is True

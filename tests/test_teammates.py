@@ -9,6 +9,7 @@ import sys
 import threading
 
 from conftest import run_team, team_env
+from fake_model import FakeModel, say
 from test_e2e_agents import llm_env, tasks_by_name, text_of
 from util import wait_until
 
@@ -17,10 +18,15 @@ from orchestrator.llm.client import LLMClient
 from orchestrator.llm.script import Reply, tool_call
 from orchestrator.llm.scripted import ScriptedServer
 from orchestrator.llm.types import LLMConfig
+from orchestrator.roles.roles import get_role
 from orchestrator.runtime.runtime import TeamRuntime
+from orchestrator.runtime.teammate import Assignment, Teammate, TeamServices
+from orchestrator.tasks.store import TaskStore
 from orchestrator.team.inbox import Bus
 from orchestrator.team.lead import lead_info
 from orchestrator.team.roster import Team
+from orchestrator.tools import FileTruth, ToolContext
+from orchestrator.tools.coordination import agent_registry
 
 
 def runtime(root, srv: ScriptedServer) -> TeamRuntime:
@@ -138,3 +144,35 @@ def test_team_spawn_asks_the_running_lead(tmp_path):
     roster = {m["name"]: (m["role"], m["status"]) for m in json.loads((tmp_path / ".team/config.json").read_text())["members"]}
     assert roster == {"alice": ("coder", "shutdown"), "carol": ("tester", "shutdown")}
     assert not (tmp_path / ".team" / "control.json").exists()
+
+
+def test_a_teammate_runs_on_its_services_alone_and_its_queue_drops_and_runs_attempts(tmp_path):
+    """No TeamRuntime: a real roster, bus and store, no jobs and nothing to claim."""
+
+    class NoJobs:
+        def drain(self, owner: str) -> list:
+            return []
+
+    team, store = Team(tmp_path), TaskStore(tmp_path)
+    team.add("ada", "coder")
+    services = TeamServices(root=tmp_path, team_name="t", roster=team, bus=Bus(tmp_path, team=team),
+                            jobs=NoJobs(), store=store, registry=agent_registry(), claim=lambda mate: None,
+                            max_steps=5, idle_slice=0.01)
+    ctx = ToolContext(workspace=tmp_path, root=tmp_path, agent="ada", truth=FileTruth(), store=store,
+                      outputs_dir=tmp_path / "outputs")
+    model = FakeModel(lambda messages, n: say(f"answer {n}"))
+    mate = Teammate("ada", get_role("coder", tmp_path), model, None, ctx=ctx, services=services)
+    one, two, three = (store.claim(store.create(s, kind="agent", prompt=s).id, "lead") for s in ("1", "2", "3"))
+    results = {}
+    for t in (one, two, three):
+        mate.enqueue(Assignment(t, t.epoch, lambda r, i=t.id: results.setdefault(i, r)))
+    assert not mate.free  # not started, work queued
+    mate.drop("not wanted", two.id)
+    assert (results[two.id].status, results[two.id].error) == ("interrupted", "not wanted")
+    mate.start()
+    wait_until(lambda: len(results) == 3 and mate.free, 10, what="ada runs the other two attempts, then is free")
+    assert [results[i].result for i in (one.id, three.id)] == ["answer 1", "answer 2"]
+    assert store.get(one.id).owner == "ada" and len(model.calls) == 2  # handed over by the store
+    mate.halt()
+    mate.join(10)
+    assert not mate.alive and team.get("ada").status == "shutdown"

@@ -47,19 +47,20 @@ and the next ack passes over them). Both ways in follow this order:
 A restarted agent resumes with the conversation it had.
 
 Usage: each call's ``Usage`` is summed per run (stored on the task by the
-executor) and per agent (``on_usage`` lets the team runtime persist it in the
+executor) and per agent (``on_usage`` lets a teammate persist it in the
 roster for ``team status``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import ModelError
+from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
@@ -106,8 +107,8 @@ class Signals:
 
 
 @dataclass
-class RunResult:
-    """How one run of the loop ended."""
+class LoopResult:
+    """How one run of the agent loop ended (a task attempt or a turn woken by messages)."""
 
     status: str  # completed | failed | idle | interrupted
     result: str = ""
@@ -228,7 +229,7 @@ class Agent:
         self._inbox_pending = (ids, ack)
         return "\n\n".join(texts)
 
-    def drain(self, extra_notes: list[Any] = ()) -> int:
+    def drain(self, extra_notes: Sequence[Notification] = ()) -> int:
         """Fold unread inbox messages and job notifications into the conversation:
         one transcript line with the text and the inbox ids, then the ack."""
         self._inbox_pending = None
@@ -243,7 +244,7 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompt: str | None = None, *, task_label: str | None = None,
-            notes: list[Any] = (), max_steps: int | None = None) -> RunResult:
+            notes: Sequence[Notification] = (), max_steps: int | None = None) -> LoopResult:
         """Run until a final answer, a finished task, idle, a limit or an error."""
         limit = max_steps if max_steps is not None else self.max_steps
         self.task_label = task_label
@@ -269,20 +270,20 @@ class Agent:
                     if self.signals.finish is not None:
                         raise TaskDone(*self.signals.finish)
                     if self.signals.idle:
-                        return RunResult("idle", "", None, steps, usage)
+                        return LoopResult("idle", "", None, steps, usage)
                     continue
                 text = (completion.content or "").strip()
                 self.add({"role": "assistant", "content": completion.content or ""})
-                return RunResult("completed", text, None, steps, usage)
+                return LoopResult("completed", text, None, steps, usage)
         except TaskDone as done:
-            return RunResult(done.status, done.result, None if done.status == "completed" else
+            return LoopResult(done.status, done.result, None if done.status == "completed" else
                              (done.result or "the agent marked the task failed"), steps, usage)
         except LimitsExceeded as e:
-            return RunResult("failed", "", str(e), steps, usage)
+            return LoopResult("failed", "", str(e), steps, usage)
         except Interrupted as e:
-            return RunResult("interrupted", "", str(e), steps, usage)
+            return LoopResult("interrupted", "", str(e), steps, usage)
         except ModelError as e:
-            return RunResult("failed", "", f"ModelError: {e}", steps, usage)
+            return LoopResult("failed", "", f"ModelError: {e}", steps, usage)
 
     def _call_model(self):
         if self.signals.compact:

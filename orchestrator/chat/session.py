@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..agent.loop import DEFAULT_BUDGET, DEFAULT_MAX_STEPS, Agent, RunResult
+from ..agent.loop import DEFAULT_BUDGET, DEFAULT_MAX_STEPS, Agent, LoopResult
 from ..agent.prompt import AgentState
 from ..agent.transcript import Transcript, transcript_path
 from ..core.errors import LeadRunning, UserError
@@ -102,7 +102,7 @@ class Response:
     text: str = ""
     """Text to show (a command's answer); a prompt's answer was streamed already."""
     quit: bool = False
-    result: RunResult | None = None
+    result: LoopResult | None = None
     """The lead's run, for a prompt."""
     model_calls: int = 0
 

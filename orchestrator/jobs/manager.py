@@ -74,7 +74,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -218,7 +218,7 @@ class JobManager(Watcher, UnwatchedJobs):
 
     # -- start --------------------------------------------------------------
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
-              env: dict[str, str] | None = None, timeout: float | None = None,
+              env: Mapping[str, str] | None = None, timeout: float | None = None,
               task: int | None = None, unset: Iterable[str] = (), ref: str | None = None) -> JobRecord:
         """Start ``command`` in the background; returns once it has been exec'd.
 

@@ -5,11 +5,13 @@ agent tasks. Before any work starts it resolves the model service
 (``LLMConfig.resolve(plan/--model, env)``: a missing model or key is a
 ``UserError``, exit 2), registers the API key as a secret (it never reaches
 a transcript, log or task file), starts a ``TeamRuntime`` with the plan's
-``team:`` members and opens the control queue for ``team spawn``.
+``team:`` members (on the run's ``TaskStore`` when ``ExecutorContext.store``
+carries one, so the scheduler and the teammates share one store object) and
+opens the control queue for ``team spawn``.
 
 ``start(task, epoch, done)`` queues the attempt on a teammate (assignee, else
 an idle teammate of the task's role, else a new ``<role>-<n>``) and returns.
-When the teammate's run ends, its ``RunResult`` becomes the ``Outcome``:
+When the teammate's run ends, its ``LoopResult`` becomes the ``Outcome``:
 
     completed    the agent marked the task completed, or gave a final answer
     failed       marked failed, step limit, model service down after retries
@@ -35,7 +37,7 @@ import os
 import time
 from pathlib import Path
 
-from ..agent.loop import DEFAULT_MAX_STEPS, RunResult
+from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core.errors import UserError
 from ..core.models import Task
 from ..core.redact import register_secret
@@ -68,7 +70,7 @@ class AgentExecutor:
         self.config = config
         self._clients: dict[str, LLMClient] = {}
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
-                                   team_name=ctx.plan, max_steps=max_steps_from_env(),
+                                   team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
                                    autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0")
         try:
             for name, role in ctx.team:
@@ -87,7 +89,7 @@ class AgentExecutor:
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         started = time.monotonic()
 
-        def report(r: RunResult) -> None:
+        def report(r: LoopResult) -> None:
             status = STATUS.get(r.status, "failed")
             error = r.error if status != "completed" else None
             if status == "failed" and not error:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from ..core.models import Task
 from ..jobs.records import JobRecord
+from ..tasks.store import TaskStore
 
 
 @dataclass(frozen=True)
@@ -104,3 +105,4 @@ class ExecutorContext:
     team: list[tuple[str, str]] = field(default_factory=list)  # the plan's (name, role) teammates
     plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
     note: Callable[[str], None] | None = None  # tells the user something that is not an outcome
+    store: TaskStore | None = None  # the run's task store, for executors to share (default: their own)

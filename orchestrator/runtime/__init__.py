@@ -1,8 +1,14 @@
 """Teammates at run time: agent threads inside the lead process.
 
-    runtime.py    TeamRuntime: owns the teammates and their shared services
-    teammate.py   Teammate: one named agent thread and its work queue
+    runtime.py    TeamRuntime: owns the teammates and the services they share
+    teammate.py   Teammate: one named agent thread and its work queue (own lock);
+                  TeamServices and the Protocols it needs from outside
     handshakes.py a teammate's side of the shutdown and plan-approval protocols
     subagents.py  the ``subagent`` tool's backend: a fresh agent per call
     autoclaim.py  idle teammates claiming ready work from the task graph
+
+Imports point one way: runtime.py builds the others and passes them what
+they use (``TeamServices`` for teammates, constructor arguments for the
+subagent runner, the store for the autoclaimer); teammate.py, subagents.py
+and autoclaim.py never import runtime.py.
 """

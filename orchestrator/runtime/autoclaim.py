@@ -51,7 +51,7 @@ from ..tasks import graph
 from ..tasks.store import TaskStore
 
 if TYPE_CHECKING:
-    from ..agent.loop import RunResult
+    from ..agent.loop import LoopResult
 
 log = logging.getLogger("orchestrator.teammates")
 
@@ -114,7 +114,7 @@ class AutoClaimer:
             self._recovered_at = now
             return True
 
-    def claim(self, member: str, role: str) -> tuple[Task, Callable[[RunResult], None]] | None:
+    def claim(self, member: str, role: str) -> tuple[Task, Callable[[LoopResult], None]] | None:
         """Claim the next task for ``member``: the task and the callback recording its end."""
         task = self.next_for(member, role)
         if task is None:
@@ -130,7 +130,7 @@ class AutoClaimer:
         if claims:
             self.store.renew_many(claims, self.lease)
 
-    def _finish(self, task: Task, member: str, r: RunResult) -> None:
+    def _finish(self, task: Task, member: str, r: LoopResult) -> None:
         with self._lock:
             self.claims.pop(task.id, None)
         try:

@@ -1,20 +1,36 @@
 """The team runtime: the lead-side owner of every teammate thread (teammate.py).
 
 ``TeamRuntime`` (one per lead) holds the shared services -- roster
-(``team.Team``), bus (``inbox.Bus``), store, job manager, tool registry,
-subagent runner (subagents.py) -- and one ``Teammate`` per name.
+(``team.roster.Team``), bus (``team.inbox.Bus``), task store (its own, or
+the one passed in: ``team run`` shares the scheduler's), job manager, tool
+registry -- and one ``Teammate`` per name. Who depends on whom, one way::
+
+    runtime.py ─┬─► teammate.py ──► handshakes.py   given TeamServices and a ToolContext
+                ├─► subagents.py                    given root, workspace, registry, model_for, context
+                └─► autoclaim.py                    given the store and reclaim_leases
+
+The runtime builds one ``TeamServices`` record (teammate.py: root, roster,
+bus, jobs, store, registry, ``claim``, step budget, idle slice; each
+service a small Protocol) and hands it to every teammate with the
+teammate's own ``ToolContext``; the subagent runner gets its collaborators
+as constructor arguments. None of them imports runtime.py.
+A teammate guards its own work queue; the runtime places, drops and
+interrupts work only through its methods (``enqueue``, ``drop``,
+``interrupt``, ``free``, ``halt``, ``join``), and its own lock guards only
+``mates``.
 
 * Roster (``.team/config.json``): status working/idle/shutdown, current task,
   pid, usage totals (across restarts). A heartbeat thread beats for every
   live teammate every ``heartbeat_every`` seconds, so ``team status`` can tell
   a live idle teammate from a dead one, even during a long model call.
 * Choosing a teammate for a task (``assign``): the task's ``assignee``
-  (spawned if absent), else an idle teammate of the task's role, else a new
+  (spawned if absent), else a free teammate of the task's role, else a new
   one named ``<role>-<n>``. A name reused after a crash resumes its transcript.
 * Autonomous claiming (autoclaim.py, ``autoclaim=True``): an idle teammate
-  with nothing queued claims a ready non-plan task matching its name/role
-  (store CAS) and records its end with ``TaskStore.finish`` and the claim's
-  epoch; the runtime's heartbeat renews those leases.
+  with nothing queued asks ``claim_for`` (its ``TeamServices.claim``) for a
+  ready non-plan task matching its name/role (store CAS) and records its end
+  with ``TaskStore.finish`` and the claim's epoch; the runtime's heartbeat
+  renews those leases.
 * Lease recovery (``reclaim_leases``): a teammate's claim outlives its
   process when the lead is killed (``team chat`` has no scheduler to
   recover it), so at start-up and on the autoclaimer's rescans the runtime
@@ -25,13 +41,13 @@ subagent runner (subagents.py) -- and one ``Teammate`` per name.
   the ``team run`` scheduler's: an owner holding any in-progress plan task
   is left alone (a dead run's plan tasks are recovered by the next
   ``team run`` of that plan, or ``team doctor --fix``).
-* Shutdown handshake (protocols.py, ``request_shutdown``): approved, the
-  runtime waits for the teammate's thread to end. ``close`` stops them all;
-  running attempts end as interrupted, queued ones are handed back.
-* ``team spawn`` reaches a running lead through control.py (``serve_control``).
-
-``Assignment``, ``Teammate`` and ``task_prompt`` (teammate.py) are importable
-from here too.
+* Shutdown handshake (team/protocols.py, ``request_shutdown``): approved,
+  the runtime waits for the teammate's thread to end. ``cancel`` drops a
+  task's queued attempts and interrupts its running one. ``close`` halts
+  every teammate; running attempts end as interrupted, queued ones are
+  handed back (interrupted, unstarted).
+* ``team spawn`` reaches a running lead through team/control.py
+  (``serve_control``).
 """
 
 from __future__ import annotations
@@ -44,15 +60,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..agent.loop import DEFAULT_MAX_STEPS, RunResult
+from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core.errors import UserError
 from ..core.models import Status, Task
-from ..core.paths import team_dir
+from ..core.paths import tasks_dir, team_dir
 from ..jobs.manager import JobManager
 from ..llm.types import ChatModel
 from ..roles.roles import Role, check_tools, get_role
 from ..tasks.store import TaskStore
 from ..team import protocols
+from ..team.control import ControlServer
 from ..team.inbox import Bus
 from ..team.lead import lead_info
 from ..team.roster import LEAD, Team, check_name
@@ -60,7 +77,7 @@ from ..tools import FileTruth, ToolContext
 from ..tools.coordination import agent_registry
 from .autoclaim import AutoClaimer
 from .subagents import SubagentRunner
-from .teammate import Assignment, Done, Teammate
+from .teammate import Assignment, Done, Teammate, TeamServices
 
 log = logging.getLogger("orchestrator.teammates")
 
@@ -71,24 +88,34 @@ class TeamRuntime:
     def __init__(self, root: Path, *, model_for: Callable[[Role], ChatModel], workspace: Path | None = None,
                  team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
-                 autoclaim: bool = False, claim_lease: float = 60.0, claim_rescan: float = 5.0):
+                 store: TaskStore | None = None, autoclaim: bool = False, claim_lease: float = 60.0,
+                 claim_rescan: float = 5.0):
         self.root = Path(root).absolute()
         self.workspace = Path(workspace or root).absolute()
+        if store is not None and store.dir.resolve() != tasks_dir(self.root).resolve():
+            raise ValueError(f"the task store of {store.root} cannot serve a runtime of {self.root}")
         self.model_for, self.team_name = model_for, team_name
         self.max_steps, self.subagent_steps, self.idle_slice = max_steps, subagent_steps, idle_slice
         self.team = Team(self.root)
         self.bus = Bus(self.root, team=self.team, poll_interval=0.01)
-        self.store = TaskStore(self.root)
+        self.store = store if store is not None else TaskStore(self.root)
         self._own_jobs = jobs is None
         self.jobs = jobs or JobManager(self.root)
         self.registry = agent_registry()
-        self.subagents = SubagentRunner(self)
+        self.subagents = SubagentRunner(
+            root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
+            context=lambda name: self.tool_context(name, subagent=True), team_name=team_name,
+            max_steps=subagent_steps)
         self.claimer = AutoClaimer(self.store, lease=claim_lease, rescan_every=claim_rescan,
                                    recover=self.reclaim_leases) if autoclaim else None
+        self._services = TeamServices(
+            root=self.root, team_name=team_name, roster=self.team, bus=self.bus, jobs=self.jobs,
+            store=self.store, registry=self.registry, claim=self.claim_for, max_steps=max_steps,
+            idle_slice=idle_slice)
         self.mates: dict[str, Teammate] = {}
-        self.lock = threading.RLock()
+        self._lock = threading.RLock()  # guards mates (each teammate guards its own queue)
         self._stop = threading.Event()
-        self._control: Any = None
+        self._control: ControlServer | None = None
         if not self.team.config.exists():
             self.team.set_team_name(team_name)
         self.reclaim_leases()
@@ -113,9 +140,9 @@ class TeamRuntime:
         check_name(name)
         if name == LEAD:
             raise UserError("'lead' is the lead's own name; pick another teammate name")
-        with self.lock:
+        with self._lock:
             mate = self.mates.get(name)
-            if mate is not None and mate.thread.is_alive():
+            if mate is not None and mate.alive:
                 if mate.role.name != role:
                     raise UserError(f"{name} is already on the team as a {mate.role.name}; pick another name")
                 if prompt:
@@ -126,10 +153,11 @@ class TeamRuntime:
             plan_mode = plan_mode or r.plan_mode
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode)
-            mate = Teammate(self, name, r, self.model_for(r), prompt, plan_mode)
+            mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name),
+                            services=self._services, plan_mode=plan_mode)
             self.mates[name] = mate
             self.team.heartbeat(name)
-            mate.thread.start()
+            mate.start()
             return mate
 
     def add_teammate(self, name: str, role: str, prompt: str | None) -> str:
@@ -144,16 +172,15 @@ class TeamRuntime:
         try:
             mate = self._choose(task)
         except UserError as e:
-            done(RunResult("failed", "", f"cannot start task #{task.id}: {e}"))
+            done(LoopResult("failed", "", f"cannot start task #{task.id}: {e}"))
             return
-        with self.lock:
-            mate.queue.append(Assignment(task, epoch, done, workspace))
+        mate.enqueue(Assignment(task, epoch, done, workspace))
 
     def _choose(self, task: Task) -> Teammate:
-        with self.lock:
+        with self._lock:
             if task.assignee:
                 mate = self.mates.get(task.assignee)
-                if mate is not None and mate.thread.is_alive():
+                if mate is not None and mate.alive:
                     return mate
                 known = next((m for m in self.team.members() if m.name == task.assignee), None)
                 return self.spawn(task.assignee, task.role or (known.role if known else "coder"))
@@ -165,16 +192,19 @@ class TeamRuntime:
             return self.spawn(f"{role}-{n}", role)
 
     def claim_for(self, mate: Teammate) -> Assignment | None:
-        """Autonomous claiming (autoclaim.py): the next ready task ``mate`` may take, claimed."""
-        if self.claimer is None or mate.stop.is_set():
+        """Autonomous claiming (autoclaim.py; each teammate's ``TeamServices.claim``): the next
+        ready task ``mate`` may take, claimed; None when there is none or ``mate`` is stopping."""
+        if self.claimer is None or mate.stopping:
             return None
         claimed = self.claimer.claim(mate.name, mate.role.name)
         if claimed is None:
             return None
         task, done = claimed
-        with self.lock:
-            mate.busy = True
         return Assignment(task, task.epoch, done)
+
+    def _live(self) -> list[Teammate]:
+        with self._lock:
+            return [m for m in self.mates.values() if m.alive]
 
     def reclaim_leases(self, tasks: list[Task] | None = None) -> list[Task]:
         """Return the expired non-plan tasks of owners that are gone to pending (module docstring)."""
@@ -187,8 +217,7 @@ class TeamRuntime:
         if not expired:
             return []
         keep = {t.owner for t in tasks if t.plan and t.status == Status.in_progress}
-        with self.lock:
-            keep |= {m.name for m in self.mates.values() if m.thread.is_alive()}
+        keep |= {m.name for m in self._live()}
         keep |= {s.name for s in self.team.states() if s.liveness in ("working", "idle")}
         lead = lead_info(self.root)
         if lead is not None and lead.get("pid") != os.getpid():
@@ -208,20 +237,16 @@ class TeamRuntime:
         resp = protocols.request_shutdown(self.bus, name, reason=reason, timeout=timeout)
         mate = self.mates.get(name)
         if resp.approve and mate is not None:
-            mate.thread.join(timeout)
+            mate.join(timeout)
         return resp
 
     def cancel(self, task_id: int) -> None:
-        dropped = []
-        with self.lock:
-            for mate in self.mates.values():
-                for a in [a for a in mate.queue if a.task.id == task_id]:
-                    mate.queue.remove(a)
-                    dropped.append(a)
-                if mate.current is not None and mate.current.task.id == task_id:
-                    mate.agent.cancelled.set()
-        for a in dropped:
-            a.done(RunResult("interrupted", "", "cancelled before it started"))
+        """Stop every attempt of ``task_id``: queued ones end unstarted, a running one as interrupted."""
+        with self._lock:
+            mates = list(self.mates.values())
+        for mate in mates:
+            mate.drop("cancelled before it started", task_id)
+            mate.interrupt(task_id)
 
     def describe(self) -> str:
         states = self.team.states()
@@ -232,9 +257,7 @@ class TeamRuntime:
 
     # -- control, heartbeats, shutdown ---------------------------------------------
     def serve_control(self) -> None:
-        """Take ``team spawn`` requests from other processes (control.py)."""
-        from ..team.control import ControlServer
-
+        """Take ``team spawn`` requests from other processes (team/control.py)."""
         def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
             if op != "spawn":
                 raise UserError(f"unknown control request {op!r}")
@@ -246,10 +269,8 @@ class TeamRuntime:
 
     def _heartbeats(self, every: float) -> None:
         while not self._stop.wait(every):
-            with self.lock:
-                live = [m.name for m in self.mates.values() if m.thread.is_alive()]
-            for name in live:
-                self.team.heartbeat(name)
+            for mate in self._live():
+                self.team.heartbeat(mate.name)
             if self.claimer is not None:
                 self.claimer.renew()
 
@@ -258,17 +279,13 @@ class TeamRuntime:
         self._stop.set()
         if self._control is not None:
             self._control.close()
-        with self.lock:
+        with self._lock:
             mates = list(self.mates.values())
-            for m in mates:
-                m.stop.set()
-                m.agent.cancelled.set()
         for m in mates:
-            m.thread.join(timeout)
+            m.halt()
         for m in mates:
-            queued = list(m.queue)
-            m.queue.clear()
-            for a in queued:
-                a.done(RunResult("interrupted", "", "the run is shutting down"))
+            m.join(timeout)
+        for m in mates:
+            m.drop("the run is shutting down")
         if self._own_jobs:
             self.jobs.shutdown()

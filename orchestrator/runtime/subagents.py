@@ -1,45 +1,52 @@
-"""Subagents: the ``subagent`` tool's backend, a fresh agent per call.
+"""The ``subagent`` tool's backend, a fresh agent per call.
 
 A subagent has an empty conversation, its own transcript (``sub<n>-<parent>``,
 a name never used before in this state root), the tools of the role asked
 for minus everything that reaches other agents: no inbox, no background
 jobs, no teammates and no ``subagent`` tool (no nesting). It runs to its
-final answer, which becomes the tool result; its tools share the runtime's
-workspace and store.
+final answer, which becomes the tool result.
+
+``SubagentRunner`` is built with what it uses, nothing more: the state root,
+the workspace (where roles are looked up), the tool registry, the model for
+a role, and ``context``, which makes a subagent's ``ToolContext`` (the
+runtime's: the same workspace and store, no bus, jobs, spawner or
+subagents).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
 
-from ..agent.loop import Agent, RunResult
+from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
-from ..roles.roles import get_role
-
-if TYPE_CHECKING:
-    from .runtime import TeamRuntime
+from ..llm.types import ChatModel
+from ..roles.roles import Role, get_role
+from ..tools import ToolContext, ToolRegistry
 
 NO_SUBAGENT_TOOLS = frozenset({"subagent", "spawn_teammate", "list_teammates", "idle", "send_message",
                                "broadcast", "read_inbox", "background_run", "check_background"})
 
 
 class SubagentRunner:
-    """``subagent`` tool backend: a fresh, non-nesting agent per call."""
+    """``subagent`` tool backend (``tools.services.Subagents``): a fresh, non-nesting agent per call."""
 
-    def __init__(self, rt: TeamRuntime):
-        self.rt = rt
+    def __init__(self, *, root: Path, workspace: Path, registry: ToolRegistry,
+                 model_for: Callable[[Role], ChatModel], context: Callable[[str], ToolContext],
+                 team_name: str = "team", max_steps: int = 20):
+        self.root, self.workspace, self.registry = root, workspace, registry
+        self.model_for, self.context, self.team_name, self.max_steps = model_for, context, team_name, max_steps
         self._n = itertools.count(1)
 
-    def run(self, prompt: str, role: str, *, parent: str) -> RunResult:
-        r = get_role(role, self.rt.workspace)
+    def run(self, prompt: str, role: str, *, parent: str) -> LoopResult:
+        r = get_role(role, self.workspace)
         while True:
             name = f"sub{next(self._n)}-{parent}"
-            if not transcript_path(self.rt.root, name).exists():
+            if not transcript_path(self.root, name).exists():
                 break
-        ctx = self.rt.tool_context(name, subagent=True)
-        tools = self.rt.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
-        agent = Agent(name=name, role=r, model=self.rt.model_for(r), tools=tools, ctx=ctx,
-                      transcript=Transcript(transcript_path(self.rt.root, name)), team_name=self.rt.team_name,
-                      max_steps=self.rt.subagent_steps)
+        tools = self.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
+        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=self.context(name),
+                      transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
+                      max_steps=self.max_steps)
         return agent.run(prompt)

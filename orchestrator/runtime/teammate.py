@@ -1,24 +1,38 @@
-"""One teammate: a named agent thread inside the lead process (owned by teammates.TeamRuntime).
+"""One teammate: a named agent thread inside the lead process, and its work queue.
 
-Each teammate is a thread running a full agent loop (agent.py) over its own
-conversation and transcript::
+Each teammate is a thread running a full agent loop (agent/loop.py) over its
+own conversation and transcript::
 
-    spawn ─► idle ──(assignment | inbox message | job notification)──► working
-               ▲                                                        │
-               └──────────── run ends (answer / task done / idle) ◄─────┘
-    shutdown (runtime closing, or a shutdown request approved): the roster says so; the thread exits
+    spawn ─► idle ──(assignment | claim | inbox message | job notification)──► working
+               ▲                                                               │
+               └────────────── run ends (answer / task done / idle) ◄──────────┘
+    shutdown (halted, or a shutdown request approved): the roster says so; the thread exits
 
-* Work arrives three ways: a task assignment from the agent executor (its
-  queue), a message in its inbox (``team send``, a teammate, the lead), or a
-  notification of a background job it started. An idle teammate blocks in
-  ``Bus.wait_unread`` -- woken at once by a send from this process, by a
-  cheap stat poll for senders in other processes -- in ``idle_slice``
-  pieces between which it checks its queue, an autonomous claim
-  (``TeamRuntime.claim_for``), its job notifications and the stop flag. A
-  woken turn whose messages were all seen before (a resume) makes no model call.
+* What a teammate uses from outside is named here: ``TeamServices``, built
+  once by the owner of the teammates (runtime.py) and handed to each, holds
+  the state root, the roster (``Roster``), the bus (``TeammateBus``), job
+  notifications (``JobNotes``), the store's ``hand_over`` (``HandOver``),
+  the tool registry, the step budget, the idle slice and ``claim`` (an
+  autonomous claim for an idle teammate). Its ``ToolContext`` comes with it.
+* Work arrives four ways: a task assignment (``enqueue``, from the agent
+  executor through the runtime), an autonomous claim
+  (``TeamServices.claim``), a message in its inbox (``team send``, a
+  teammate, the lead), or a notification of a background job it started.
+  An idle teammate blocks in ``Bus.wait_unread`` -- woken at once by a send
+  from this process, by a cheap stat poll for senders in other processes --
+  in ``idle_slice`` pieces between which it checks its queue, a claim, its
+  job notifications and the stop flag. A woken turn whose messages were
+  all seen before (a resume) makes no model call.
+* The work queue, from any thread: ``enqueue`` an attempt, ``drop`` queued
+  attempts (of one task, or all: each ends as interrupted without
+  starting), ``interrupt`` the running attempt of a task, ``free`` (idle,
+  nothing queued, running), ``halt`` and ``join`` the thread. The queue,
+  the busy flag and the current attempt are guarded by the teammate's own
+  lock; everything else changes only on its own thread (the stop and
+  cancel flags are events, set from anywhere).
 * A task attempt: the teammate records ``task`` in its transcript, sets
   ``ctx.task_id`` (so ``task_update`` on it ends the attempt), runs the loop
-  with the task prompt, and hands the ``RunResult`` to the assignment's
+  with the task prompt, and hands the ``LoopResult`` to the assignment's
   ``done``. The idle tool inside a task means "wait for messages": the
   teammate waits, then continues the same attempt within the same step budget.
 * Worktree isolation: an ``Assignment`` may carry a ``workspace`` (the task's
@@ -30,8 +44,7 @@ conversation and transcript::
   the pending plan switches a plan-mode teammate (``ctx.mode == "plan"``:
   write/execute tools refused) to normal.
 * Roster (``.team/config.json``): status working/idle/shutdown, current
-  task, usage totals (carried across restarts). Its state changes only on
-  its own thread, except the queue and ``busy`` (under the runtime's lock).
+  task, usage totals (carried across restarts).
 """
 
 from __future__ import annotations
@@ -39,35 +52,40 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..agent.loop import Agent, RunResult
+from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..core.errors import ConflictError
-from ..core.models import Task
+from ..core.models import Member, Message, Task
+from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
+from ..team.inbox import Batch
+from ..team.protocols import Mailbox
+from ..tools import ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
 from .handshakes import TeammateHandshakes
 
-if TYPE_CHECKING:
-    from .runtime import TeamRuntime
-
 log = logging.getLogger("orchestrator.teammates")
 
-Done = Callable[[RunResult], None]
+Done = Callable[[LoopResult], None]
+"""Hears how an attempt ended, exactly once."""
 
 
 @dataclass
 class Assignment:
+    """One task attempt placed on a teammate."""
+
     task: Task
     epoch: int
     done: Done
-    workspace: Path | None = None  # where the attempt works (its worktree), else the runtime's
+    workspace: Path | None = None
+    """Where the attempt works (its worktree), else the teammate's workspace."""
 
 
 def task_prompt(task: Task, resumed: bool) -> str:
@@ -83,48 +101,155 @@ def task_prompt(task: Task, resumed: bool) -> str:
     return "\n".join(lines)
 
 
-class Teammate:
-    """One named agent thread. Its state changes only on its own thread, except the queue (locked)."""
+# -- what a teammate needs from outside ------------------------------------------------
+class Roster(Protocol):
+    """The team's roster, as a teammate keeps its own entry (``team.roster.Team``)."""
 
-    def __init__(self, rt: TeamRuntime, name: str, role: Role, model: ChatModel, prompt: str | None,
-                 plan_mode: bool = False):
-        self.rt, self.name, self.role, self.first_prompt = rt, name, role, prompt
-        self.queue: deque[Assignment] = deque()
-        self.current: Assignment | None = None
-        self.busy = prompt is not None
-        self.stop = threading.Event()
-        member = next((m for m in rt.team.members() if m.name == name), None)
+    def members(self) -> list[Member]: ...
+
+    def update(self, name: str, **fields: Any) -> Member: ...
+
+
+class TeammateBus(Mailbox, Protocol):
+    """The message bus, as a teammate reads its inbox and answers protocols (``team.inbox.Bus``)."""
+
+    def fetch(self, name: str, *, seen: Container[str] = (), limit: int | None = None) -> Batch: ...
+
+    def wait_unread(self, name: str, timeout: float | None = None) -> bool: ...
+
+
+class JobNotes(Protocol):
+    """Background jobs, as a teammate hears that its own ended (``jobs.manager.JobManager``)."""
+
+    def drain(self, owner: str) -> list[Notification]: ...
+
+
+class HandOver(Protocol):
+    """The task store, as a teammate takes over an attempt the lead claimed (``tasks.store.TaskStore``)."""
+
+    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task: ...
+
+
+@dataclass(frozen=True)
+class TeamServices:
+    """What the teammates of one runtime share: built once by their owner, handed to each."""
+
+    root: Path
+    """The state root: transcripts live under it; an attempt's log is relative to it."""
+    team_name: str
+    roster: Roster
+    bus: TeammateBus
+    jobs: JobNotes
+    store: HandOver
+    registry: ToolRegistry
+    """Every tool; a teammate gets its role's, plus the harness tools."""
+    claim: Callable[[Teammate], Assignment | None]
+    """An autonomous claim for an idle teammate with nothing queued; None: nothing to claim."""
+    max_steps: int
+    """Model calls per task attempt."""
+    idle_slice: float
+    """Seconds an idle teammate waits on its inbox between looks at its queue and claims."""
+
+
+class Teammate:
+    """One named agent thread (see the module docstring); its work queue is safe from any thread."""
+
+    def __init__(self, name: str, role: Role, model: ChatModel, prompt: str | None, *, ctx: ToolContext,
+                 services: TeamServices, plan_mode: bool = False):
+        self.name, self.role, self.ctx, self.services, self.first_prompt = name, role, ctx, services, prompt
+        self._lock = threading.Lock()  # guards _queue, _busy, _current
+        self._queue: deque[Assignment] = deque()
+        self._current: Assignment | None = None
+        self._busy = prompt is not None
+        self._stop = threading.Event()
+        member = next((m for m in services.roster.members() if m.name == name), None)
         self.base_usage = Usage(**member.usage) if member is not None and member.usage else Usage()
-        self.ctx = rt.tool_context(name)
-        self.ctx.mode = "plan" if plan_mode else "normal"
+        ctx.mode = "plan" if plan_mode else "normal"
         tools = list(dict.fromkeys([*role.tools, *HARNESS_TOOLS, *(["submit_plan"] if plan_mode else [])]))
         self.agent = Agent(
-            name=name, role=role, model=model, tools=rt.registry.only(tools), ctx=self.ctx,
-            transcript=Transcript(transcript_path(rt.root, name)), team_name=rt.team_name,
-            inbox=self._fetch, jobs=rt.jobs, roster=rt.team.members, max_steps=rt.max_steps,
+            name=name, role=role, model=model, tools=services.registry.only(tools), ctx=ctx,
+            transcript=Transcript(transcript_path(services.root, name)), team_name=services.team_name,
+            inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
             on_usage=self._usage)
-        self.handshakes = TeammateHandshakes(
-            rt.bus, name, self.ctx, idle=lambda: self.current is None and not self.queue, stop=self.stop,
-            cancelled=self.agent.cancelled)
-        self.ctx.handshakes = self.handshakes
+        self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
+                                             cancelled=self.agent.cancelled)
+        ctx.handshakes = self.handshakes
         self.thread = threading.Thread(target=self._main, name=f"teammate-{name}", daemon=True)
 
+    # -- the work queue and the thread, from any thread ------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        """Halted, or a shutdown request was approved: it takes no more work."""
+        return self._stop.is_set()
+
+    @property
+    def free(self) -> bool:
+        """Idle with nothing queued, and running: an attempt queued now starts at once."""
+        with self._lock:
+            idle = not self._busy and not self._queue
+        return idle and self.alive and not self.stopping
+
+    def enqueue(self, a: Assignment) -> None:
+        """Queue a task attempt; it runs when the teammate is next idle."""
+        with self._lock:
+            self._queue.append(a)
+
+    def drop(self, reason: str, task_id: int | None = None) -> None:
+        """End the queued attempts of ``task_id`` (None: all), unstarted, as interrupted with ``reason``."""
+        with self._lock:
+            dropped = [a for a in self._queue if task_id is None or a.task.id == task_id]
+            self._queue = deque(a for a in self._queue if not (task_id is None or a.task.id == task_id))
+        for a in dropped:
+            a.done(LoopResult("interrupted", "", reason))
+
+    def interrupt(self, task_id: int) -> None:
+        """End the running attempt as interrupted, if it is one of ``task_id``."""
+        with self._lock:
+            if self._current is not None and self._current.task.id == task_id:
+                self.agent.cancelled.set()
+
+    def halt(self) -> None:
+        """Stop the thread soon: a running attempt ends as interrupted; queued ones stay (``drop``)."""
+        self._stop.set()
+        self.agent.cancelled.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
     # -- plumbing -------------------------------------------------------------
-    def _fetch(self, seen: set[str]) -> tuple[list[Any], Callable[[], None]]:
-        batch = self.rt.bus.fetch(self.name, seen=seen)
+    def _fetch(self, seen: set[str]) -> tuple[list[Message], Callable[[], None]]:
+        batch = self.services.bus.fetch(self.name, seen=seen)
         for m in batch.messages:
             self.handshakes.see(m)
         return batch.messages, batch.ack
 
     def _usage(self, total: Usage) -> None:
-        self.rt.team.update(self.name, usage=(self.base_usage + total).model_dump())
+        self._set(usage=(self.base_usage + total).model_dump())
 
     def _set(self, **fields: Any) -> None:
-        self.rt.team.update(self.name, **fields)
+        self.services.roster.update(self.name, **fields)
 
-    @property
-    def free(self) -> bool:
-        return not self.busy and not self.queue and self.thread.is_alive() and not self.stop.is_set()
+    def _idle(self) -> bool:
+        with self._lock:
+            return self._current is None and not self._queue
+
+    def _mark_busy(self, busy: bool) -> None:
+        with self._lock:
+            self._busy = busy
+
+    def _take(self) -> Assignment | None:
+        with self._lock:
+            if not self._queue:
+                return None
+            self._busy = True
+            return self._queue.popleft()
 
     # -- the thread -------------------------------------------------------------
     def _main(self) -> None:
@@ -133,7 +258,7 @@ class Teammate:
                 self._set(status="working")
                 self._turn(self.agent.run(self.first_prompt))
             while True:
-                work = self._wait(take_tasks=True)
+                work = self._next_work()
                 if work is None:
                     break
                 if isinstance(work, Assignment):
@@ -141,88 +266,108 @@ class Teammate:
                 else:
                     self._set(status="working")
                     if work or self.agent.drain():
-                        if self.stop.is_set():  # a shutdown request approved by the harness
+                        if self.stopping:  # a shutdown request approved by the harness
                             break
                         self._turn(self.agent.run(notes=work))
         except Exception as e:  # a bug in our code: log it, fail the work, never hang the scheduler
             log.exception("teammate %s crashed", self.name)
             self._fail_all(f"teammate {self.name} crashed: {type(e).__name__}: {e}")
         finally:
-            self.rt.team.update(self.name, status="shutdown", task=None)
+            self._set(status="shutdown", task=None)
 
-    def _wait(self, *, take_tasks: bool) -> Assignment | list[Any] | None:
-        """Block until work arrives: an assignment, job notes, or unread messages ([])."""
-        if take_tasks:
-            with self.rt.lock:
-                self.busy = False
-            self._set(status="idle", task=None)
-        else:
-            self._set(status="idle")
-        while not self.stop.is_set() and (take_tasks or not self.agent.cancelled.is_set()):
-            if take_tasks:
-                with self.rt.lock:
-                    if self.queue:
-                        self.busy = True
-                        return self.queue.popleft()
-                claimed = self.rt.claim_for(self)
-                if claimed is not None:
-                    return claimed
-            notes = self.rt.jobs.drain(self.name)
-            if notes or self.rt.bus.wait_unread(self.name, timeout=self.rt.idle_slice):
-                with self.rt.lock:
-                    self.busy = True
+    def _next_work(self) -> Assignment | list[Notification] | None:
+        """Idle between runs: block until an attempt (queued or claimed), job notes, or unread
+        messages (``[]``); None once stopped."""
+        self._mark_busy(False)
+        self._set(status="idle", task=None)
+        while not self.stopping:
+            queued = self._take()
+            if queued is not None:
+                return queued
+            claimed = self.services.claim(self)
+            if claimed is not None:
+                self._mark_busy(True)
+                return claimed
+            notes = self._poll()
+            if notes is not None:
                 return notes
         return None
 
-    def _turn(self, result: RunResult) -> None:
+    def _wait_for_messages(self) -> list[Notification] | None:
+        """Idle inside a task: block until job notes or unread messages (``[]``); None once
+        stopped or the attempt is cancelled."""
+        self._set(status="idle")
+        while not self.stopping and not self.agent.cancelled.is_set():
+            notes = self._poll()
+            if notes is not None:
+                return notes
+        return None
+
+    def _poll(self) -> list[Notification] | None:
+        """One idle slice: job notes, or ``[]`` when unread messages arrived (the teammate is busy
+        from then on); None when nothing came."""
+        notes = self.services.jobs.drain(self.name)
+        if notes or self.services.bus.wait_unread(self.name, timeout=self.services.idle_slice):
+            self._mark_busy(True)
+            return notes
+        return None
+
+    def _turn(self, result: LoopResult) -> None:
         if result.status == "failed":
             log.warning("teammate %s: turn failed: %s", self.name, result.error)
             self._set(last_error=result.error)
 
     def _task(self, a: Assignment) -> None:
         task, agent = a.task, self.agent
-        self.current, self.ctx.task_id = a, task.id
+        with self._lock:
+            self._current = a
+        self.ctx.task_id = task.id
         home = self.ctx.workspace
         if a.workspace is not None:
             self.ctx.workspace = Path(a.workspace).resolve()
         self._set(status="working", task=task.id)
         if task.owner != self.name:
             try:  # the store says who runs it (`team task list`, `task blocked`)
-                self.rt.store.hand_over(task.id, a.epoch, self.name)
+                self.services.store.hand_over(task.id, a.epoch, self.name)
                 task.owner = self.name
             except ConflictError as e:  # reclaimed meanwhile: the attempt's end will be refused too
                 log.warning("teammate %s: task #%s was not handed over: %s", self.name, task.id, e)
         resumed = bool(agent.last_task and agent.last_task.get("task") == task.id and agent.resumed)
         agent.transcript.add_task(task.id, a.epoch)
         label = f"#{task.id}" + (f" {task.name}" if task.name else "") + f": {task.subject}"
-        prompt: str | None = task_prompt(task, resumed)
+        first = task_prompt(task, resumed)
         if a.workspace is not None:
-            prompt += (f"\n\nYour workspace for this task is {self.ctx.workspace}"
-                       + (f", a git worktree on branch {task.branch}" if task.branch else "")
-                       + ": your changes are merged back when the task completes.")
-        total, steps, notes = Usage(), 0, []
+            first += (f"\n\nYour workspace for this task is {self.ctx.workspace}"
+                      + (f", a git worktree on branch {task.branch}" if task.branch else "")
+                      + ": your changes are merged back when the task completes.")
+        prompt: str | None = first
+        notes: list[Notification] = []
+        total, steps = Usage(), 0
         while True:
-            result = agent.run(prompt, task_label=label, notes=notes, max_steps=max(self.rt.max_steps - steps, 0))
+            result = agent.run(prompt, task_label=label, notes=notes,
+                               max_steps=max(self.services.max_steps - steps, 0))
             total, steps, prompt = total + result.usage, steps + result.steps, None
             if result.status != "idle":
                 break
-            waited = self._wait(take_tasks=False)  # idle inside a task: wait for messages, then go on
+            waited = self._wait_for_messages()  # idle inside a task: wait for messages, then go on
             if waited is None:
-                result = RunResult("interrupted", "", "stopped while waiting for messages")
+                result = LoopResult("interrupted", "", "stopped while waiting for messages")
                 break
             self._set(status="working")
             notes = waited
         result.usage, result.steps = total, steps
-        result.log = str(agent.transcript.path.relative_to(self.rt.root))
-        self.current, self.ctx.task_id, self.ctx.workspace = None, None, home
+        result.log = str(agent.transcript.path.relative_to(self.services.root))
+        with self._lock:
+            self._current = None
+        self.ctx.task_id, self.ctx.workspace = None, home
         agent.cancelled.clear()
         agent.last_task = {"task": task.id, "epoch": a.epoch}
         a.done(result)
 
     def _fail_all(self, error: str) -> None:
-        with self.rt.lock:
-            pending = ([self.current] if self.current else []) + list(self.queue)
-            self.queue.clear()
-            self.current = None
+        with self._lock:
+            pending = ([self._current] if self._current else []) + list(self._queue)
+            self._queue.clear()
+            self._current = None
         for a in pending:
-            a.done(RunResult("failed", "", error))
+            a.done(LoopResult("failed", "", error))

@@ -59,7 +59,7 @@ class Spawner(Protocol):
 
 
 class AgentAnswer(Protocol):
-    """How a subagent's run ended."""
+    """How a subagent's run ended (the shape of ``agent.loop.LoopResult``)."""
 
     @property
     def status(self) -> str: ...
