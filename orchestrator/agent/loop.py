@@ -41,7 +41,7 @@ and the next ack passes over them). Both ways in follow this order:
 * the ``read_inbox`` tool: the handler only fetches (``drain_inbox_text``
   parks the ids and the ack in ``_inbox_pending``); the loop writes the tool
   message carrying the text with the ids, then acks. A tool error drops
-  the batch unacked (``Batch`` releases its lock when dropped), so the
+  the batch unacked (``InboxBatch`` releases its lock when dropped), so the
   messages come again with the next drain.
 
 A restarted agent resumes with the conversation it had.

@@ -173,9 +173,10 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
         ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model,
-                                workspace=(lp.base / cwd).resolve() if cwd else lp.base,
-                                team=[(m.name, m.role) for m in lp.plan.team],
-                                plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note)
+                              workspace=(lp.base / cwd).resolve() if cwd else lp.base,
+                              team=[(m.name, m.role) for m in lp.plan.team],
+                              plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
+                              store=store)  # one store object: the scheduler's pipeline serves the teammates too
         iso = _isolation(lp, root, fresh)
         execs = build_executors(set(kinds), ctx)
         if iso is not None:

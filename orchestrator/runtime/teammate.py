@@ -65,7 +65,7 @@ from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
-from ..team.inbox import Batch
+from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
 from ..tools import ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
@@ -113,7 +113,7 @@ class Roster(Protocol):
 class TeammateBus(Mailbox, Protocol):
     """The message bus, as a teammate reads its inbox and answers protocols (``team.inbox.Bus``)."""
 
-    def fetch(self, name: str, *, seen: Container[str] = (), limit: int | None = None) -> Batch: ...
+    def fetch(self, name: str, *, seen: Container[str] = (), limit: int | None = None) -> InboxBatch: ...
 
     def wait_unread(self, name: str, timeout: float | None = None) -> bool: ...
 
