@@ -34,7 +34,8 @@ test-live: install
 	$(BIN)/python -m pytest -q -m live
 
 lint: install
-	$(BIN)/ruff check orchestrator tests bench
+	$(BIN)/ruff check orchestrator tests bench scripts
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache

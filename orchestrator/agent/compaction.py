@@ -54,9 +54,9 @@ READ_TOOLS = frozenset({"read_file"})
 Summarizer = Callable[[list[dict]], str]
 
 
-def turns(body: Sequence[Mapping]) -> list[list[dict]]:
+def turns(body: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Split a (repaired) body into turns: a message plus the tool results answering it."""
-    units: list[list[dict]] = []
+    units: list[list[dict[str, Any]]] = []
     for m in body:
         if m.get("role") == "tool" and units:
             units[-1].append(m)
@@ -148,7 +148,8 @@ def summary_request(span: Sequence[Mapping[str, Any]], limit: int = 24_000) -> l
             calls = "".join(f"\nCALL {describe_call(index, c)}" for c in call_ids(m))
             text = f"{role.upper()}: {preview(text, 3000, 'omitted')}{calls}"
         blocks.append(text)
-    kept, size = [], 0
+    kept: list[str] = []
+    size = 0
     for block in reversed(blocks):
         if size + len(block) > limit and kept:
             kept.append(f"[{len(blocks) - len(kept)} earlier messages omitted]")
@@ -182,7 +183,7 @@ class Compaction:
 
 
 def compact(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[dict[str, Any]],
     *,
     state: AgentState,
     summarize: Summarizer | None,
@@ -251,17 +252,21 @@ class ContextWindow:
         self.budget, self.threshold = budget, threshold
         self.transcripts_dir, self.summarize = Path(transcripts_dir), summarize
         self.keep_units, self.display_root = keep_units, display_root
-        self.project_kw = {"keep_recent": keep_recent, "elide_batch": elide_batch, "preview_chars": preview_chars,
-                           "transcript_ref": transcript_ref}
+        self.keep_recent, self.elide_batch, self.preview_chars = keep_recent, elide_batch, preview_chars
+        self.transcript_ref = transcript_ref
 
-    def project(self, messages: Sequence[Mapping], state: AgentState | None, tools: Sequence[Mapping] = ()) -> list[dict]:
-        return project(messages, budget=self.budget, state=state, tools=tools, **self.project_kw)
+    def project(self, messages: Sequence[Mapping[str, Any]], state: AgentState | None,
+                tools: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+        return project(messages, budget=self.budget, state=state, tools=tools, keep_recent=self.keep_recent,
+                       elide_batch=self.elide_batch, preview_chars=self.preview_chars,
+                       transcript_ref=self.transcript_ref)
 
-    def compact(self, messages: Sequence[Mapping], state: AgentState, reason: str = "requested") -> Compaction:
+    def compact(self, messages: Sequence[dict[str, Any]], state: AgentState, reason: str = "requested") -> Compaction:
         return compact(messages, state=state, summarize=self.summarize, transcripts_dir=self.transcripts_dir,
                        keep_units=self.keep_units, reason=reason, display_root=self.display_root)
 
-    def prepare(self, messages: Sequence[Mapping], state: AgentState, tools: Sequence[Mapping] = ()) -> PreparedRequest:
+    def prepare(self, messages: Sequence[dict[str, Any]], state: AgentState,
+                tools: Sequence[Mapping[str, Any]] = ()) -> PreparedRequest:
         request = self.project(messages, state, tools)
         tokens = estimate_tokens(request, tools)
         if tokens <= self.threshold * self.budget:

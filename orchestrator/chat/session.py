@@ -175,8 +175,9 @@ class ChatSession:
                 self._archive(tpath)
                 saved = _Saved(usage=saved.usage)
             g = saved.goal or {}
-            self.goal = Goal(str(g["text"]), g.get("status") if g.get("status") in GOAL_STATUSES else "active") \
-                if g.get("text") else Goal()
+            status = g.get("status")
+            self.goal = Goal(str(g["text"]), status if isinstance(status, str) and status in GOAL_STATUSES
+                             else "active") if g.get("text") else Goal()
             self._teammates = list(saved.teammates)
             self.base_usage = usage.as_usage(saved.usage) or Usage()
             team = Team(self.root)
@@ -259,6 +260,11 @@ class ChatSession:
                 "the lead reads them with your next message")
 
     # -- input ---------------------------------------------------------------------
+    def _lead(self) -> LeadAgent:
+        if self.agent is None:
+            raise UserError("the chat session is not open yet (ChatSession.open)")
+        return self.agent
+
     def handle(self, line: str) -> Response:
         """Route one input line: a command answered here, or a turn of the lead."""
         inp = route(line)
@@ -266,7 +272,7 @@ class ChatSession:
             return Response()
         if inp.kind == "prompt":
             before = self.model_calls
-            result = self.agent.run(inp.text)
+            result = self._lead().run(inp.text)
             self._save()
             return Response(result=result, model_calls=self.model_calls - before)
         handler = getattr(self, f"_cmd_{inp.name}", None) if inp.name in COMMANDS else None
@@ -307,10 +313,11 @@ class ChatSession:
         return Response("\n".join(lines) if lines else "no model calls yet")
 
     def _cmd_compact(self, arg: str) -> Response:
-        window = self.agent.window
+        lead = self._lead()
+        window = lead.window
         summarize, window.summarize = window.summarize, None  # a slash command never calls the model
         try:
-            return Response(self.agent.compact("requested with /compact").replace(f"{self.root}/", ""))
+            return Response(lead.compact("requested with /compact").replace(f"{self.root}/", ""))
         finally:
             window.summarize = summarize
 

@@ -44,6 +44,7 @@ def run_cmd(
         return
     from ..run.runner import run_plan
 
+    sink: progress.JsonProgress | progress.LiveProgress | progress.PlainProgress
     if json_out:
         sink = progress.JsonProgress(sys.stdout)
     elif sys.stdout.isatty():

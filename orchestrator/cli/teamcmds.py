@@ -43,7 +43,7 @@ def broadcast_cmd(
 ) -> None:
     """Send TEXT to every team member except the sender."""
     sent = Bus(root_of(root, ctx)).broadcast(text, sender=sender)
-    out(f"broadcast to {', '.join(m.to for m in sent)}" if sent else "no other members to broadcast to")
+    out(f"broadcast to {', '.join(m.to or '?' for m in sent)}" if sent else "no other members to broadcast to")
 
 
 def inbox_cmd(

@@ -56,7 +56,7 @@ class StateError(TeamError):
 class CorruptFile(StateError):
     """A state file that does not parse."""
 
-    def __init__(self, path, detail: str):
+    def __init__(self, path: object, detail: str):
         super().__init__(f"{path}: {detail} (run `team doctor` to see what is wrong; fix or remove the file by hand)")
         self.path = path
 

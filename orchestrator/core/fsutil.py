@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .jsonutil import dumps
 
@@ -100,7 +101,7 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
         fsync_dir(path.parent)
 
 
-def append_line(path: Path, record: dict | str, *, durable: bool = True) -> int:
+def append_line(path: Path, record: dict[str, Any] | str, *, durable: bool = True) -> int:
     """Append one line to ``path``; the caller holds the file's lock.
 
     A write cut short by a SIGKILL (the kernel may stop a write at a page
@@ -135,7 +136,7 @@ def _last_line_end(fd: int, size: int, chunk: int = 65536) -> int:
     return 0
 
 
-def parse_jsonl(data: bytes) -> Iterator[dict]:
+def parse_jsonl(data: bytes) -> Iterator[dict[str, Any]]:
     """Yield each parsable JSON object line; torn or corrupt lines are skipped."""
     for raw in data.split(b"\n"):
         if not raw.strip():
@@ -148,7 +149,7 @@ def parse_jsonl(data: bytes) -> Iterator[dict]:
             yield obj
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 
-def resolve_root(root: str | os.PathLike | None = None) -> Path:
+def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
     if root is not None:
         return Path(root).absolute()
     env = os.environ.get("TEAM_ROOT")

@@ -174,7 +174,7 @@ class Worktrees:
             self._finish_removal(task, fd)
             tip = self.git.rev(self.integration)
             if self.git.rev(branch) is not None:
-                stale = self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
+                stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
                 if fresh or (stale and not self.git.dirty(path)):
                     self.remove_task(task, fd)
             self._ensure_checkout(path, branch, tip, fd)
@@ -312,8 +312,11 @@ class Worktrees:
         return self._recover_integration(fd)
 
     def _recover_integration(self, fd: int) -> list[str]:
-        notes, wt = [], self.integration_dir
+        notes: list[str] = []
+        wt = self.integration_dir
         gitdir = self.git.gitdir(wt)
+        if gitdir is None:
+            raise WorkFailed(f"{wt} is not a git worktree any more; run `team doctor --fix` to repair it")
         ref_lock = self.common_dir / "refs" / "heads" / f"{self.integration}.lock"
         for lock in [*sorted(gitdir.glob("*.lock")), ref_lock]:
             if lock.exists():  # every git writing here holds our flock: its holder is dead
@@ -336,7 +339,7 @@ class Worktrees:
             return
         self._drop_worktree(path, fd)
         if self.git.rev(branch) is None:
-            self.git("branch", branch, base, fd=fd)
+            self.git("branch", branch, *([base] if base else []), fd=fd)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.git("worktree", "add", "-q", str(path), branch, fd=fd)
 

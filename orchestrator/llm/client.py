@@ -168,9 +168,10 @@ class LLMClient:
                     continue
                 failure = _Failure("stream ended before the response was complete", None, True, detail=str(exc))
             except Exception as exc:
-                failure = self._classify(exc)
-                if failure is None:
+                classified = self._classify(exc)
+                if classified is None:
                     raise  # not a model-service failure: our own bug, crash loudly
+                failure = classified
             if stream and include_usage and failure.status in (400, 422) and "stream_options" in failure.detail:
                 include_usage = False  # a server without usage-in-stream support: ask again without
                 attempt -= 1

@@ -127,7 +127,7 @@ def stream_chunks(reply: Reply, body: dict, ids: list[str]) -> list[dict]:
     else:
         deltas += [{"tool_calls": [d]} for q in per_call for d in q]
     finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-    out = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    out: list[dict[str, Any]] = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
     if reply.finish_reason != "":
         out.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -160,7 +160,7 @@ class ScriptedServer:
         agent = self._route(body, headers)
         with self._lock:
             script = self.scripts.get(agent) if agent is not None else None
-            if script is None:
+            if agent is None or script is None:
                 error = f"no script for this request (agent {agent!r}; scripts: {sorted(self.scripts)})"
             elif self.consumed[agent] >= len(script):
                 error = f"script {agent!r} exhausted after {len(script)} steps: {_last_user(body)!r}"
@@ -168,9 +168,9 @@ class ScriptedServer:
                 step = script[self.consumed[agent]]
                 self.consumed[agent] += 1
                 error = None
-            if error is not None:
-                self.errors.append(error)
-                return agent, error
+            if error is not None or agent is None:
+                self.errors.append(error or "no agent")
+                return agent, error or "no agent"
         if not callable(step):
             return agent, step_from_dict(step)
         try:
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(args.script, encoding="utf-8") as fh:
             data = json.load(fh)
-        script = [step_from_dict(s) for s in data] if isinstance(data, list) else {
+        script: list[Step] | dict[str, list[Step]] = [step_from_dict(s) for s in data] if isinstance(data, list) else {
             k: [step_from_dict(s) for s in v] for k, v in data.items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         print(f"{args.script}: not a usable script: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -71,14 +71,15 @@ def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
                 if not isinstance(key, (str, int, float, bool)) or key is None:
                     errors.append(f"{where}:{knode.start_mark.line + 1}: {_field(loc)}: keys must be plain strings")
                     continue
+                here = (*loc, key)
                 if key in out:
                     errors.append(
-                        f"{where}:{knode.start_mark.line + 1}: {_field((*loc, key))}: duplicate key "
-                        f"(first at line {lines[(*loc, key)]})"
+                        f"{where}:{knode.start_mark.line + 1}: {_field(here)}: duplicate key "
+                        f"(first at line {lines[here]})"
                     )
                     continue
-                lines[(*loc, key)] = knode.start_mark.line + 1
-                out[key] = build(vnode, (*loc, key), depth + 1)
+                lines[here] = knode.start_mark.line + 1
+                out[key] = build(vnode, here, depth + 1)
             return out
         if isinstance(node, yaml.SequenceNode):
             return [build(item, (*loc, i), depth + 1) for i, item in enumerate(node.value)]

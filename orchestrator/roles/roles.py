@@ -76,15 +76,20 @@ def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, A
     return meta, "".join(lines[end + 1 :]).strip() + "\n"
 
 
-def _text_field(meta: dict, key: str, path: Path, *, required: bool) -> str | None:
+def _text_field(meta: dict[str, Any], key: str, path: Path) -> str | None:
     value = meta.get(key)
     if value is None:
-        if required:
-            raise UserError(f"{path}: front matter is missing '{key}'")
         return None
     if not isinstance(value, str) or not value.strip():
         raise UserError(f"{path}: '{key}' must be a non-empty string, got {value!r}")
     return value.strip()
+
+
+def _required_text(meta: dict[str, Any], key: str, path: Path) -> str:
+    value = _text_field(meta, key, path)
+    if value is None:
+        raise UserError(f"{path}: front matter is missing '{key}'")
+    return value
 
 
 def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
@@ -93,12 +98,12 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     unknown = sorted(set(meta) - set(ROLE_KEYS))
     if unknown:
         raise UserError(f"{path}: unknown front matter key(s) {unknown}; allowed: {list(ROLE_KEYS)}")
-    name = _text_field(meta, "name", path, required=True)
+    name = _required_text(meta, "name", path)
     if not NAME_RE.match(name):
         raise UserError(f"{path}: name {name!r} must be letters, digits, '.', '_' or '-'")
     if name != path.stem:
         raise UserError(f"{path}: name {name!r} does not match the file name; rename the file to {name}.md")
-    description = _text_field(meta, "description", path, required=True)
+    description = _required_text(meta, "description", path)
     tools = meta.get("tools")
     if tools is None:
         raise UserError(f"{path}: front matter is missing 'tools' (a list of tool names, e.g. [read_file, grep])")
@@ -107,7 +112,7 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     dupes = sorted({t for t in tools if tools.count(t) > 1})
     if dupes:
         raise UserError(f"{path}: 'tools' lists {dupes} more than once")
-    model = _text_field(meta, "model", path, required=False)
+    model = _text_field(meta, "model", path)
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     plan_mode = meta.get("plan_mode", False)

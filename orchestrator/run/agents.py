@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
@@ -51,7 +52,7 @@ from .executor import DoneCallback, ExecutorContext, Outcome
 STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed"}
 
 
-def max_steps_from_env(env=os.environ) -> int:
+def max_steps_from_env(env: Mapping[str, str] = os.environ) -> int:
     raw = env.get("TEAM_AGENT_MAX_STEPS", "").strip()
     if not raw:
         return DEFAULT_MAX_STEPS

@@ -40,7 +40,9 @@ import dataclasses
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import TeamError, WorkFailed
 from ..core.models import Task
@@ -75,8 +77,8 @@ class Isolation:
         self.merged_before = set(wt.merged_tasks())
         self._cancelled: set[int] = set()
         self._lock = threading.Lock()
-        self._prep: queue.SimpleQueue = queue.SimpleQueue()
-        self._merge: queue.SimpleQueue = queue.SimpleQueue()
+        self._prep: queue.SimpleQueue[tuple[_Attempt] | None] = queue.SimpleQueue()
+        self._merge: queue.SimpleQueue[tuple[_Attempt, Outcome, bool] | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._loop, args=(q, fn), name=name, daemon=True)
                          for q, fn, name in ((self._prep, self._prepare, "team-wt-prepare"),
                                              (self._merge, self._finish, "team-wt-merge"))]
@@ -87,7 +89,7 @@ class Isolation:
         return _Isolated(inner, self)
 
     # ---------------------------------------------------------------- threads
-    def _loop(self, q: queue.SimpleQueue, fn) -> None:
+    def _loop(self, q: queue.SimpleQueue[Any], fn: Callable[..., None]) -> None:
         while True:
             item = q.get()
             if item is None:
@@ -103,7 +105,7 @@ class Isolation:
                 attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed",
                                      error=f"internal error in worktree isolation: {type(e).__name__}: {e}"))
 
-    def _kept(self, task: Task) -> dict:
+    def _kept(self, task: Task) -> dict[str, str]:
         slug = slug_of(task)
         if not self.wt.has_branch(slug):
             return {}

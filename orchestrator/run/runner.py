@@ -52,6 +52,7 @@ from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
+from .isolation import Isolation
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 
@@ -224,11 +225,10 @@ def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor
     return built
 
 
-def _isolation(lp: LoadedPlan, root: Path, fresh: bool):
+def _isolation(lp: LoadedPlan, root: Path, fresh: bool) -> Isolation | None:
     """The plan's ``Isolation`` when any task wants a worktree; None (and no git call) otherwise."""
     if lp.plan.isolation != "worktree" and not any(t.isolation == "worktree" for t in lp.plan.tasks):
         return None
     from ..git.worktrees import Worktrees
-    from .isolation import Isolation
 
     return Isolation(Worktrees(root, lp.plan.name), fresh=fresh)

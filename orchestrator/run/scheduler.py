@@ -103,7 +103,8 @@ class RunResult:
 
 class Scheduler:
     def __init__(self, store: TaskStore, tasks: list[Task], priority: dict[int, float],
-                 executors: dict[str, Executor], opts: RunOptions, emit: Emit, clock=time.time):
+                 executors: dict[str, Executor], opts: RunOptions, emit: Emit,
+                 clock: Callable[[], float] = time.time):
         self.store, self.opts, self.emit, self.clock = store, opts, emit, clock
         self.executors = executors
         self.tasks = {t.id: t for t in tasks}

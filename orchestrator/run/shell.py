@@ -33,7 +33,7 @@ _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]
 def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
     """``$NAME`` / ``${NAME}`` from the lead's environment (unset: left as is); ``$$`` is a literal ``$``."""
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
         if name is None:
             return "$"
@@ -69,12 +69,12 @@ class ShellExecutor:
         self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
-        self._secrets_seen, self._secret_env = -1, []
+        self._secrets_seen, self._secret_env = -1, list[str]()
         if JobServer.usable():
             self.backend: JobServer | LocalJobs = JobServer.fork(ctx.root, self._on_note, self._on_error)
         else:
             self.backend = LocalJobs(ctx.root, self._on_note, self._on_error)
-        self._starts: queue.SimpleQueue = queue.SimpleQueue()
+        self._starts: queue.SimpleQueue[tuple[Task, int, DoneCallback] | None] = queue.SimpleQueue()
         self._starters = [threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True)
                           for i in range(self.STARTERS if self.backend.blocking else 0)]
         for t in self._starters:

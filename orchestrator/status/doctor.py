@@ -237,8 +237,8 @@ def check_name_index(ctx: DoctorContext) -> list[Finding]:
             want[t.name] = t.id
     have: dict[str, int] = {}
     for entry in read_jsonl(ctx.store.files.names_path):
-        if isinstance(entry.get("name"), str):
-            have[entry["name"]] = entry.get("id")
+        if isinstance(entry.get("name"), str) and isinstance(entry.get("id"), int):
+            have[entry["name"]] = entry["id"]
     wrong = sorted(n for n, i in want.items() if have.get(n) != i)
     if not wrong:
         return []

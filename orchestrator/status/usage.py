@@ -45,10 +45,12 @@ def as_usage(raw: Mapping[str, Any] | Usage | None) -> Usage | None:
         return None
 
 
-def total(usages: Iterable[Usage]) -> Usage:
+def total(usages: Iterable[Usage | None]) -> Usage:
+    """The sum (absent usages count nothing)."""
     out = Usage()
     for u in usages:
-        out += u
+        if u is not None:
+            out += u
     return out
 
 

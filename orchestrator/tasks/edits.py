@@ -46,7 +46,7 @@ class TaskEdits:
                 f"invalid owner {owner!r}: use a member name (letters, digits, '.', '_' or '-'), or '' for none"
             )
 
-    def _check_name(self, name: str | None, entries: list[dict] | None = None) -> None:
+    def _check_name(self, name: str | None, entries: list[dict[str, Any]] | None = None) -> None:
         if name is None:
             return
         if not NAME_RE.match(name) or name.isdigit():

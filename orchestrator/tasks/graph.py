@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from ..core.models import Status, Task
 
@@ -152,7 +153,7 @@ def describe_root(tid: int, by_id: dict[int, Task]) -> Root:
 # where ``tail`` holds the last PATH_TAIL ids. Building every suffix costs
 # O(edges * max_paths); expanding one costs O(PATH_HEAD + PATH_TAIL), so even
 # a 10,000-long chain is answered in linear time.
-_Suffix = tuple  # (int, "_Suffix | None", int, tuple[int, ...])
+_Suffix: TypeAlias = "tuple[int, _Suffix | None, int, tuple[int, ...]]"
 
 
 def _suffixes(by_id: dict[int, Task], max_paths: int) -> tuple[dict[int, list[_Suffix]], set[int]]:
@@ -200,17 +201,18 @@ def _suffixes(by_id: dict[int, Task], max_paths: int) -> tuple[dict[int, list[_S
 def _expand(s: _Suffix) -> tuple[list[int], int]:
     """A suffix as ids (head + tail when long) and the count elided between."""
     length = s[2]
+    node: _Suffix | None = s
     if length <= PATH_HEAD + PATH_TAIL:
         ids = []
-        while s is not None:
-            ids.append(s[0])
-            s = s[1]
+        while node is not None:
+            ids.append(node[0])
+            node = node[1]
         return ids, 0
     head: list[int] = []
-    while len(head) < PATH_HEAD:
-        head.append(s[0])
-        s = s[1]
-    return head + list(s[3]), length - PATH_HEAD - PATH_TAIL
+    while node is not None and len(head) < PATH_HEAD:
+        head.append(node[0])
+        node = node[1]
+    return head + list(node[3] if node is not None else ()), length - PATH_HEAD - PATH_TAIL
 
 
 def blocked_chains(tasks: Sequence[Task], ref: int | None = None, max_paths: int = MAX_PATHS) -> list[BlockedChain]:

@@ -87,7 +87,8 @@ MAX_INDENT = 24
 """Tree levels that indent; deeper levels keep the last indent and show ``⋯``."""
 
 
-def _walk(root: int, first: str, rest: str, by_id, kids, seen: set[int], lines: list[str]) -> None:
+def _walk(root: int, first: str, rest: str, by_id: dict[int, Task], kids: dict[int, list[int]],
+          seen: set[int], lines: list[str]) -> None:
     stack = [(root, first, rest, 0)]
     while stack:
         tid, lead, cont, depth = stack.pop()

@@ -71,8 +71,8 @@ def request(root: Path, op: str, args: dict[str, Any], *, timeout: float = 15.0)
             time.sleep(0.02)
             continue
         reply_path.unlink(missing_ok=True)
-        if not reply.get("ok"):
-            raise UserError(reply.get("error") or f"the lead refused `{op}`")
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            raise UserError((reply.get("error") if isinstance(reply, dict) else None) or f"the lead refused `{op}`")
         return reply
     raise WorkFailed(f"the lead (pid {info.get('pid')}) did not answer the `{op}` request within "
                      f"{timeout:g}s; it may be busy or stuck (see `team status`)")

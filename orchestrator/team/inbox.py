@@ -69,8 +69,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Container
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from ..core.errors import ConflictError, UserError
 from ..core.fsutil import LockTimeout, atomic_write, file_lock, flock_fd, fsync_dir
@@ -80,6 +81,10 @@ from ..core.paths import team_dir
 from .roster import Team, check_name
 
 CHUNK = 1 << 20
+
+
+def _changed(sig: _Signal, version: int) -> bool:
+    return sig.version != version
 
 
 class _Signal:
@@ -99,7 +104,7 @@ class Cursor(NamedTuple):
     check: tuple[int, int, str] | None
 
 
-def _line_has_id(f, start: int, end: int, msg_id: str) -> bool:
+def _line_has_id(f: BinaryIO, start: int, end: int, msg_id: str) -> bool:
     """The bytes [start, end) of ``f`` are still the message ``msg_id``."""
     raw = os.pread(f.fileno(), end - start, start)
     if not raw.endswith(b"\n"):
@@ -351,7 +356,7 @@ class Bus:
                 return False
             step = self.poll_interval if left is None else min(self.poll_interval, left)
             with sig.cond:
-                sig.cond.wait_for(lambda v=version: sig.version != v, step)
+                sig.cond.wait_for(partial(_changed, sig, version), step)
 
     def wait(self, name: str, timeout: float | None = None, *, seen: Container[str] = ()) -> list[Message]:
         """Block until ``name`` has messages (or ``timeout``), then drain them."""

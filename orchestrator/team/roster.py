@@ -211,7 +211,7 @@ class Team:
         beat = {"pid": pid, "pid_start": procs.start_ticks(pid), "ts": self.clock()}
         atomic_write(self.hb_dir / f"{name}.json", dumps(beat), durable=False)
 
-    def last_heartbeat(self, name: str) -> dict | None:
+    def last_heartbeat(self, name: str) -> dict[str, Any] | None:
         try:
             data = json.loads((self.hb_dir / f"{check_name(name)}.json").read_bytes())
         except (FileNotFoundError, ValueError):
@@ -233,7 +233,7 @@ class Team:
             state.liveness, state.reason = "dead", "no heartbeat"
         elif not procs.alive(state.pid, beat.get("pid_start")):
             state.liveness, state.reason = "dead", f"process {state.pid} is gone"
-        elif state.heartbeat_age > self.stale_after:
+        elif state.heartbeat_age is not None and state.heartbeat_age > self.stale_after:
             state.liveness, state.reason = "dead", f"heartbeat {state.heartbeat_age:.0f}s old"
         return state
 

@@ -149,9 +149,9 @@ class Tool:
         for name, access in self.paths:
             if name not in fields or access not in ("read", "write"):
                 raise ValueError(f"tool {self.name}: bad path field {name!r}/{access!r}")
-        for name in (self.fresh, self.command):
-            if name is not None and name not in fields:
-                raise ValueError(f"tool {self.name}: no argument field {name!r}")
+        for field_name in (self.fresh, self.command):
+            if field_name is not None and field_name not in fields:
+                raise ValueError(f"tool {self.name}: no argument field {field_name!r}")
 
 
 def tool(

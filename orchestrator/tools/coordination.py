@@ -57,7 +57,7 @@ def broadcast(call: Call) -> str:
     sent = call.ctx.need_bus().broadcast(call.args.content, sender=call.ctx.agent)
     if not sent:
         return "nobody else is on the team yet; nothing sent"
-    return f"broadcast to {len(sent)}: {', '.join(m.to for m in sent)}"
+    return f"broadcast to {len(sent)}: {', '.join(m.to or '?' for m in sent)}"
 
 
 class NoArgs(Args):

@@ -83,7 +83,8 @@ def read_file(call: Call) -> ToolOutput:
         return ToolOutput(f"({shown} is empty)")
     if start > total:
         raise ToolError(f"{shown} has {total} lines; offset {start} is past the end")
-    out, used, cut_lines = [], 0, False
+    out: list[str] = []
+    used, cut_lines = 0, False
     end = start - 1
     room = READ_BUDGET - 200
     for n in range(start, min(total, start + call.args.limit - 1) + 1):
