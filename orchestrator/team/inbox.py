@@ -31,7 +31,9 @@ message before the crash dedupes it by ``id`` (``fetch(name, seen=ids)``
 filters them), which makes delivery to the agent exactly once. ``read`` is
 ``fetch`` + immediate ``ack`` for callers that need no crash window.
 Killing the reader during ack leaves the old cursor or the new one, never
-a torn one. The cursor is not fsync'd: it can only be *behind* after a power
+a torn one. A cursor names its inbox generation by inode; a root that was
+copied or restored (new inodes) keeps its place when the file still holds
+the cursor's last message where the cursor saw it. The cursor is not fsync'd: it can only be *behind* after a power
 loss (re-delivery, deduped by id), and ``check`` — offset and id of the last
 message it consumed — is verified on every fetch; a file that no longer
 holds that message there (e.g. a power loss dropped an unsynced tail that
@@ -257,7 +259,10 @@ class Bus:
             return [], cur
         with f:
             ino = os.fstat(f.fileno()).st_ino
-            offset, check = (cur.offset, cur.check) if ino == cur.ino else (0, None)
+            # The same generation: the same inode, or (the root was copied or restored from a
+            # backup) a file that still holds the cursor's last message where the cursor saw it.
+            same = ino == cur.ino or (cur.check is not None and _line_has_id(f, *cur.check))
+            offset, check = (cur.offset, cur.check) if same else (0, None)
             if check and not _line_has_id(f, *check):
                 offset, check = 0, None  # the file is not what the cursor saw: re-deliver, dedupe by id
             f.seek(offset)
