@@ -27,7 +27,7 @@ come back from the registry as error observations.
 The system prompt (identity, role, AGENTS.md, skills index, tool rules) is
 built once per agent and is byte-identical on every call; what changes
 (task, roster, files changed) goes in the state block at the end of each
-request (instructions.py / context.py).
+request (prompt.py / projection.py).
 
 Durability: every message is appended to the agent's transcript *before*
 it is acted on. Inbox messages reach the conversation exactly once, even if

@@ -18,7 +18,7 @@ harness metadata and never sent). Before every model call the loop sends
 * Every assistant ``tool_calls`` message is followed by exactly one result
   per call id (late results moved up, a missing one answered with a synthetic
   "no result", orphans dropped), as the API requires.
-* The current state block (instructions.py) goes last, after the history, so
+* The current state block (prompt.py) goes last, after the history, so
   it never disturbs the cached part of the request.
 
 Compaction (saving, summarizing and replacing the old span) is in

@@ -11,7 +11,7 @@ Two layers, kept apart so provider prompt caches hit:
   ``prefix_fingerprint`` and the tests and benches that compare prefixes.
 * **State** (``state_message``): what changes during a session — current
   task, team roster, goal, files changed. Rebuilt every turn and placed at the
-  end of the projected request (see context.py), never in the prefix; after a
+  end of the projected request (see projection.py), never in the prefix; after a
   compaction it is also re-injected right after the boundary.
 
 AGENTS.md scoping: the workspace root's file always; for each directory a

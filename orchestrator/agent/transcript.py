@@ -17,7 +17,7 @@ the conversation it had. Lines carry a ``kind``:
 * ``task``    — the agent started working on a task (id, epoch).
 
 Secrets: every string written is scrubbed of known secret values (the API
-key and anything registered with ``register_secret``, see redact.py) before
+key and anything registered with ``register_secret``, see core/redact.py) before
 it reaches disk.
 """
 

@@ -10,7 +10,7 @@ never sent to the model as chat)::
                      └─► anything else    a user turn of the lead's agent loop (streamed)
 
 ``COMMANDS`` is the command table (usage and help line per name); the
-session (chat.py) answers ``/name`` with its ``_cmd_<name>`` method.
+session (session.py) answers ``/name`` with its ``_cmd_<name>`` method.
 
 Goal: ``/goal set TEXT | pause | resume | complete | clear`` is *control
 state*: set and changed only by the user, through the router, and shown to

@@ -1,7 +1,7 @@
 """The interactive lead behind ``team chat``: the session and the lead's loop.
 
-Every input line goes through the router first (chat_commands.py: ``route``,
-``COMMANDS``, ``Goal``; importable from here): a slash command is answered
+Every input line goes through the router first (commands.py: ``route``,
+``COMMANDS``, ``Goal``): a slash command is answered
 here by ``_cmd_<name>`` without a model call, anything else is a user turn
 of the lead's agent loop, streamed to ``on_text``/``on_tool``.
 
@@ -20,10 +20,10 @@ through the router.
 
 State on disk:
 
-    .team/transcripts/lead.jsonl      the lead's conversation (agent.py / transcript.py)
+    .team/transcripts/lead.jsonl      the lead's conversation (agent/loop.py / agent/transcript.py)
     .team/transcripts/lead-sessions/  earlier sessions' transcripts (a new session moves the last one here)
     .team/chat.json                   {"goal", "teammates", "usage"} -- goal and teammates of the
-                                      last session; usage: the lead's token totals (usage.py reads it)
+                                      last session; usage: the lead's token totals (status/usage.py reads it)
 
 ``resume=True`` continues the last session: the lead's transcript, the goal,
 and the teammates it had (respawned; each resumes from its own transcript).

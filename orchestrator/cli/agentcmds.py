@@ -1,7 +1,7 @@
 """``team spawn NAME --role ROLE [--prompt TEXT]``: ask the running lead for a teammate.
 
-The teammate is a thread in the lead process (teammates.py), so this command
-only sends a control request (control.py) and prints the lead's answer.
+The teammate is a thread in the lead process (runtime/runtime.py), so this command
+only sends a control request (team/control.py) and prints the lead's answer.
 Exit 2 when no lead is running, when it does not take spawn requests (a plan
 without agent tasks) or when it refuses (bad name, unknown role); exit 1
 when it does not answer in time.

@@ -1,6 +1,6 @@
 """``team chat [--resume] [--model M] [--root DIR]``: the interactive lead.
 
-The session itself (the lead's loop) is orchestrator/chat.py, the router and goal chat_commands.py;
+The session itself (the lead's loop) is chat/session.py, the router and goal chat/commands.py;
 this module owns the terminal: read a line, hand it to the session, print
 what comes back. On a terminal there is a prompt and line editing
 (readline), and the lead's answer is printed as it streams in, with one

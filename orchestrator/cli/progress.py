@@ -144,7 +144,7 @@ class LiveProgress:
         self.console = console
         self.log: list[str] = []
         # Started on the first event: its refresh thread must not exist yet when
-        # ``team run`` forks its job server (jobserver.py).
+        # ``team run`` forks its job server (jobs/server.py).
         self.live = Live(get_renderable=self._render, console=console, refresh_per_second=4, transient=True)
 
     def __call__(self, ev: dict[str, Any]) -> None:

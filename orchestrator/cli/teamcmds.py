@@ -1,6 +1,6 @@
 """``team send|broadcast|inbox|status`` and ``team jobs [show|kill]``.
 
-Formatting only: what the team looks like comes from overview.py (roster and
+Formatting only: what the team looks like comes from status/overview.py (roster and
 liveness, task counts, jobs, the lead, token usage per agent and per task). ``team inbox NAME``
 drains (fetch + ack) unless ``--peek``. ``team spawn`` lives in another module.
 """

@@ -1,10 +1,10 @@
 """Where state lives: ``--root DIR``, else ``$TEAM_ROOT``, else the current directory.
 
-    <root>/.tasks/task_<id>.json   one task per file (see store.py)
+    <root>/.tasks/task_<id>.json   one task per file (see tasks/store.py)
     <root>/.tasks/events.jsonl     append-only transition log
-    <root>/.team/config.json       roster (see team.py)
+    <root>/.team/config.json       roster (see team/roster.py)
     <root>/.team/inbox/<name>.jsonl
-    <root>/.team/jobs/             background job records and logs (see jobs.py)
+    <root>/.team/jobs/             background job records and logs (see jobs/manager.py)
 """
 
 from __future__ import annotations

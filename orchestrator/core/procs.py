@@ -3,7 +3,7 @@
 A bare pid is not an identity: after a process dies its number is recycled.
 We pair a pid with its start time (``/proc/<pid>/stat`` field 22, clock ticks
 since boot) or with an environment marker the process inherited
-(``TEAM_JOB_ID=<id>``, see jobs.py). Zombies count as dead.
+(``TEAM_JOB_ID=<id>``, see jobs/manager.py). Zombies count as dead.
 """
 
 from __future__ import annotations

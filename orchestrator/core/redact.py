@@ -4,7 +4,7 @@ The process keeps a set of secret values: the model API key from the
 environment (``OPENAI_API_KEY``, registered by every ``team`` command at
 start) and anything passed to ``register_secret``. Writers scrub them:
 
-* transcripts (transcript.py), every task file and event line the store
+* transcripts (agent/transcript.py), every task file and event line the store
   writes (tasks/files.py), so an agent's echo of the key or an
   error message quoting it lands as ``[REDACTED]``;
 * job output tails (jobrecords.read_tail), which go into notifications, job
@@ -12,7 +12,7 @@ start) and anything passed to ``register_secret``. Writers scrub them:
 
 And we do not hand them out: shell tasks and agent shell tools run without
 ``OPENAI_API_KEY`` or any variable holding a registered secret unless the
-plan sets it for the task (executors.py; the agents' bash tool drops every
+plan sets it for the task (run/executor.py; the agents' bash tool drops every
 secret-looking variable, tools/shell.py). A job's full log is written by the
 command itself, so not passing the key is what keeps it out of there.
 """

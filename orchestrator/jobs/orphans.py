@@ -9,9 +9,9 @@ and ``_save`` it uses.
   their group and marks them ``lost``; ``team doctor --fix`` calls it too.
   Until then ``jobrecords.job_orphaned`` tells such records apart (``team
   jobs`` shows ``orphaned``), and a job with a timeout still dies on time
-  (the ``timeout`` wrapper, see jobs.py). A manager is identified by pid +
+  (the ``timeout`` wrapper, see manager.py). A manager is identified by pid +
   ``/proc`` start time, a job's processes by the ``TEAM_JOB_ID`` variable
-  they inherit (procs.py), never by a bare pid that may have been reused.
+  they inherit (core/procs.py), never by a bare pid that may have been reused.
   A job whose manager died before writing its first record (the job server
   writes records off its start path, ``jobfiles``) has no record to find:
   its processes are found by ``TEAM_JOB_ID`` and ``TEAM_JOB_MANAGER``

@@ -31,8 +31,8 @@ requests with tools from this client go non-streaming. A server that never
 sends usage gives ``Usage`` with zero tokens and ``cost=None``.
 
 The records (``LLMConfig``, ``ToolCall``, ``Completion``, ``RetryEvent``,
-``ChatModel``) and the backoff arithmetic live in ``llmtypes.py``, which
-needs no SDK; they are re-exported here. Configuration
+``ChatModel``) and the backoff arithmetic live in ``types.py``, which
+needs no SDK (import them from there). Configuration
 (``LLMConfig.resolve``): model from ``--model``, else the plan's
 ``model:``, else ``$TEAM_MODEL``; ``$OPENAI_BASE_URL`` and
 ``$OPENAI_API_KEY``; optional ``$TEAM_LLM_TIMEOUT``,

@@ -5,7 +5,7 @@ A real HTTP server (``ThreadingHTTPServer`` in a thread, port 0) that serves
 ``data: [DONE]``) and non-streaming — and ``GET /v1/models``. What it
 answers comes from a *script*: a list of steps consumed one per request.
 The steps (``Reply``, ``Fault``, ``tool_call``, a callable) and the JSON
-they become live in ``scripted_steps.py`` and are re-exported here.
+they become live in ``script.py``.
 
 Several agents can talk to one server: pass ``{"alice": [...], "bob":
 [...]}``. A request goes to the script named by its ``X-Scripted-Agent``

@@ -7,8 +7,8 @@ What callers of the model need without pulling in the SDK: ``LLMConfig``
 the conversation), ``RetryEvent`` (one wait before a retry), the
 ``ChatModel`` Protocol the agent loop talks to, and the pure arithmetic of
 the retry policy: ``retry_after_seconds`` (what a server asked us to wait)
-and ``backoff_delay`` (exponential backoff with jitter). ``llm.py`` holds the
-client and re-exports these names; see its docstring for the policy.
+and ``backoff_delay`` (exponential backoff with jitter). ``client.py`` holds the
+client; see its docstring for the policy.
 """
 
 from __future__ import annotations

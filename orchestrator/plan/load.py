@@ -16,9 +16,8 @@ Paths: a task's ``cwd`` (or the plan's ``defaults.cwd``) is resolved against
 the directory holding the plan file; without one, tasks run in that
 directory. So a plan and the project it drives can be moved together.
 
-The format (pydantic models, JSON Schema) is plan_model.py; the analysis
-(``analyse``: waves, critical path) is plan_analysis.py. Both are importable
-from here.
+The format (pydantic models, JSON Schema) is model.py; the analysis
+(``analyse``: waves, critical path) is analysis.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ carries its description, which ``team plan schema`` publishes through
 a task's ``cwd`` (or ``defaults.cwd``) is resolved against the directory
 holding the plan file, so a plan and its project move together.
 
-Loading and the checks beyond types are plan.py's; analysis is plan_analysis.py's.
+Loading and the checks beyond types are load.py's; analysis is analysis.py's.
 """
 
 from __future__ import annotations

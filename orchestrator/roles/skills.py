@@ -11,7 +11,7 @@ Skill roots searched in the workspace, first wins on a name clash:
 
 ``discover_skills`` reads only the front matter's fields into ``Skill``
 records (name + description go into the stable system prompt, see
-instructions.py); the body enters the conversation only when the model calls
+agent/prompt.py); the body enters the conversation only when the model calls
 the ``load_skill`` tool, which wraps ``load_skill`` here. A malformed
 SKILL.md is a ``UserError`` naming the file and the problem.
 """

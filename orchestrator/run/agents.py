@@ -23,9 +23,9 @@ With ``isolation: worktree`` (isolation.py) the task arrives with its
 ``cwd`` inside its own worktree; the teammate's tools work there for that
 attempt (``ToolContext.workspace``).
 
-Idle teammates also claim ready non-plan tasks by themselves (autoclaim.py);
+Idle teammates also claim ready non-plan tasks by themselves (runtime/autoclaim.py);
 ``TEAM_AUTOCLAIM=0`` turns that off. A ``team:`` member with ``plan_mode:
-true`` starts in plan mode (protocols.py).
+true`` starts in plan mode (team/protocols.py).
 
 Settings from the environment: ``TEAM_AGENT_MAX_STEPS`` (model calls per
 attempt, default 40).

@@ -1,4 +1,4 @@
-"""``isolation: worktree`` in ``team run``: an executor wrapper around worktree.py.
+"""``isolation: worktree`` in ``team run``: an executor wrapper around git/worktrees.py.
 
 The scheduler is unchanged: ``Isolation.wrap(executor)`` returns an executor
 that runs isolated tasks (``task.isolation == "worktree"``) in their own git

@@ -110,7 +110,7 @@ class ShellExecutor:
                    TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
         cwd = Path(task.cwd) if task.cwd else None
         # The model key (and any registered secret) is not handed to shell
-        # tasks unless the plan sets it for the task (redact.py).
+        # tasks unless the plan sets it for the task (core/redact.py).
         unset = [n for n in self._secret_names() if n not in task.env]
         ref = f"t{task.id}e{epoch}"
         with self._lock:

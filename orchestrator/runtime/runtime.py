@@ -232,7 +232,7 @@ class TeamRuntime:
         return back
 
     def request_shutdown(self, name: str, *, reason: str = "", timeout: float = 30.0) -> protocols.Response:
-        """The shutdown handshake (protocols.py); approved: waits for the thread to end."""
+        """The shutdown handshake (team/protocols.py); approved: waits for the thread to end."""
         check_name(name)
         resp = protocols.request_shutdown(self.bus, name, reason=reason, timeout=timeout)
         mate = self.mates.get(name)

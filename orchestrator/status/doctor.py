@@ -275,7 +275,7 @@ def check_counter(ctx: DoctorContext) -> list[Finding]:
 
 
 def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
-    """Worktrees/branches of ``isolation: worktree`` plans that no unfinished task needs (worktree.py)."""
+    """Worktrees/branches of ``isolation: worktree`` plans that no unfinished task needs (git/worktrees.py)."""
     base = team_dir(ctx.root) / "worktrees"
     if not base.is_dir():
         return []  # isolation never ran here: no git call

@@ -1,9 +1,9 @@
 """What the team looks like right now, as data and as text lines.
 
 Shared by ``team status`` / ``team jobs`` / ``team inbox`` (cli/teamcmds.py)
-and the chat's slash commands (chat.py), so both show the same thing. Pure
-reads: the roster and liveness from team.py, unread counts from inbox.py,
-task counts from the store, jobs from jobs.py, the lead from lead.py and the
+and the chat's slash commands (chat/session.py), so both show the same thing. Pure
+reads: the roster and liveness from team/roster.py, unread counts from team/inbox.py,
+task counts from the store, jobs from jobs/manager.py, the lead from team/lead.py and the
 token accounting from usage.py. Nothing here prints.
 """
 

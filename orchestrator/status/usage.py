@@ -3,7 +3,7 @@
 Facts come from where they are already stored; nothing is double-stored:
 
     agent   roster member ``usage`` (.team/config.json; teammates, summed across runs)
-            + the chat lead's ``usage`` in .team/chat.json (written by chat.py)
+            + the chat lead's ``usage`` in .team/chat.json (written by chat/session.py)
     task    task ``usage`` (.tasks/task_N.json; the attempt that ended it)
 
 Each record is a ``pricing.Usage`` dict: ``prompt_tokens``,
@@ -30,7 +30,7 @@ from ..core.paths import team_dir
 from ..llm.pricing import Usage
 
 CHAT_STATE = "chat.json"
-"""The chat lead's state file under .team/ (chat.py writes it; ``usage`` is read here)."""
+"""The chat lead's state file under .team/ (chat/session.py writes it; ``usage`` is read here)."""
 
 
 def as_usage(raw: Mapping[str, Any] | Usage | None) -> Usage | None:

@@ -1,6 +1,6 @@
 """The message bus: one append-only JSONL inbox per member, ``.team/inbox/<name>.jsonl``.
 
-Files per recipient (``lead`` or a roster member; names checked by team.py)::
+Files per recipient (``lead`` or a roster member; names checked by roster.py)::
 
     <name>.jsonl           messages, one JSON object per line, append-only
     <name>.lock            flock: appenders and rotation
