@@ -63,6 +63,7 @@ records (``get``/``list``) and can ``kill`` them.
 from __future__ import annotations
 
 import atexit
+import builtins
 import errno
 import os
 import re
@@ -77,18 +78,16 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from ..core import procs
-from ..core.errors import CorruptFile, UnknownRef, UserError
-from ..core.models import NAME_RE
+from ..core.errors import UserError
 from ..core.paths import team_dir
 from .files import JobFiles
-from .orphans import UnwatchedJobs
+from .orphans import OrphanReaper, Unrecorded
 from .records import (
     JOB_ENV,
     MANAGER_ENV,
     JobRecord,
+    JobRecords,
     Notification,
     read_tail,
 )
@@ -142,7 +141,7 @@ def command_argv(command: str, path: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
-class JobManager(Watcher, UnwatchedJobs):
+class JobManager(Watcher):
     """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
 
     def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
@@ -174,6 +173,9 @@ class JobManager(Watcher, UnwatchedJobs):
         self._epoll: select.epoll | None = None
         self._wake_r = self._wake_w = -1
         self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
+        self.records = JobRecords(self.dir, self.files)
+        self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
+                                    grace=grace, tail_bytes=tail_bytes, clock=clock)
         self._manager_env = f"{self._pid}:{self._pid_start}:{self.dir.absolute()}"  # MANAGER_ENV
         self._serving = False  # serve() runs the watcher on the caller's thread
         self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
@@ -183,38 +185,14 @@ class JobManager(Watcher, UnwatchedJobs):
         self._environ: dict[str, str] | None = None
         atexit.register(_shutdown_at_exit, weakref.ref(self))
 
-    # -- paths and records -------------------------------------------------
-    def _record_path(self, job_id: str) -> Path:
-        if not NAME_RE.match(job_id):
-            raise UnknownRef(f"no job {job_id!r}: job ids look like j1a2b3c; see `team jobs`")
-        return self.dir / f"{job_id}.json"
-
-    def _save(self, record: JobRecord) -> None:
-        """Atomic (rename) but not fsync'd: the task store is the durable truth."""
-        self.files.save(record)
-
+    # -- records --------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord:
         """The job's record as on disk (works from any process)."""
-        path = self._record_path(job_id)
-        try:
-            return JobRecord.model_validate_json(path.read_bytes())
-        except FileNotFoundError:
-            raise UnknownRef(f"no job {job_id!r}; see `team jobs` for the list") from None
-        except ValidationError as e:
-            raise CorruptFile(path, str(e).splitlines()[0]) from None
+        return self.records.get(job_id)
 
-    def list(self) -> list[JobRecord]:
+    def list(self) -> builtins.list[JobRecord]:
         """Every job under the root, oldest first."""
-        if not self.dir.is_dir():
-            return []
-        records = []
-        for entry in os.scandir(self.dir):
-            if entry.name.endswith(".json") and not entry.name.startswith("."):
-                try:
-                    records.append(self.get(entry.name[:-5]))
-                except UnknownRef:
-                    continue  # removed while we listed
-        return sorted(records, key=lambda r: (r.started_at, r.id))
+        return self.records.list()
 
     # -- start --------------------------------------------------------------
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
@@ -265,7 +243,7 @@ class JobManager(Watcher, UnwatchedJobs):
             started_at=self.clock(), log=f"{self._rel}/{job_id}.log",
             cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
             manager_pid=self._pid, manager_start=self._pid_start)
-        self._save(record)
+        self.records.save(record)
         job = WatchedJob(record, proc, exit_fd_of(proc), ref)
         self._quiet_until = time.monotonic() + QUIET_AFTER_START
         if timeout is not None:
@@ -292,7 +270,7 @@ class JobManager(Watcher, UnwatchedJobs):
             job.deadline = None
         os.close(job.exit_fd)
         record = job.record
-        marker = self.dir / f"{record.id}.kill"  # left by ``kill`` in another process
+        marker = self.records.kill_marker(record.id)  # left by ``kill`` in another process
         if marker.exists():
             job.reason = job.reason or "killed"
             marker.unlink(missing_ok=True)
@@ -319,26 +297,26 @@ class JobManager(Watcher, UnwatchedJobs):
                 self._cond.notify_all()
             job.done.set()
 
-        self.files.save(record, then=recorded)
+        self.records.save(record, then=recorded)
 
     # -- notifications ------------------------------------------------------
-    def drain(self, owner: str) -> list[Notification]:
+    def drain(self, owner: str) -> builtins.list[Notification]:
         """Pop every queued notification for ``owner`` (each is returned once)."""
         with self._cond:
             q = self._queues.get(owner)
             if not q:
                 return []
-            notes = list(q)
+            notes = builtins.list(q)
             q.clear()
             return notes
 
-    def wait(self, owner: str, timeout: float | None = None) -> list[Notification]:
+    def wait(self, owner: str, timeout: float | None = None) -> builtins.list[Notification]:
         """Block until ``owner`` has a notification (or ``timeout``), then drain."""
         with self._cond:
             self._cond.wait_for(lambda: bool(self._queues.get(owner)), timeout)
             return self.drain(owner)
 
-    def running(self) -> list[JobRecord]:
+    def running(self) -> builtins.list[JobRecord]:
         """Jobs this manager is watching."""
         with self._cond:
             return [j.record.model_copy() for j in self._jobs.values()]
@@ -361,12 +339,21 @@ class JobManager(Watcher, UnwatchedJobs):
         record = self.get(job_id)
         if record.status != "running":
             return record
-        return self._kill_unwatched(job_id, record)
+        return self.orphans.kill(record)
+
+    def reap_orphans(self) -> builtins.list[JobRecord]:
+        """Mark ``lost`` every running job whose manager process is dead, killing its leftovers
+        (also jobs that have no record yet; see orphans.py)."""
+        return self.orphans.reap()
+
+    def unrecorded_orphans(self) -> builtins.list[Unrecorded]:
+        """Live processes of jobs of this root that have no record and a dead manager (reported, not killed)."""
+        return self.orphans.unrecorded()
 
     def shutdown(self) -> None:
         """Kill every job this manager runs (TERM, grace, KILL) and wait for their records."""
         with self._cond:
-            jobs = list(self._jobs.values())
+            jobs = builtins.list(self._jobs.values())
         for job in jobs:
             job.reason = job.reason or "killed"
             job.signal(signal.SIGTERM)
