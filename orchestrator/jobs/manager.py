@@ -67,10 +67,8 @@ import builtins
 import errno
 import os
 import re
-import select
 import shutil
 import signal
-import subprocess
 import threading
 import time
 import weakref
@@ -88,11 +86,12 @@ from .records import (
     MANAGER_ENV,
     JobRecord,
     JobRecords,
+    JobStatus,
     Notification,
     read_tail,
 )
-from .spawn import SETPRIV, Child, WatchedJob, exit_fd_of, in_spawner, spawn
-from .watcher import QUIET_AFTER_START, Watcher
+from .spawn import SETPRIV, Process, WatchedJob, exit_fd_of, in_spawner, spawn
+from .watcher import Watcher
 
 TIMEOUT_MARGIN = 1.0
 """Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
@@ -141,7 +140,7 @@ def command_argv(command: str, path: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
-class JobManager(Watcher):
+class JobManager:
     """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
 
     def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
@@ -163,23 +162,17 @@ class JobManager(Watcher):
         self.clock = clock
         self.grace = grace
         self.pdeathsig = pdeathsig
-        self._jobs: dict[str, WatchedJob] = {}
-        self._cond = threading.Condition()
-        self._queues: dict[str, deque[Notification]] = defaultdict(deque)
         self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
-        self._rel = str(self.dir.relative_to(self.root))
-        self._by_fd: dict[int, WatchedJob] = {}
-        self._due: dict[str, float] = {}  # job id -> monotonic time its timeout expires
-        self._epoll: select.epoll | None = None
-        self._wake_r = self._wake_w = -1
         self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
         self.records = JobRecords(self.dir, self.files)
+        self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace)
         self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
                                     grace=grace, tail_bytes=tail_bytes, clock=clock)
+        self._jobs: dict[str, WatchedJob] = {}  # until the final record is on disk
+        self._cond = threading.Condition()  # _jobs and _queues
+        self._queues: dict[str, deque[Notification]] = defaultdict(deque)
+        self._rel = str(self.dir.relative_to(self.root))
         self._manager_env = f"{self._pid}:{self._pid_start}:{self.dir.absolute()}"  # MANAGER_ENV
-        self._serving = False  # serve() runs the watcher on the caller's thread
-        self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
-        self._extra: dict[int, Callable[[], bool]] = {}  # serve(): fd -> handler
         # serve(): the environment, read once (a server's environment does not change;
         # a threaded manager reads os.environ at each start)
         self._environ: dict[str, str] | None = None
@@ -220,13 +213,13 @@ class JobManager(Watcher):
         argv = command_argv(command, child_env.get("PATH", ""))
         prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
 
-        def spawn_argv(argv: list[str]) -> Child | subprocess.Popen:
+        def spawn_argv(argv: list[str]) -> Process:
             argv = [*prefix, *argv]
             if self.pdeathsig and SETPRIV:
                 argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
             return spawn(argv, cwd=cwd, env=child_env, log_fd=log_fd)
 
-        def spawn_job() -> Child | subprocess.Popen:
+        def spawn_job() -> Process:
             try:
                 return spawn_argv(argv)
             except OSError as e:  # a script without #!, a program gone since: the shell says what it can
@@ -245,39 +238,22 @@ class JobManager(Watcher):
             manager_pid=self._pid, manager_start=self._pid_start)
         self.records.save(record)
         job = WatchedJob(record, proc, exit_fd_of(proc), ref)
-        self._quiet_until = time.monotonic() + QUIET_AFTER_START
-        if timeout is not None:
-            job.deadline = time.monotonic() + timeout
-            self._due[job_id] = job.deadline
         with self._cond:
-            self._jobs[job_id] = job
-            self._by_fd[job.exit_fd] = job
-            if self._epoll is None:
-                self._open_epoll()
-                threading.Thread(target=self._watch, name="team-job-watcher", daemon=True).start()
-            self._epoll.register(job.exit_fd, select.EPOLLIN)
-        if (timeout is not None or self.files.pending()) and not self._serving:
-            self._wake()  # a new deadline, or deferred file work for the watcher thread
+            self._jobs[job_id] = job  # before the watcher has it: it may end at once
+        self.watcher.watch(job, timeout)
         return record.model_copy()
 
-    def _finish(self, job: WatchedJob) -> None:
-        # The leader is a zombie: its pid (== pgid) cannot be reused yet, so
-        # killing the group hits only what the job left behind.
-        with job.lock:
-            procs.killpg(job.record.pgid, signal.SIGKILL)
-            code = job.proc.wait()
-            job.reaped = True
-            job.deadline = None
-        os.close(job.exit_fd)
+    def _on_exit(self, job: WatchedJob, code: int) -> None:
+        """The watcher's report (on its thread): ``job`` ended with ``code``, its leader reaped."""
         record = job.record
         marker = self.records.kill_marker(record.id)  # left by ``kill`` in another process
         if marker.exists():
             job.reason = job.reason or "killed"
             marker.unlink(missing_ok=True)
-        due = self._due.pop(record.id, None)
-        if job.reason is None and code == -signal.SIGKILL and due is not None and time.monotonic() >= due:
+        if (job.reason is None and code == -signal.SIGKILL and job.expires is not None
+                and time.monotonic() >= job.expires):
             job.reason = "timeout"  # the ``timeout`` wrapper beat a late watcher
-        status = job.reason or ("completed" if code == 0 else "failed")
+        status: JobStatus = job.reason or ("completed" if code == 0 else "failed")
         record.status = status
         record.exit_code = code
         record.finished_at = self.clock()
@@ -298,6 +274,35 @@ class JobManager(Watcher):
             job.done.set()
 
         self.records.save(record, then=recorded)
+
+    # -- the job server ---------------------------------------------------------
+    def serve(self, fd: int, on_readable: Callable[[], bool]) -> None:
+        """Run the watcher on this thread, with ``fd`` in its epoll (the job server's loop).
+
+        ``on_readable()`` is called whenever ``fd`` is readable (it may call
+        ``start`` and ``begin_kill``); once it returns False the loop ends
+        when no job is left (every final record written). One thread does
+        everything, in this order of priority: exits and requests, then
+        timeouts, then the deferred file work (files.py) when nothing else
+        is ready (watcher.py).
+        """
+        self._environ = dict(os.environ)
+        self.watcher.serve(fd, on_readable, busy=self._busy)
+
+    def _busy(self) -> bool:
+        with self._cond:
+            return bool(self._jobs)
+
+    def begin_kill(self, job_id: str, reason: JobStatus = "killed") -> None:
+        """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting.
+
+        ``reason`` is the status the job is recorded with (``killed``, or ``lost``
+        when its lead died)."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+        if job is None or job.escalated:
+            return
+        self.watcher.terminate(job, reason)
 
     # -- notifications ------------------------------------------------------
     def drain(self, owner: str) -> builtins.list[Notification]:

@@ -77,7 +77,7 @@ from typing import Any
 from ..core import procs
 from ..core.errors import TeamError
 from .manager import JobManager
-from .records import Notification
+from .records import JobStatus, Notification
 
 SPARE_LOGS = 16
 """Log files the server keeps created ahead, so a start creates no file (``jobfiles``)."""
@@ -324,7 +324,7 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
             ids[ref] = record.id
         return True
 
-    def _stop(reason: str) -> bool:
+    def _stop(reason: JobStatus) -> bool:
         """Kill what runs (TERM, grace, KILL: the loop goes on until every job has ended)."""
         for job_id in list(ids.values()):
             manager.begin_kill(job_id, reason)

@@ -3,7 +3,8 @@
 * ``WatchedJob`` is the in-memory handle: the record, the process, an fd that
   turns readable when the leader exits, and the kill/timeout state. Its
   group is signalled only until the leader is reaped (after that the pgid
-  may be reused); the reap happens under ``WatchedJob.lock``.
+  may be reused); the reap (``reap``, called by the watcher when the exit
+  fd turns readable) happens under ``WatchedJob.lock``.
 * ``exit_fd_of``: a pidfd, which turns readable when the leader exits but does
   not reap it, so the leader stays a zombie and its pid, hence the group id,
   cannot be reused while we signal the group. Without pidfds a thread
@@ -35,9 +36,10 @@ import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import TypeAlias
 
 from ..core import procs
-from .records import JobRecord
+from .records import JobRecord, JobStatus
 
 
 class Child:
@@ -57,11 +59,14 @@ class Child:
         return self.returncode
 
 
+Process: TypeAlias = "Child | subprocess.Popen[bytes]"
+"""A job's main process, as ``spawn`` started it."""
+
 _DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
 _FAST = hasattr(os, "posix_spawn")
 
 
-def spawn(argv: list[str], *, cwd: str | os.PathLike | None, env: dict[str, str], log_fd: int) -> Child | subprocess.Popen:
+def spawn(argv: list[str], *, cwd: str | os.PathLike[str] | None, env: dict[str, str], log_fd: int) -> Process:
     """Start ``argv`` (``argv[0]`` an absolute path) in a new session, output on ``log_fd``."""
     if _FAST and (cwd is None or os.fspath(cwd) == os.getcwd()):
         pid = os.posix_spawn(argv[0], argv, env, file_actions=[
@@ -77,17 +82,19 @@ def spawn(argv: list[str], *, cwd: str | os.PathLike | None, env: dict[str, str]
 class WatchedJob:
     """In-memory state of a job this manager watches."""
 
-    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "escalated", "done", "lock", "reaped")
+    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "expires", "escalated", "done", "lock",
+                 "reaped")
 
-    def __init__(self, record: JobRecord, proc: Child | subprocess.Popen, exit_fd: int, ref: str | None = None):
+    def __init__(self, record: JobRecord, proc: Process, exit_fd: int, ref: str | None = None):
         self.record = record
         self.ref = ref  # the starter's name for the job, handed back in its notification
-        self.proc = proc
+        self.proc = proc  # the group leader: its own session, so pgid == pid
         self.exit_fd = exit_fd  # readable once the leader has exited (pidfd or pipe)
-        self.reason: str | None = None  # "timeout" | "killed"
+        self.reason: JobStatus | None = None  # "timeout" | "killed" | "lost"
         self.deadline: float | None = None  # monotonic time of the next escalation
+        self.expires: float | None = None  # monotonic time its timeout expires
         self.escalated = False  # SIGTERM already sent by the watcher
-        self.done = threading.Event()
+        self.done = threading.Event()  # set once its final record is on disk
         self.lock = threading.Lock()
         self.reaped = False
 
@@ -95,10 +102,24 @@ class WatchedJob:
         """Signal the job's group unless the leader was reaped (its pgid may be reused)."""
         with self.lock:
             if not self.reaped:
-                procs.killpg(self.record.pgid, sig)
+                procs.killpg(self.proc.pid, sig)
+
+    def reap(self) -> int:
+        """Once the leader has exited: SIGKILL what it left in its group, reap it, close the exit fd.
+
+        The leader is a zombie until reaped, so its pid (== pgid) cannot be
+        reused yet: killing the group hits only what the job left behind.
+        Returns the exit code (``-N`` for death by signal N)."""
+        with self.lock:
+            procs.killpg(self.proc.pid, signal.SIGKILL)
+            code = self.proc.wait()
+            self.reaped = True
+            self.deadline = None
+        os.close(self.exit_fd)
+        return code
 
 
-def exit_fd_of(proc: Child | subprocess.Popen) -> int:
+def exit_fd_of(proc: Process) -> int:
     """An fd that becomes readable when ``proc`` exits, without reaping it."""
     try:
         return os.pidfd_open(proc.pid)
