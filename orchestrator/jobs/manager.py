@@ -65,6 +65,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import errno
+import functools
 import os
 import re
 import shutil
@@ -90,25 +91,27 @@ from .records import (
     Notification,
     read_tail,
 )
-from .spawn import SETPRIV, Process, WatchedJob, exit_fd_of, in_spawner, spawn
+from .spawn import DeathSignal, Process, WatchedJob, exit_fd_of, setpriv, spawn
 from .watcher import Watcher
 
 TIMEOUT_MARGIN = 1.0
 """Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
 
-_timeout_bin: list[str | None] = []
+@functools.cache
+def _timeout_bin() -> str | None:
+    """coreutils' ``timeout``, if installed (looked up once)."""
+    return shutil.which("timeout")
 
 
 def _timeout_prefix(seconds: float) -> list[str]:
     """``timeout --signal=KILL SECONDS`` if coreutils' ``timeout`` exists, else nothing."""
-    if not _timeout_bin:
-        _timeout_bin.append(shutil.which("timeout"))
-    if _timeout_bin[0] is None:
+    program = _timeout_bin()
+    if program is None:
         return []
-    return [_timeout_bin[0], "--signal=KILL", f"{max(seconds, 0.001):.3f}"]
+    return [program, "--signal=KILL", f"{max(seconds, 0.001):.3f}"]
 
 
-def _shutdown_at_exit(ref: weakref.ref) -> None:
+def _shutdown_at_exit(ref: weakref.ref[JobManager]) -> None:
     manager = ref()
     if manager is not None:
         manager.shutdown()
@@ -168,6 +171,8 @@ class JobManager:
         self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace)
         self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
                                     grace=grace, tail_bytes=tail_bytes, clock=clock)
+        program = setpriv() if pdeathsig else None
+        self._death_signal = DeathSignal(program) if program is not None else None
         self._jobs: dict[str, WatchedJob] = {}  # until the final record is on disk
         self._cond = threading.Condition()  # _jobs and _queues
         self._queues: dict[str, deque[Notification]] = defaultdict(deque)
@@ -212,23 +217,20 @@ class JobManager:
         shell_argv = ["/bin/sh", "-c", command]
         argv = command_argv(command, child_env.get("PATH", ""))
         prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
-
-        def spawn_argv(argv: list[str]) -> Process:
-            argv = [*prefix, *argv]
-            if self.pdeathsig and SETPRIV:
-                argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
-            return spawn(argv, cwd=cwd, env=child_env, log_fd=log_fd)
+        death_signal = self._death_signal
+        if death_signal is not None:
+            prefix = [*death_signal.prefix, *prefix]
 
         def spawn_job() -> Process:
             try:
-                return spawn_argv(argv)
+                return spawn([*prefix, *argv], cwd=cwd, env=child_env, log_fd=log_fd)
             except OSError as e:  # a script without #!, a program gone since: the shell says what it can
                 if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES, errno.ENOENT):
                     raise
-                return spawn_argv(shell_argv)
+                return spawn([*prefix, *shell_argv], cwd=cwd, env=child_env, log_fd=log_fd)
 
         try:
-            proc = in_spawner(spawn_job) if self.pdeathsig and SETPRIV else spawn_job()
+            proc = death_signal.run(spawn_job) if death_signal is not None else spawn_job()
         finally:
             os.close(log_fd)
         record = JobRecord(
