@@ -15,11 +15,20 @@ Lifecycle::
                        ├──► killed      ``kill()`` from this or any process
                        └──► lost        its manager process died (``reap_orphans``)
 
-Modules: the record and notification (``jobrecords``), the process handle,
-exit fd and spawner thread (``jobspawn``), log files and record writes
-(``jobfiles``), the watcher loop (``jobwatch``, mixed into ``JobManager``),
-jobs this manager does not watch (``joborphans``, mixed in too), and here
-the manager itself.
+``JobManager`` starts jobs and keeps the table of those it runs (job id ->
+``spawn.WatchedJob``, until the final record is on disk) and the owners'
+notification queues, both under one ``threading.Condition``. It holds four
+collaborators, each behind its own interface:
+
+    files     JobFiles (files.py): new logs, record writes (at once or deferred)
+    records   JobRecords (records.py): get/list/save of the records, from any process
+    watcher   Watcher (watcher.py): the epoll loop; reports each exit to ``_on_exit``
+    orphans   OrphanReaper (orphans.py): jobs it does not watch (killed elsewhere, orphaned)
+
+and, with ``pdeathsig``, a ``spawn.DeathSignal``. ``start`` spawns
+(``spawn.spawn``), saves the first record and hands the job to the watcher;
+the watcher calls back ``_on_exit(job, code)`` on its thread, which writes
+the final record and notifies.
 
 * One watcher loop per manager waits on every job's pidfd with epoll (no
   polling; no thread start on the ``start()`` path: ~1 ms is fork+exec); it
@@ -39,14 +48,15 @@ the manager itself.
   and ``shutdown`` return once it is. ``drain`` pops a queue
   under a lock, so each notification is returned exactly once; ``wait``
   sleeps on a ``threading.Condition``.
-* Crash safety: ``team run``'s jobs are run by a job server (``jobserver``)
+* Crash safety: ``team run``'s jobs are run by a job server (server.py)
   that stops them when its lead dies. An in-process manager that is
   SIGKILLed leaves its jobs running; ``reap_orphans`` (run by every
-  restarted lead) kills them and marks them ``lost`` (see ``joborphans``). ``JobManager(pdeathsig=True)`` also gives
-  the direct child ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies
-  with a killed manager; it costs an extra exec (~0.9 ms a job) and a hop to
-  one long-lived spawner thread, because the signal follows the *thread*
-  that forked.
+  restarted lead) kills them and marks them ``lost`` (see orphans.py).
+  ``JobManager(pdeathsig=True)`` also gives the direct child
+  ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies with a killed
+  manager; it costs an extra exec (~0.9 ms a job) and, from a thread other
+  than the main one, a hop to the manager's long-lived spawner thread,
+  because the signal follows the *thread* that forked (``spawn.DeathSignal``).
 * On normal interpreter exit (``atexit``) a manager kills its running jobs.
 * A timeout holds without the manager, too: a job with a timeout runs as
   ``timeout --signal=KILL T+grace+1s /bin/sh -c COMMAND`` (coreutils, if
@@ -82,20 +92,13 @@ from ..core.errors import UserError
 from ..core.paths import team_dir
 from .files import JobFiles
 from .orphans import OrphanReaper, Unrecorded
-from .records import (
-    JOB_ENV,
-    MANAGER_ENV,
-    JobRecord,
-    JobRecords,
-    JobStatus,
-    Notification,
-    read_tail,
-)
+from .records import JOB_ENV, MANAGER_ENV, JobRecord, JobRecords, JobStatus, Notification, read_tail
 from .spawn import DeathSignal, Process, WatchedJob, exit_fd_of, setpriv, spawn
 from .watcher import Watcher
 
 TIMEOUT_MARGIN = 1.0
 """Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
+
 
 @functools.cache
 def _timeout_bin() -> str | None:
@@ -144,9 +147,9 @@ def command_argv(command: str, path: str) -> list[str]:
 
 
 class JobManager:
-    """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
+    """Start, watch, kill and list background jobs under ``root/.team/jobs`` (see the module docstring)."""
 
-    def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
+    def __init__(self, root: Path | str, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
                  grace: float = 2.0, pdeathsig: bool = False,
                  on_notify: Callable[[Notification], None] | None = None,
                  manager: tuple[int, int | None] | None = None, spares: int = 0,
@@ -157,7 +160,7 @@ class JobManager:
         ticks)`` recorded as the jobs' manager (default: this process); a job
         server names the lead it serves, so the lead's death orphans them.
         ``spares``/``deferred_records``: keep log creation and record writes
-        off the start path (``jobfiles``; the job server uses both)."""
+        off the start path (files.py; the job server uses both)."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"

@@ -156,6 +156,7 @@ class DeathSignal:
     """
 
     def __init__(self, setpriv: str):
+        """``setpriv``: the program's path (``setpriv()``)."""
         self.prefix = [setpriv, "--pdeathsig", "KILL"]  # goes before a job's argv
         self._forks: queue.SimpleQueue[Callable[[], None]] | None = None
         self._lock = threading.Lock()
