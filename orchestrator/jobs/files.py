@@ -23,10 +23,14 @@ to the job running and from its exit to the notification:
 
 The owner drives the deferred work: ``pending()`` says there is some and
 ``work_once()`` does one piece (a record first, else a spare). The
-manager's watcher loop calls it when nothing else is ready (in the job
-server that loop is the whole server), so this work never delays a start
-or a notification. Without either option every call writes on the
-caller's thread and nothing is ever pending. Safe across threads.
+manager's watcher loop (watcher.py, which sees a ``JobFiles`` as its
+``DeferredWork``) calls it when nothing else is ready (in the job server
+that loop is the whole server), so this work never delays a start or a
+notification. Without either option every call writes on the caller's
+thread and nothing is ever pending. Safe across threads.
+
+Records are read through ``records.JobRecords``, which writes them through
+``save`` here (a ``JobFiles`` is its ``RecordWriter``).
 """
 
 from __future__ import annotations

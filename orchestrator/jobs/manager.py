@@ -15,11 +15,20 @@ Lifecycle::
                        ├──► killed      ``kill()`` from this or any process
                        └──► lost        its manager process died (``reap_orphans``)
 
-Modules: the record and notification (``jobrecords``), the process handle,
-exit fd and spawner thread (``jobspawn``), log files and record writes
-(``jobfiles``), the watcher loop (``jobwatch``, mixed into ``JobManager``),
-jobs this manager does not watch (``joborphans``, mixed in too), and here
-the manager itself.
+``JobManager`` starts jobs and keeps the table of those it runs (job id ->
+``spawn.WatchedJob``, until the final record is on disk) and the owners'
+notification queues, both under one ``threading.Condition``. It holds four
+collaborators, each behind its own interface:
+
+    files     JobFiles (files.py): new logs, record writes (at once or deferred)
+    records   JobRecords (records.py): get/list/save of the records, from any process
+    watcher   Watcher (watcher.py): the epoll loop; reports each exit to ``_on_exit``
+    orphans   OrphanReaper (orphans.py): jobs it does not watch (killed elsewhere, orphaned)
+
+and, with ``pdeathsig``, a ``spawn.DeathSignal``. ``start`` spawns
+(``spawn.spawn``), saves the first record and hands the job to the watcher;
+the watcher calls back ``_on_exit(job, code)`` on its thread, which writes
+the final record and notifies.
 
 * One watcher loop per manager waits on every job's pidfd with epoll (no
   polling; no thread start on the ``start()`` path: ~1 ms is fork+exec); it
@@ -39,14 +48,15 @@ the manager itself.
   and ``shutdown`` return once it is. ``drain`` pops a queue
   under a lock, so each notification is returned exactly once; ``wait``
   sleeps on a ``threading.Condition``.
-* Crash safety: ``team run``'s jobs are run by a job server (``jobserver``)
+* Crash safety: ``team run``'s jobs are run by a job server (server.py)
   that stops them when its lead dies. An in-process manager that is
   SIGKILLed leaves its jobs running; ``reap_orphans`` (run by every
-  restarted lead) kills them and marks them ``lost`` (see ``joborphans``). ``JobManager(pdeathsig=True)`` also gives
-  the direct child ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies
-  with a killed manager; it costs an extra exec (~0.9 ms a job) and a hop to
-  one long-lived spawner thread, because the signal follows the *thread*
-  that forked.
+  restarted lead) kills them and marks them ``lost`` (see orphans.py).
+  ``JobManager(pdeathsig=True)`` also gives the direct child
+  ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies with a killed
+  manager; it costs an extra exec (~0.9 ms a job) and, from a thread other
+  than the main one, a hop to the manager's long-lived spawner thread,
+  because the signal follows the *thread* that forked (``spawn.DeathSignal``).
 * On normal interpreter exit (``atexit``) a manager kills its running jobs.
 * A timeout holds without the manager, too: a job with a timeout runs as
   ``timeout --signal=KILL T+grace+1s /bin/sh -c COMMAND`` (coreutils, if
@@ -63,13 +73,13 @@ records (``get``/``list``) and can ``kill`` them.
 from __future__ import annotations
 
 import atexit
+import builtins
 import errno
+import functools
 import os
 import re
-import select
 import shutil
 import signal
-import subprocess
 import threading
 import time
 import weakref
@@ -77,40 +87,34 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from ..core import procs
-from ..core.errors import CorruptFile, UnknownRef, UserError
-from ..core.models import NAME_RE
+from ..core.errors import UserError
 from ..core.paths import team_dir
 from .files import JobFiles
-from .orphans import UnwatchedJobs
-from .records import (
-    JOB_ENV,
-    MANAGER_ENV,
-    JobRecord,
-    Notification,
-    read_tail,
-)
-from .spawn import SETPRIV, Child, WatchedJob, exit_fd_of, in_spawner, spawn
-from .watcher import QUIET_AFTER_START, Watcher
+from .orphans import OrphanReaper, Unrecorded
+from .records import JOB_ENV, MANAGER_ENV, JobRecord, JobRecords, JobStatus, Notification, read_tail
+from .spawn import DeathSignal, Process, WatchedJob, exit_fd_of, setpriv, spawn
+from .watcher import Watcher
 
 TIMEOUT_MARGIN = 1.0
 """Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
 
-_timeout_bin: list[str | None] = []
+
+@functools.cache
+def _timeout_bin() -> str | None:
+    """coreutils' ``timeout``, if installed (looked up once)."""
+    return shutil.which("timeout")
 
 
 def _timeout_prefix(seconds: float) -> list[str]:
     """``timeout --signal=KILL SECONDS`` if coreutils' ``timeout`` exists, else nothing."""
-    if not _timeout_bin:
-        _timeout_bin.append(shutil.which("timeout"))
-    if _timeout_bin[0] is None:
+    program = _timeout_bin()
+    if program is None:
         return []
-    return [_timeout_bin[0], "--signal=KILL", f"{max(seconds, 0.001):.3f}"]
+    return [program, "--signal=KILL", f"{max(seconds, 0.001):.3f}"]
 
 
-def _shutdown_at_exit(ref: weakref.ref) -> None:
+def _shutdown_at_exit(ref: weakref.ref[JobManager]) -> None:
     manager = ref()
     if manager is not None:
         manager.shutdown()
@@ -142,10 +146,10 @@ def command_argv(command: str, path: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
-class JobManager(Watcher, UnwatchedJobs):
-    """Start, watch, kill and list background jobs under ``root/.team/jobs``."""
+class JobManager:
+    """Start, watch, kill and list background jobs under ``root/.team/jobs`` (see the module docstring)."""
 
-    def __init__(self, root: Path, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
+    def __init__(self, root: Path | str, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
                  grace: float = 2.0, pdeathsig: bool = False,
                  on_notify: Callable[[Notification], None] | None = None,
                  manager: tuple[int, int | None] | None = None, spares: int = 0,
@@ -156,7 +160,7 @@ class JobManager(Watcher, UnwatchedJobs):
         ticks)`` recorded as the jobs' manager (default: this process); a job
         server names the lead it serves, so the lead's death orphans them.
         ``spares``/``deferred_records``: keep log creation and record writes
-        off the start path (``jobfiles``; the job server uses both)."""
+        off the start path (files.py; the job server uses both)."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
@@ -164,57 +168,32 @@ class JobManager(Watcher, UnwatchedJobs):
         self.clock = clock
         self.grace = grace
         self.pdeathsig = pdeathsig
-        self._jobs: dict[str, WatchedJob] = {}
-        self._cond = threading.Condition()
-        self._queues: dict[str, deque[Notification]] = defaultdict(deque)
         self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
-        self._rel = str(self.dir.relative_to(self.root))
-        self._by_fd: dict[int, WatchedJob] = {}
-        self._due: dict[str, float] = {}  # job id -> monotonic time its timeout expires
-        self._epoll: select.epoll | None = None
-        self._wake_r = self._wake_w = -1
         self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
+        self.records = JobRecords(self.dir, self.files)
+        self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace)
+        self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
+                                    grace=grace, tail_bytes=tail_bytes, clock=clock)
+        program = setpriv() if pdeathsig else None
+        self._death_signal = DeathSignal(program) if program is not None else None
+        self._jobs: dict[str, WatchedJob] = {}  # until the final record is on disk
+        self._cond = threading.Condition()  # _jobs and _queues
+        self._queues: dict[str, deque[Notification]] = defaultdict(deque)
+        self._rel = str(self.dir.relative_to(self.root))
         self._manager_env = f"{self._pid}:{self._pid_start}:{self.dir.absolute()}"  # MANAGER_ENV
-        self._serving = False  # serve() runs the watcher on the caller's thread
-        self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
-        self._extra: dict[int, Callable[[], bool]] = {}  # serve(): fd -> handler
         # serve(): the environment, read once (a server's environment does not change;
         # a threaded manager reads os.environ at each start)
         self._environ: dict[str, str] | None = None
         atexit.register(_shutdown_at_exit, weakref.ref(self))
 
-    # -- paths and records -------------------------------------------------
-    def _record_path(self, job_id: str) -> Path:
-        if not NAME_RE.match(job_id):
-            raise UnknownRef(f"no job {job_id!r}: job ids look like j1a2b3c; see `team jobs`")
-        return self.dir / f"{job_id}.json"
-
-    def _save(self, record: JobRecord) -> None:
-        """Atomic (rename) but not fsync'd: the task store is the durable truth."""
-        self.files.save(record)
-
+    # -- records --------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord:
         """The job's record as on disk (works from any process)."""
-        path = self._record_path(job_id)
-        try:
-            return JobRecord.model_validate_json(path.read_bytes())
-        except FileNotFoundError:
-            raise UnknownRef(f"no job {job_id!r}; see `team jobs` for the list") from None
-        except ValidationError as e:
-            raise CorruptFile(path, str(e).splitlines()[0]) from None
+        return self.records.get(job_id)
 
-    def list(self) -> list[JobRecord]:
+    def list(self) -> builtins.list[JobRecord]:
         """Every job under the root, oldest first."""
-        if not self.dir.is_dir():
-            return []
-        records = []
-        for entry in os.scandir(self.dir):
-            if entry.name.endswith(".json") and not entry.name.startswith("."):
-                try:
-                    records.append(self.get(entry.name[:-5]))
-                except UnknownRef:
-                    continue  # removed while we listed
-        return sorted(records, key=lambda r: (r.started_at, r.id))
+        return self.records.list()
 
     # -- start --------------------------------------------------------------
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
@@ -241,23 +220,20 @@ class JobManager(Watcher, UnwatchedJobs):
         shell_argv = ["/bin/sh", "-c", command]
         argv = command_argv(command, child_env.get("PATH", ""))
         prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
+        death_signal = self._death_signal
+        if death_signal is not None:
+            prefix = [*death_signal.prefix, *prefix]
 
-        def spawn_argv(argv: list[str]) -> Child | subprocess.Popen:
-            argv = [*prefix, *argv]
-            if self.pdeathsig and SETPRIV:
-                argv = [SETPRIV, "--pdeathsig", "KILL", *argv]
-            return spawn(argv, cwd=cwd, env=child_env, log_fd=log_fd)
-
-        def spawn_job() -> Child | subprocess.Popen:
+        def spawn_job() -> Process:
             try:
-                return spawn_argv(argv)
+                return spawn([*prefix, *argv], cwd=cwd, env=child_env, log_fd=log_fd)
             except OSError as e:  # a script without #!, a program gone since: the shell says what it can
                 if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES, errno.ENOENT):
                     raise
-                return spawn_argv(shell_argv)
+                return spawn([*prefix, *shell_argv], cwd=cwd, env=child_env, log_fd=log_fd)
 
         try:
-            proc = in_spawner(spawn_job) if self.pdeathsig and SETPRIV else spawn_job()
+            proc = death_signal.run(spawn_job) if death_signal is not None else spawn_job()
         finally:
             os.close(log_fd)
         record = JobRecord(
@@ -265,41 +241,24 @@ class JobManager(Watcher, UnwatchedJobs):
             started_at=self.clock(), log=f"{self._rel}/{job_id}.log",
             cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
             manager_pid=self._pid, manager_start=self._pid_start)
-        self._save(record)
+        self.records.save(record)
         job = WatchedJob(record, proc, exit_fd_of(proc), ref)
-        self._quiet_until = time.monotonic() + QUIET_AFTER_START
-        if timeout is not None:
-            job.deadline = time.monotonic() + timeout
-            self._due[job_id] = job.deadline
         with self._cond:
-            self._jobs[job_id] = job
-            self._by_fd[job.exit_fd] = job
-            if self._epoll is None:
-                self._open_epoll()
-                threading.Thread(target=self._watch, name="team-job-watcher", daemon=True).start()
-            self._epoll.register(job.exit_fd, select.EPOLLIN)
-        if (timeout is not None or self.files.pending()) and not self._serving:
-            self._wake()  # a new deadline, or deferred file work for the watcher thread
+            self._jobs[job_id] = job  # before the watcher has it: it may end at once
+        self.watcher.watch(job, timeout)
         return record.model_copy()
 
-    def _finish(self, job: WatchedJob) -> None:
-        # The leader is a zombie: its pid (== pgid) cannot be reused yet, so
-        # killing the group hits only what the job left behind.
-        with job.lock:
-            procs.killpg(job.record.pgid, signal.SIGKILL)
-            code = job.proc.wait()
-            job.reaped = True
-            job.deadline = None
-        os.close(job.exit_fd)
+    def _on_exit(self, job: WatchedJob, code: int) -> None:
+        """The watcher's report (on its thread): ``job`` ended with ``code``, its leader reaped."""
         record = job.record
-        marker = self.dir / f"{record.id}.kill"  # left by ``kill`` in another process
+        marker = self.records.kill_marker(record.id)  # left by ``kill`` in another process
         if marker.exists():
             job.reason = job.reason or "killed"
             marker.unlink(missing_ok=True)
-        due = self._due.pop(record.id, None)
-        if job.reason is None and code == -signal.SIGKILL and due is not None and time.monotonic() >= due:
+        if (job.reason is None and code == -signal.SIGKILL and job.expires is not None
+                and time.monotonic() >= job.expires):
             job.reason = "timeout"  # the ``timeout`` wrapper beat a late watcher
-        status = job.reason or ("completed" if code == 0 else "failed")
+        status: JobStatus = job.reason or ("completed" if code == 0 else "failed")
         record.status = status
         record.exit_code = code
         record.finished_at = self.clock()
@@ -319,26 +278,55 @@ class JobManager(Watcher, UnwatchedJobs):
                 self._cond.notify_all()
             job.done.set()
 
-        self.files.save(record, then=recorded)
+        self.records.save(record, then=recorded)
+
+    # -- the job server ---------------------------------------------------------
+    def serve(self, fd: int, on_readable: Callable[[], bool]) -> None:
+        """Run the watcher on this thread, with ``fd`` in its epoll (the job server's loop).
+
+        ``on_readable()`` is called whenever ``fd`` is readable (it may call
+        ``start`` and ``begin_kill``); once it returns False the loop ends
+        when no job is left (every final record written). One thread does
+        everything, in this order of priority: exits and requests, then
+        timeouts, then the deferred file work (files.py) when nothing else
+        is ready (watcher.py).
+        """
+        self._environ = dict(os.environ)
+        self.watcher.serve(fd, on_readable, busy=self._busy)
+
+    def _busy(self) -> bool:
+        with self._cond:
+            return bool(self._jobs)
+
+    def begin_kill(self, job_id: str, reason: JobStatus = "killed") -> None:
+        """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting.
+
+        ``reason`` is the status the job is recorded with (``killed``, or ``lost``
+        when its lead died)."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+        if job is None or job.escalated:
+            return
+        self.watcher.terminate(job, reason)
 
     # -- notifications ------------------------------------------------------
-    def drain(self, owner: str) -> list[Notification]:
+    def drain(self, owner: str) -> builtins.list[Notification]:
         """Pop every queued notification for ``owner`` (each is returned once)."""
         with self._cond:
             q = self._queues.get(owner)
             if not q:
                 return []
-            notes = list(q)
+            notes = builtins.list(q)
             q.clear()
             return notes
 
-    def wait(self, owner: str, timeout: float | None = None) -> list[Notification]:
+    def wait(self, owner: str, timeout: float | None = None) -> builtins.list[Notification]:
         """Block until ``owner`` has a notification (or ``timeout``), then drain."""
         with self._cond:
             self._cond.wait_for(lambda: bool(self._queues.get(owner)), timeout)
             return self.drain(owner)
 
-    def running(self) -> list[JobRecord]:
+    def running(self) -> builtins.list[JobRecord]:
         """Jobs this manager is watching."""
         with self._cond:
             return [j.record.model_copy() for j in self._jobs.values()]
@@ -361,12 +349,21 @@ class JobManager(Watcher, UnwatchedJobs):
         record = self.get(job_id)
         if record.status != "running":
             return record
-        return self._kill_unwatched(job_id, record)
+        return self.orphans.kill(record)
+
+    def reap_orphans(self) -> builtins.list[JobRecord]:
+        """Mark ``lost`` every running job whose manager process is dead, killing its leftovers
+        (also jobs that have no record yet; see orphans.py)."""
+        return self.orphans.reap()
+
+    def unrecorded_orphans(self) -> builtins.list[Unrecorded]:
+        """Live processes of jobs of this root that have no record and a dead manager (reported, not killed)."""
+        return self.orphans.unrecorded()
 
     def shutdown(self) -> None:
         """Kill every job this manager runs (TERM, grace, KILL) and wait for their records."""
         with self._cond:
-            jobs = list(self._jobs.values())
+            jobs = builtins.list(self._jobs.values())
         for job in jobs:
             job.reason = job.reason or "killed"
             job.signal(signal.SIGTERM)

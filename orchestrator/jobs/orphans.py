@@ -1,23 +1,27 @@
 """Jobs this manager does not watch: killed from another process, or orphaned.
 
-Mixed into ``jobs.JobManager`` (``UnwatchedJobs``), whose ``get``, ``list``
-and ``_save`` it uses.
+``OrphanReaper`` works from the records on disk (``records.JobRecords``,
+shared with its ``JobManager``) and from ``/proc``; it holds no job of its
+own, so it can run in any process (``team jobs kill``, ``team doctor``,
+a restarted lead). The manager hands it what it does not watch:
+``JobManager.kill`` of a job it does not run (``kill``), ``reap_orphans``
+(``reap``) and ``unrecorded_orphans`` (``unrecorded``).
 
 * Crash safety: like ``make``, a SIGKILLed manager's jobs run on to their
-  end by default; ``reap_orphans`` (run by every restarted lead) finds
+  end by default; ``reap`` (run by every restarted lead) finds
   records still ``running`` whose manager is gone, kills what is left of
   their group and marks them ``lost``; ``team doctor --fix`` calls it too.
-  Until then ``jobrecords.job_orphaned`` tells such records apart (``team
+  Until then ``records.job_orphaned`` tells such records apart (``team
   jobs`` shows ``orphaned``), and a job with a timeout still dies on time
   (the ``timeout`` wrapper, see manager.py). A manager is identified by pid +
   ``/proc`` start time, a job's processes by the ``TEAM_JOB_ID`` variable
   they inherit (core/procs.py), never by a bare pid that may have been reused.
   A job whose manager died before writing its first record (the job server
-  writes records off its start path, ``jobfiles``) has no record to find:
+  writes records off its start path, ``files.py``) has no record to find:
   its processes are found by ``TEAM_JOB_ID`` and ``TEAM_JOB_MANAGER``
   (naming a dead manager and this root's jobs directory), each checked
   again just before it is killed, with their groups; the job is recorded
-  ``lost`` (``unrecorded_orphans`` lists them for ``team doctor``). (A
+  ``lost`` (``unrecorded`` lists them for ``team doctor``). (A
   command that wipes its environment, ``env -i``, cannot be found either
   way.)
 * ``kill`` of a job another live manager watches leaves a ``<id>.kill``
@@ -32,12 +36,22 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..core import procs
 from ..core.fsutil import file_lock
 from ..core.models import NAME_RE
-from .records import JOB_ENV, MANAGER_ENV, JobRecord, job_leader_alive, read_tail
+from .records import (
+    JOB_ENV,
+    MANAGER_ENV,
+    JobRecord,
+    JobRecords,
+    JobStatus,
+    job_leader_alive,
+    read_tail,
+)
 
 
 def parse_manager(value: str) -> tuple[int, int | None, str] | None:
@@ -76,34 +90,50 @@ def _kill_job(orphan: Unrecorded) -> None:
             procs.kill(pid, signal.SIGKILL)
 
 
-class UnwatchedJobs:
-    """Kill and reap jobs whose manager is another process, alive or dead."""
+class OrphanReaper:
+    """Kill and finalise jobs whose manager is another process, alive or dead (see the module docstring).
 
-    def _kill_unwatched(self, job_id: str, record: JobRecord) -> JobRecord:
-        """``kill`` for a running job this manager does not watch."""
+    ``records``: the jobs directory's records; ``root``: the state root
+    (record ``log`` paths are relative to it); ``manager``: the ``(pid, start
+    ticks)`` of the manager this reaper serves, whose own jobs are never
+    orphans; ``grace``: seconds between SIGTERM and SIGKILL; ``tail_bytes``
+    and ``clock`` as for the final records the manager writes.
+    """
+
+    def __init__(self, records: JobRecords, *, root: Path, manager: tuple[int, int | None], grace: float,
+                 tail_bytes: int, clock: Callable[[], float]):
+        self.records = records
+        self.root = root
+        self.manager = manager
+        self.grace = grace
+        self.tail_bytes = tail_bytes
+        self.clock = clock
+
+    def kill(self, record: JobRecord) -> JobRecord:
+        """Kill a running job this manager does not watch; its final record."""
         if not procs.alive(record.manager_pid, record.manager_start):
-            return self._finalise_orphan(record, "killed")
-        (self.dir / f"{job_id}.kill").touch()  # tells the watching manager why it died
-        if job_leader_alive(record):
+            return self._finalise(record, "killed")
+        self.records.kill_marker(record.id).touch()  # tells the watching manager why it died
+        if record.pgid is not None and job_leader_alive(record):
             procs.killpg(record.pgid, signal.SIGTERM)
-            if not self._wait_final(job_id, self.grace) and job_leader_alive(record):
+            if not self._wait_final(record.id, self.grace) and job_leader_alive(record):
                 procs.killpg(record.pgid, signal.SIGKILL)
-        if self._wait_final(job_id, self.grace + 1.0):
-            return self.get(job_id)
+        if self._wait_final(record.id, self.grace + 1.0):
+            return self.records.get(record.id)
         # Nobody finalised it: the manager is gone. Do it ourselves.
-        return self._finalise_orphan(record, "killed")
+        return self._finalise(record, "killed")
 
     def _wait_final(self, job_id: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        while self.get(job_id).status == "running":
+        while self.records.get(job_id).status == "running":
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
         return True
 
-    def unrecorded_orphans(self) -> list[Unrecorded]:
+    def unrecorded(self) -> list[Unrecorded]:
         """Live processes of jobs of this root that have no record and a dead manager (reported, not killed)."""
-        here = str(self.dir.absolute())
+        here = str(self.records.dir.absolute())
         found: dict[str, Unrecorded] = {}
         for pid in procs.pids():
             env = procs.environ(pid)
@@ -115,48 +145,49 @@ class UnwatchedJobs:
             if st is None or st[0] in ("Z", "X") or procs.alive(mpid, ticks):
                 continue  # gone, or its manager runs (and writes its record)
             if job_id not in found:
-                if (self.dir / f"{job_id}.json").exists():
-                    continue  # recorded: reap_orphans' record pass handles it
+                if self.records.exists(job_id):
+                    continue  # recorded: reap's record pass handles it
                 found[job_id] = Unrecorded(job_id, mpid, ticks)
             found[job_id].pids.append((pid, st[1], st[2]))
         return list(found.values())
 
     def _reap_unrecorded(self) -> list[JobRecord]:
         lost = []
-        for orphan in self.unrecorded_orphans():
-            with file_lock(self.dir / ".lock"):
-                if (self.dir / f"{orphan.job_id}.json").exists():
+        for orphan in self.unrecorded():
+            with file_lock(self.records.dir / ".lock"):
+                if self.records.exists(orphan.job_id):
                     continue  # recorded meanwhile: the record pass handles it
                 leader = next((pid for pid, pgrp, _ in orphan.pids if pid == pgrp), min(orphan.pids)[0])
                 command = procs.cmdline(leader) or "?"
                 _kill_job(orphan)
-                log = self.dir / f"{orphan.job_id}.log"
+                log = self.records.dir / f"{orphan.job_id}.log"
                 record = JobRecord(
                     id=orphan.job_id, command=command, owner="?", pid=leader, pgid=leader, status="lost",
                     started_at=self.clock(), finished_at=self.clock(), log=str(log.relative_to(self.root)),
                     manager_pid=orphan.manager_pid, manager_start=orphan.manager_start,
                     tail=read_tail(log, self.tail_bytes))
-                self._save(record)
+                self.records.save(record)
                 lost.append(record)
         return lost
 
-    def _finalise_orphan(self, record: JobRecord, status: str) -> JobRecord:
+    def _finalise(self, record: JobRecord, status: JobStatus) -> JobRecord:
         """Kill what is left of an unwatched job's group and write its final record."""
-        with file_lock(self.dir / ".lock"):
-            current = self.get(record.id)
+        with file_lock(self.records.dir / ".lock"):
+            current = self.records.get(record.id)
             if current.status != "running":
                 return current
-            if job_leader_alive(current):
-                procs.killpg(current.pgid, signal.SIGKILL)
-            for pid in procs.group_members(current.pgid, JOB_ENV, current.id):
-                procs.kill(pid, signal.SIGKILL)
+            if current.pgid is not None:
+                if job_leader_alive(current):
+                    procs.killpg(current.pgid, signal.SIGKILL)
+                for pid in procs.group_members(current.pgid, JOB_ENV, current.id):
+                    procs.kill(pid, signal.SIGKILL)
             current.status = status
             current.finished_at = self.clock()
             current.tail = read_tail(self.root / current.log, self.tail_bytes)
-            self._save(current)
+            self.records.save(current)
             return current
 
-    def reap_orphans(self) -> list[JobRecord]:
+    def reap(self) -> list[JobRecord]:
         """Mark ``lost`` every running job whose manager process is dead, killing its leftovers.
 
         Also jobs of this root that have no record yet (their manager died
@@ -164,14 +195,14 @@ class UnwatchedJobs:
         ``TEAM_JOB_MANAGER`` variables, killed, and given a ``lost`` record.
         """
         lost = self._reap_unrecorded()
-        for record in self.list():
+        for record in self.records.list():
             if record.status != "running":
                 continue
-            if record.manager_pid == self._pid and record.manager_start == self._pid_start:
+            if (record.manager_pid, record.manager_start) == self.manager:
                 continue
             if procs.alive(record.manager_pid, record.manager_start):
                 continue
-            final = self._finalise_orphan(record, "lost")
+            final = self._finalise(record, "lost")
             if final.status == "lost":
                 lost.append(final)
         return lost

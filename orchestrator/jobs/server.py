@@ -7,21 +7,21 @@ name for one attempt; it travels in the notification, so an outcome is
 matched to its attempt even when the job ends before ``start`` returns.
 
 * ``JobServer``: a helper process forked from the lead that runs an
-  ordinary ``jobs.JobManager``. The lead only writes a request line per
+  ordinary ``manager.JobManager``. The lead only writes a request line per
   start (~30 µs); the server spawns, watches the pidfd, reaps and reads the
   tail, on the other core and under its own GIL. Measured on the 2-core VM:
   a job start cost the lead's thread ~0.6 ms in-process, and a layer of 8
   ready tasks started one after another behind it (``bench/sched_bench.py``,
   layers shape).
 
-  The server is one thread: ``JobManager.serve`` runs the manager's epoll
-  loop with the request pipe in it, so a request, an exit and a timeout are
-  handled as they come, with no thread hand-off, and a kill never blocks
-  (``begin_kill``: TERM now, KILL after the grace, by the loop). File work
-  that no one waits for — job records, log files for the next starts — is
-  deferred to the loop's quiet moments (``jobfiles``: spare logs, deferred
-  records), because creating a file costs 0.1-0.8 ms of kernel time on
-  this VM while its journal is busy.
+  The server is one thread: ``JobManager.serve`` runs the manager's watcher
+  loop (watcher.py) with the request pipe in it, so a request, an exit and
+  a timeout are handled as they come, with no thread hand-off, and a kill
+  never blocks (``begin_kill``: TERM now, KILL after the grace, by the
+  loop). File work that no one waits for — job records, log files for the
+  next starts — is deferred to the loop's quiet moments (files.py: spare
+  logs, deferred records), because creating a file costs 0.1-0.8 ms of
+  kernel time on this VM while its journal is busy.
 * ``LocalJobs``: the same ``JobManager`` in the lead process (``start``
   blocks for the fork). Used when forking is not safe — another thread is
   already running (a fork copies only the calling thread, and locks held by
@@ -70,17 +70,17 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..core import procs
 from ..core.errors import TeamError
 from .manager import JobManager
-from .records import Notification
+from .records import JobStatus, Notification
 
 SPARE_LOGS = 16
-"""Log files the server keeps created ahead, so a start creates no file (``jobfiles``)."""
+"""Log files the server keeps created ahead, so a start creates no file (files.py)."""
 
 OnNote = Callable[[str, Notification], None]
 OnError = Callable[[str, str], None]
@@ -98,8 +98,10 @@ class LocalJobs:
         self._ids: dict[str, str] = {}  # ref -> job id
         self._lock = threading.Lock()
 
-    def start(self, ref: str, command: str, **kw: Any) -> None:
-        record = self.manager.start(command, ref=ref, **kw)
+    def start(self, ref: str, command: str, *, owner: str, cwd: Path | None, env: dict[str, str],
+              timeout: float | None, task: int | None, unset: list[str]) -> None:
+        record = self.manager.start(command, ref=ref, owner=owner, cwd=cwd, env=env, timeout=timeout, task=task,
+                                    unset=unset)
         with self._lock:
             self._ids[ref] = record.id
 
@@ -117,7 +119,7 @@ class LocalJobs:
         self.manager.shutdown()
 
 
-def _lines(fd: int):
+def _lines(fd: int) -> Iterator[bytes]:
     """Yield each complete line read from ``fd`` until end of file."""
     buf = b""
     while True:
@@ -324,7 +326,7 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
             ids[ref] = record.id
         return True
 
-    def _stop(reason: str) -> bool:
+    def _stop(reason: JobStatus) -> bool:
         """Kill what runs (TERM, grace, KILL: the loop goes on until every job has ended)."""
         for job_id in list(ids.values()):
             manager.begin_kill(job_id, reason)

@@ -3,7 +3,8 @@
 * ``WatchedJob`` is the in-memory handle: the record, the process, an fd that
   turns readable when the leader exits, and the kill/timeout state. Its
   group is signalled only until the leader is reaped (after that the pgid
-  may be reused); the reap happens under ``WatchedJob.lock``.
+  may be reused); the reap (``reap``, called by the watcher when the exit
+  fd turns readable) happens under ``WatchedJob.lock``.
 * ``exit_fd_of``: a pidfd, which turns readable when the leader exits but does
   not reap it, so the leader stays a zombie and its pid, hence the group id,
   cannot be reused while we signal the group. Without pidfds a thread
@@ -19,14 +20,17 @@
   signal mask, and no fd of ours (Python opens every fd close-on-exec).
   (glibc's posix_spawn leaves its two internal signals, 32 and 33, ignored
   in the child; programs linked with glibc install their own handlers.)
-* ``in_spawner``: ``PR_SET_PDEATHSIG`` (via ``setpriv``, ``SETPRIV``) fires
-  when the *thread* that forked exits, so with ``pdeathsig`` a job is forked
-  on the main thread or on one long-lived spawner thread, never on a
-  short-lived worker.
+* ``DeathSignal``: jobs that die with their manager's process, for
+  ``JobManager(pdeathsig=True)``. ``setpriv --pdeathsig KILL`` (``setpriv()``
+  finds it) sets ``PR_SET_PDEATHSIG``, which fires when the *thread* that
+  forked exits, so such a job is forked on the main thread or on one
+  long-lived spawner thread that the ``DeathSignal`` (one per manager)
+  starts on first need, never on a short-lived worker.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import shutil
@@ -35,9 +39,12 @@ import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import TypeAlias, TypeVar
 
 from ..core import procs
-from .records import JobRecord
+from .records import JobRecord, JobStatus
+
+T = TypeVar("T")
 
 
 class Child:
@@ -57,11 +64,14 @@ class Child:
         return self.returncode
 
 
+Process: TypeAlias = "Child | subprocess.Popen[bytes]"
+"""A job's main process, as ``spawn`` started it."""
+
 _DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
 _FAST = hasattr(os, "posix_spawn")
 
 
-def spawn(argv: list[str], *, cwd: str | os.PathLike | None, env: dict[str, str], log_fd: int) -> Child | subprocess.Popen:
+def spawn(argv: list[str], *, cwd: str | os.PathLike[str] | None, env: dict[str, str], log_fd: int) -> Process:
     """Start ``argv`` (``argv[0]`` an absolute path) in a new session, output on ``log_fd``."""
     if _FAST and (cwd is None or os.fspath(cwd) == os.getcwd()):
         pid = os.posix_spawn(argv[0], argv, env, file_actions=[
@@ -77,17 +87,19 @@ def spawn(argv: list[str], *, cwd: str | os.PathLike | None, env: dict[str, str]
 class WatchedJob:
     """In-memory state of a job this manager watches."""
 
-    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "escalated", "done", "lock", "reaped")
+    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "expires", "escalated", "done", "lock",
+                 "reaped")
 
-    def __init__(self, record: JobRecord, proc: Child | subprocess.Popen, exit_fd: int, ref: str | None = None):
+    def __init__(self, record: JobRecord, proc: Process, exit_fd: int, ref: str | None = None):
         self.record = record
         self.ref = ref  # the starter's name for the job, handed back in its notification
-        self.proc = proc
+        self.proc = proc  # the group leader: its own session, so pgid == pid
         self.exit_fd = exit_fd  # readable once the leader has exited (pidfd or pipe)
-        self.reason: str | None = None  # "timeout" | "killed"
+        self.reason: JobStatus | None = None  # "timeout" | "killed" | "lost"
         self.deadline: float | None = None  # monotonic time of the next escalation
+        self.expires: float | None = None  # monotonic time its timeout expires
         self.escalated = False  # SIGTERM already sent by the watcher
-        self.done = threading.Event()
+        self.done = threading.Event()  # set once its final record is on disk
         self.lock = threading.Lock()
         self.reaped = False
 
@@ -95,10 +107,24 @@ class WatchedJob:
         """Signal the job's group unless the leader was reaped (its pgid may be reused)."""
         with self.lock:
             if not self.reaped:
-                procs.killpg(self.record.pgid, sig)
+                procs.killpg(self.proc.pid, sig)
+
+    def reap(self) -> int:
+        """Once the leader has exited: SIGKILL what it left in its group, reap it, close the exit fd.
+
+        The leader is a zombie until reaped, so its pid (== pgid) cannot be
+        reused yet: killing the group hits only what the job left behind.
+        Returns the exit code (``-N`` for death by signal N)."""
+        with self.lock:
+            procs.killpg(self.proc.pid, signal.SIGKILL)
+            code = self.proc.wait()
+            self.reaped = True
+            self.deadline = None
+        os.close(self.exit_fd)
+        return code
 
 
-def exit_fd_of(proc: Child | subprocess.Popen) -> int:
+def exit_fd_of(proc: Process) -> int:
     """An fd that becomes readable when ``proc`` exits, without reaping it."""
     try:
         return os.pidfd_open(proc.pid)
@@ -114,34 +140,48 @@ def exit_fd_of(proc: Child | subprocess.Popen) -> int:
     return r
 
 
-_spawn_queue: queue.SimpleQueue | None = None
-_spawn_lock = threading.Lock()
-SETPRIV = shutil.which("setpriv")
+@functools.cache
+def setpriv() -> str | None:
+    """util-linux's ``setpriv``, if installed (looked up once)."""
+    return shutil.which("setpriv")
 
 
-def _spawn_loop(q: queue.SimpleQueue) -> None:
-    while True:
-        fn, future = q.get()
-        try:
-            future.set_result(fn())
-        except BaseException as e:  # handed back to the caller, re-raised there
-            future.set_exception(e)
+class DeathSignal:
+    """Start jobs that get SIGKILL when this process dies (``setpriv --pdeathsig KILL``).
 
-
-def in_spawner(fn: Callable):
-    """Run ``fn`` (a fork) on the main thread or on one long-lived spawner thread.
-
-    The parent-death signal fires when the *thread* that forked exits, so a
-    job must never be forked by a short-lived worker thread.
+    The parent-death signal fires when the *thread* that forked exits, so
+    ``run`` forks on the main thread, or hands the fork to one long-lived
+    spawner thread of this object's own (started on first need), never on
+    a short-lived worker.
     """
-    global _spawn_queue
-    if threading.current_thread() is threading.main_thread():
-        return fn()
-    with _spawn_lock:
-        if _spawn_queue is None:
-            _spawn_queue = queue.SimpleQueue()
-            threading.Thread(target=_spawn_loop, args=(_spawn_queue,), name="team-job-spawner",
-                             daemon=True).start()
-    future: Future = Future()
-    _spawn_queue.put((fn, future))
-    return future.result()
+
+    def __init__(self, setpriv: str):
+        """``setpriv``: the program's path (``setpriv()``)."""
+        self.prefix = [setpriv, "--pdeathsig", "KILL"]  # goes before a job's argv
+        self._forks: queue.SimpleQueue[Callable[[], None]] | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fork: Callable[[], T]) -> T:
+        """``fork()`` on the main thread or on the spawner thread; its result, or its exception."""
+        if threading.current_thread() is threading.main_thread():
+            return fork()
+        with self._lock:
+            if self._forks is None:
+                self._forks = queue.SimpleQueue()
+                threading.Thread(target=_spawn_loop, args=(self._forks,), name="team-job-spawner",
+                                 daemon=True).start()
+        future: Future[T] = Future()
+
+        def call() -> None:
+            try:
+                future.set_result(fork())
+            except BaseException as e:  # handed back to the caller, re-raised there
+                future.set_exception(e)
+
+        self._forks.put(call)
+        return future.result()
+
+
+def _spawn_loop(forks: queue.SimpleQueue[Callable[[], None]]) -> None:
+    while True:
+        forks.get()()

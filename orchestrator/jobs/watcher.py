@@ -1,21 +1,35 @@
 """The watcher of a ``JobManager``: one epoll loop over job exits, timeouts and deferred file work.
 
-Mixed into ``jobs.JobManager`` (``Watcher``), whose job table (``_jobs``,
-``_by_fd``, ``_cond``), ``files`` (``jobfiles``), ``grace`` and ``_finish``
-it uses.
+``Watcher`` owns the loop and everything only the loop needs: the epoll,
+the wake-up pipe, the table of exit fds (``spawn.WatchedJob.exit_fd``), the
+jobs with a deadline, and the fds ``serve`` adds. Its owner (the manager)
+hands it jobs with ``watch(job, timeout)`` and asks for a kill with
+``terminate(job, reason)``; the watcher reports each job that ended
+through the ``on_exit(job, exit code)`` callback it was built with, once
+the job's leftovers are killed and its leader reaped
+(``WatchedJob.reap``). Deferred file work comes from a ``DeferredWork``
+(``files.JobFiles``).
 
-* Threaded (the default): the first ``start`` opens the epoll and starts one
-  watcher thread; starts from any thread wake it through a pipe when they
-  add a deadline or deferred file work.
-* ``serve(fd, on_readable)``: the loop runs on the caller's thread with one
-  more fd in it — the job server's request pipe — so that process is a
-  single thread: requests, exits and timeouts are handled as they come.
+* Threaded (the default): the first ``watch`` opens the epoll and starts
+  one watcher thread; watches from any thread wake it through a pipe when
+  they add a deadline or deferred file work.
+* ``serve(fd, on_readable, busy)``: the loop runs on the caller's thread
+  with one more fd in it — the job server's request pipe — so that process
+  is a single thread: requests, exits and timeouts are handled as they
+  come. It ends once ``on_readable`` has returned False and ``busy()``
+  does (the manager: no job left whose final record is not yet written).
 
 Each turn, in order of priority: exits and readable fds, then due
-timeouts (SIGTERM the group, SIGKILL after the grace; ``begin_kill`` asks
+timeouts (SIGTERM the group, SIGKILL after the grace; ``terminate`` asks
 for the same without waiting), then one piece of deferred file work
-(``files.work_once``) if nothing was ready and no job started within
+(``work_once``) if nothing was ready and no job started within
 ``QUIET_AFTER_START``.
+
+Threads: the loop's tables are touched by the loop alone, except two
+hand-offs that take no lock on the start path: ``watch`` sets the job's
+exit fd entry before registering the fd (so its event finds it; only the
+loop removes entries), and a job given a deadline from another thread is
+appended to a deque (thread-safe) the loop drains each turn.
 """
 
 from __future__ import annotations
@@ -23,22 +37,101 @@ from __future__ import annotations
 import os
 import select
 import signal
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from typing import Protocol
+
+from .records import JobStatus
+from .spawn import WatchedJob
 
 QUIET_AFTER_START = 0.001
-"""Seconds after a start before deferred file work (``jobfiles``) may run: a job that ends at
+"""Seconds after a start before deferred file work (``files.py``) may run: a job that ends at
 once is reported first, and its first record is then superseded by its final one."""
 
 
-class Watcher:
-    """The loop (see the module docstring)."""
+class DeferredWork(Protocol):
+    """File work that waits for the loop's quiet moments (``files.JobFiles``)."""
 
-    def _open_epoll(self) -> None:
-        self._epoll = select.epoll()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
-        self._epoll.register(self._wake_r, select.EPOLLIN)
+    def pending(self) -> bool:
+        """There is work to do."""
+
+    def work_once(self) -> None:
+        """Do one piece of it."""
+
+
+class Watcher:
+    """The loop (see the module docstring).
+
+    ``on_exit(job, code)``: called on the loop's thread for each job that
+    ended, with its exit code (``-N`` for death by signal N); it must not
+    block. ``grace``: seconds between SIGTERM and SIGKILL.
+    """
+
+    def __init__(self, *, on_exit: Callable[[WatchedJob, int], None], work: DeferredWork, grace: float):
+        self.on_exit = on_exit
+        self.work = work
+        self.grace = grace
+        self._epoll: select.epoll | None = None
+        self._wake_r = self._wake_w = -1
+        self._open_lock = threading.Lock()  # the first watch opens the epoll, once
+        self._serving = False  # serve() runs the loop on the caller's thread
+        self._by_fd: dict[int, WatchedJob] = {}  # exit fd -> job, until it exits
+        self._timing: deque[WatchedJob] = deque()  # jobs given a deadline, for the loop to take
+        self._timed: dict[str, WatchedJob] = {}  # job id -> job with a deadline (the loop's own)
+        self._handlers: dict[int, Callable[[], bool]] = {}  # serve(): fd -> on_readable
+        self._quiet_until = 0.0  # no deferred file work before then (a job just started may end at once)
+
+    # -- what the owner calls -------------------------------------------------------
+    def watch(self, job: WatchedJob, timeout: float | None) -> None:
+        """Watch ``job``'s exit fd; with a ``timeout``, terminate it after that many seconds."""
+        now = time.monotonic()
+        self._quiet_until = now + QUIET_AFTER_START
+        if timeout is not None:
+            job.deadline = job.expires = now + timeout
+            self._timing.append(job)
+        self._by_fd[job.exit_fd] = job
+        epoll = self._epoll or self._open()
+        epoll.register(job.exit_fd, select.EPOLLIN)
+        if (timeout is not None or self.work.pending()) and not self._serving:
+            self._wake()  # a new deadline, or deferred file work for the watcher thread
+
+    def terminate(self, job: WatchedJob, reason: JobStatus) -> None:
+        """SIGTERM the job's group now and SIGKILL it after the grace (the loop does); no waiting.
+
+        ``reason`` is the status the job is recorded with unless it has one already."""
+        self._escalate(job, reason)
+        self._timing.append(job)
+        if not self._serving and self._epoll is not None:
+            self._wake()
+
+    def serve(self, fd: int, on_readable: Callable[[], bool], busy: Callable[[], bool]) -> None:
+        """Run the loop on this thread with ``fd`` in it, until ``on_readable`` and ``busy`` return False.
+
+        ``on_readable()`` is called whenever ``fd`` is readable (it may
+        ``watch`` and ``terminate`` jobs); once it returns False the fd
+        leaves the loop, which ends as soon as ``busy()`` is False.
+        """
+        self._serving = True
+        epoll = self._epoll or self._open()
+        epoll.register(fd, select.EPOLLIN)
+        self._handlers[fd] = on_readable
+        self._loop(epoll, busy)
+
+    # -- the loop -------------------------------------------------------------------
+    def _open(self) -> select.epoll:
+        with self._open_lock:
+            if self._epoll is None:
+                self._wake_r, self._wake_w = os.pipe()
+                os.set_blocking(self._wake_w, False)
+                epoll = select.epoll()
+                epoll.register(self._wake_r, select.EPOLLIN)
+                self._epoll = epoll
+                if not self._serving:
+                    threading.Thread(target=self._loop, args=(epoll, None), name="team-job-watcher",
+                                     daemon=True).start()
+            return self._epoll
 
     def _wake(self) -> None:
         try:
@@ -46,81 +139,56 @@ class Watcher:
         except BlockingIOError:
             pass  # the pipe is full: the watcher is waking up anyway
 
-    def serve(self, fd: int, on_readable: Callable[[], bool]) -> None:
-        """Run the watcher on this thread, with ``fd`` in its epoll (the job server's loop).
+    def _take_timing(self) -> None:
+        while self._timing:
+            job = self._timing.popleft()
+            if not job.reaped:  # else it ended since: nothing left to escalate
+                self._timed[job.record.id] = job
 
-        ``on_readable()`` is called whenever ``fd`` is readable (it may call
-        ``start`` and ``begin_kill``); once it returns False the loop ends
-        when no job is left. One thread does everything, in this order of
-        priority: exits and requests, then timeouts, then the deferred file
-        work (``jobfiles``) when nothing else is ready.
-        """
-        self._serving = True
-        self._environ = dict(os.environ)
-        with self._cond:
-            if self._epoll is None:
-                self._open_epoll()
-        self._epoll.register(fd, select.EPOLLIN)
-        self._extra[fd] = on_readable
-        self._watch(serving=True)
-
-    def _watch(self, serving: bool = False) -> None:
-        """The one watcher thread: exits, timeouts and escalation, via epoll."""
+    def _loop(self, epoll: select.epoll, busy: Callable[[], bool] | None) -> None:
+        """Exits, timeouts and escalation, readable fds, deferred file work (``busy``: serve's end)."""
         while True:
-            with self._cond:
-                deadlines = [j.deadline for j in self._jobs.values() if j.deadline is not None]
-                if serving and not self._extra and not self._jobs:
-                    break
+            self._take_timing()
+            if busy is not None and not self._handlers and not busy():
+                break
             now = time.monotonic()
+            deadlines = [j.deadline for j in self._timed.values() if j.deadline is not None]
             wait = -1.0 if not deadlines else max(0.0, min(deadlines) - now)
-            idle = self.files.pending()
-            if idle:  # deferred file work waits for a quiet moment (jobfiles)
+            idle = self.work.pending()
+            if idle:  # deferred file work waits for a quiet moment (files.py)
                 quiet = max(0.0, self._quiet_until - now)
                 wait = quiet if wait < 0 else min(wait, quiet)
-            events = self._epoll.poll(wait)
+            events = epoll.poll(wait)
             if not events and idle and time.monotonic() >= self._quiet_until:
-                self.files.work_once()
+                self.work.work_once()
             for fd, _ in events:
                 if fd == self._wake_r:
                     os.read(self._wake_r, 4096)
                     continue
-                handler = self._extra.get(fd)
+                handler = self._handlers.get(fd)
                 if handler is not None:
                     if not handler():
-                        self._epoll.unregister(fd)
-                        del self._extra[fd]
+                        epoll.unregister(fd)
+                        del self._handlers[fd]
                     continue
-                with self._cond:
-                    job = self._by_fd.pop(fd, None)
+                job = self._by_fd.pop(fd, None)
                 if job is not None:
-                    self._epoll.unregister(fd)
-                    self._finish(job)
+                    epoll.unregister(fd)
+                    self._timed.pop(job.record.id, None)
+                    self.on_exit(job, job.reap())
+            self._take_timing()
             now = time.monotonic()
-            with self._cond:
-                due = [j for j in self._jobs.values() if j.deadline is not None and j.deadline <= now]
-            for job in due:
+            for job in [j for j in self._timed.values() if j.deadline is not None and j.deadline <= now]:
                 if not job.escalated:  # timeout
-                    self._terminate(job, "timeout")
+                    self._escalate(job, "timeout")
                 else:
                     job.deadline = None
+                    del self._timed[job.record.id]
                     job.signal(signal.SIGKILL)
 
-    def _terminate(self, job, reason: str) -> None:
+    def _escalate(self, job: WatchedJob, reason: JobStatus) -> None:
         """SIGTERM the job's group; the loop SIGKILLs it once the grace has passed."""
         job.reason = job.reason or reason
         job.escalated = True
         job.deadline = time.monotonic() + self.grace
         job.signal(signal.SIGTERM)
-
-    def begin_kill(self, job_id: str, reason: str = "killed") -> None:
-        """SIGTERM the job's group now and SIGKILL it after the grace (the watcher does); no waiting.
-
-        ``reason`` is the status the job is recorded with (``killed``, or ``lost``
-        when its lead died)."""
-        with self._cond:
-            job = self._jobs.get(job_id)
-            if job is None or job.escalated:
-                return
-            self._terminate(job, reason)
-        if not self._serving:
-            self._wake()
