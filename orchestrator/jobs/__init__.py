@@ -5,7 +5,7 @@
     watcher.py  Watcher: the epoll loop over job exits, timeouts and deferred file
                 work; reports each exit through the callback it was given
     spawn.py    a job's process: spawn in its own session, its exit fd and reap
-                (WatchedJob), the parent-death-signal spawner (DeathSignal)
+                (WatchedJob)
     records.py  JobRecord and Notification, what a job leaves on disk;
                 JobRecords, the records read (get/list) and saved
     files.py    JobFiles: log files and record writes, kept off the start path

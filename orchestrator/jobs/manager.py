@@ -25,8 +25,7 @@ collaborators, each behind its own interface:
     watcher   Watcher (watcher.py): the epoll loop; reports each exit to ``_on_exit``
     orphans   OrphanReaper (orphans.py): jobs it does not watch (killed elsewhere, orphaned)
 
-and, with ``pdeathsig``, a ``spawn.DeathSignal``. ``start`` spawns
-(``spawn.spawn``), saves the first record and hands the job to the watcher;
+``start`` spawns (``spawn.spawn``), saves the first record and hands the job to the watcher;
 the watcher calls back ``_on_exit(job, code)`` on its thread, which writes
 the final record and notifies.
 
@@ -52,11 +51,6 @@ the final record and notifies.
   that stops them when its lead dies. An in-process manager that is
   SIGKILLed leaves its jobs running; ``reap_orphans`` (run by every
   restarted lead) kills them and marks them ``lost`` (see orphans.py).
-  ``JobManager(pdeathsig=True)`` also gives the direct child
-  ``PR_SET_PDEATHSIG=SIGKILL`` via ``setpriv`` so it dies with a killed
-  manager; it costs an extra exec (~0.9 ms a job) and, from a thread other
-  than the main one, a hop to the manager's long-lived spawner thread,
-  because the signal follows the *thread* that forked (``spawn.DeathSignal``).
 * On normal interpreter exit (``atexit``) a manager kills its running jobs.
 * A timeout holds without the manager, too: a job with a timeout runs as
   ``timeout --signal=KILL T+grace+1s /bin/sh -c COMMAND`` (coreutils, if
@@ -93,7 +87,7 @@ from ..core.paths import team_dir
 from .files import JobFiles
 from .orphans import OrphanReaper, Unrecorded
 from .records import JOB_ENV, MANAGER_ENV, JobRecord, JobRecords, JobStatus, Notification, read_tail
-from .spawn import DeathSignal, Process, WatchedJob, exit_fd_of, setpriv, spawn
+from .spawn import Process, WatchedJob, exit_fd_of, spawn
 from .watcher import Watcher
 
 TIMEOUT_MARGIN = 1.0
@@ -150,7 +144,7 @@ class JobManager:
     """Start, watch, kill and list background jobs under ``root/.team/jobs`` (see the module docstring)."""
 
     def __init__(self, root: Path | str, *, tail_bytes: int = 4096, clock: Callable[[], float] = time.time,
-                 grace: float = 2.0, pdeathsig: bool = False,
+                 grace: float = 2.0,
                  on_notify: Callable[[Notification], None] | None = None,
                  manager: tuple[int, int | None] | None = None, spares: int = 0,
                  deferred_records: bool = False):
@@ -167,15 +161,12 @@ class JobManager:
         self.tail_bytes = tail_bytes
         self.clock = clock
         self.grace = grace
-        self.pdeathsig = pdeathsig
         self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
         self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
         self.records = JobRecords(self.dir, self.files)
         self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace)
         self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
                                     grace=grace, tail_bytes=tail_bytes, clock=clock)
-        program = setpriv() if pdeathsig else None
-        self._death_signal = DeathSignal(program) if program is not None else None
         self._jobs: dict[str, WatchedJob] = {}  # until the final record is on disk
         self._cond = threading.Condition()  # _jobs and _queues
         self._queues: dict[str, deque[Notification]] = defaultdict(deque)
@@ -220,9 +211,6 @@ class JobManager:
         shell_argv = ["/bin/sh", "-c", command]
         argv = command_argv(command, child_env.get("PATH", ""))
         prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
-        death_signal = self._death_signal
-        if death_signal is not None:
-            prefix = [*death_signal.prefix, *prefix]
 
         def spawn_job() -> Process:
             try:
@@ -233,7 +221,7 @@ class JobManager:
                 return spawn([*prefix, *shell_argv], cwd=cwd, env=child_env, log_fd=log_fd)
 
         try:
-            proc = death_signal.run(spawn_job) if death_signal is not None else spawn_job()
+            proc = spawn_job()
         finally:
             os.close(log_fd)
         record = JobRecord(

@@ -20,25 +20,14 @@
   signal mask, and no fd of ours (Python opens every fd close-on-exec).
   (glibc's posix_spawn leaves its two internal signals, 32 and 33, ignored
   in the child; programs linked with glibc install their own handlers.)
-* ``DeathSignal``: jobs that die with their manager's process, for
-  ``JobManager(pdeathsig=True)``. ``setpriv --pdeathsig KILL`` (``setpriv()``
-  finds it) sets ``PR_SET_PDEATHSIG``, which fires when the *thread* that
-  forked exits, so such a job is forked on the main thread or on one
-  long-lived spawner thread that the ``DeathSignal`` (one per manager)
-  starts on first need, never on a short-lived worker.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import queue
-import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TypeAlias, TypeVar
 
 from ..core import procs
@@ -138,50 +127,3 @@ def exit_fd_of(proc: Process) -> int:
 
     threading.Thread(target=waiter, name=f"team-job-wait-{proc.pid}", daemon=True).start()
     return r
-
-
-@functools.cache
-def setpriv() -> str | None:
-    """util-linux's ``setpriv``, if installed (looked up once)."""
-    return shutil.which("setpriv")
-
-
-class DeathSignal:
-    """Start jobs that get SIGKILL when this process dies (``setpriv --pdeathsig KILL``).
-
-    The parent-death signal fires when the *thread* that forked exits, so
-    ``run`` forks on the main thread, or hands the fork to one long-lived
-    spawner thread of this object's own (started on first need), never on
-    a short-lived worker.
-    """
-
-    def __init__(self, setpriv: str):
-        """``setpriv``: the program's path (``setpriv()``)."""
-        self.prefix = [setpriv, "--pdeathsig", "KILL"]  # goes before a job's argv
-        self._forks: queue.SimpleQueue[Callable[[], None]] | None = None
-        self._lock = threading.Lock()
-
-    def run(self, fork: Callable[[], T]) -> T:
-        """``fork()`` on the main thread or on the spawner thread; its result, or its exception."""
-        if threading.current_thread() is threading.main_thread():
-            return fork()
-        with self._lock:
-            if self._forks is None:
-                self._forks = queue.SimpleQueue()
-                threading.Thread(target=_spawn_loop, args=(self._forks,), name="team-job-spawner",
-                                 daemon=True).start()
-        future: Future[T] = Future()
-
-        def call() -> None:
-            try:
-                future.set_result(fork())
-            except BaseException as e:  # handed back to the caller, re-raised there
-                future.set_exception(e)
-
-        self._forks.put(call)
-        return future.result()
-
-
-def _spawn_loop(forks: queue.SimpleQueue[Callable[[], None]]) -> None:
-    while True:
-        forks.get()()
