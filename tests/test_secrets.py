@@ -54,11 +54,10 @@ def test_env_values_expand_names_and_keep_a_doubled_dollar(tmp_path):
 
 
 def test_the_event_log_never_holds_the_key(tmp_path):
-    from orchestrator.core.redact import register_secret
+    from orchestrator.core.redact import Secrets
     from orchestrator.tasks.store import TaskStore
 
-    register_secret(KEY)
-    store = TaskStore(tmp_path)
+    store = TaskStore(tmp_path, secrets=Secrets([KEY]))
     task = store.create("call the model")
     t = store.claim(task.id, "alice")
     store.release(task.id, t.epoch, reason=f"agent error: bad key {KEY}")
@@ -66,3 +65,18 @@ def test_the_event_log_never_holds_the_key(tmp_path):
     store.finish(task.id, t.epoch, "failed", error=f"401 for key {KEY}")
     log = (tmp_path / ".tasks" / "events.jsonl").read_text()
     assert KEY not in log and "bad key [REDACTED]" in log and "401 for key [REDACTED]" in log
+
+
+def test_the_secrets_of_an_environment_are_credentials_by_name_and_url_passwords():
+    from orchestrator.core.redact import Secrets, secret_names
+
+    env = {"OPENAI_API_KEY": KEY, "GITHUB_TOKEN": "ghp_abcdefgh12345678", "DB_PASSWORD": "hunter2-hunter2",
+           "OPENAI_BASE_URL": "https://bob:s3cr3t-pass@proxy.local/v1", "HOME": "/home/bob",
+           "TOKENIZERS_PARALLELISM": "false", "MAX_TOKENS": "4096", "SESSION_TOKEN": "short"}
+    secrets = Secrets.from_environ(env)
+    text = f"{KEY} ghp_abcdefgh12345678 hunter2-hunter2 https://bob:s3cr3t-pass@proxy.local/v1 false 4096 short"
+    assert secrets.scrub(text) == ("[REDACTED] [REDACTED] [REDACTED] https://bob:[REDACTED]@proxy.local/v1 "
+                                   "false 4096 short")
+    assert sorted(secret_names(env)) == ["DB_PASSWORD", "GITHUB_TOKEN", "MAX_TOKENS", "OPENAI_API_KEY",
+                                         "SESSION_TOKEN", "TOKENIZERS_PARALLELISM"]
+    assert KEY not in repr(secrets) and len(secrets.add("another-secret-value")) == len(secrets) + 1

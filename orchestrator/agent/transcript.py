@@ -16,8 +16,8 @@ the conversation it had. Lines carry a ``kind``:
   everything before this line (the full history stays above it on disk).
 * ``task``    — the agent started working on a task (id, epoch).
 
-Secrets: every string written is scrubbed of known secret values (the API
-key and anything registered with ``register_secret``, see core/redact.py) before
+Secrets: every string written is scrubbed of the secrets the transcript was
+given (default: the credentials in the environment, see core/redact.py) before
 it reaches disk.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 from ..core.fsutil import append_line, parse_jsonl
 from ..core.jsonutil import dumps
 from ..core.paths import team_dir
-from ..core.redact import scrub
+from ..core.redact import Secrets
 
 
 def transcript_path(root: Path, name: str) -> Path:
@@ -41,14 +41,15 @@ def transcript_path(root: Path, name: str) -> Path:
 class Transcript:
     """Append-only, crash-safe record of one agent's conversation."""
 
-    def __init__(self, path: Path, *, durable: bool = True):
+    def __init__(self, path: Path, *, durable: bool = True, secrets: Secrets | None = None):
         self.path = Path(path)
         self.durable = durable
+        self.secrets = Secrets.from_environ() if secrets is None else secrets
         self._lock = threading.Lock()
         self._dir_ready = False
 
     def _append(self, record: dict[str, Any]) -> None:
-        line = scrub(dumps(record))
+        line = self.secrets.scrub(dumps(record))
         with self._lock:
             if not self._dir_ready:
                 self.path.parent.mkdir(parents=True, exist_ok=True)

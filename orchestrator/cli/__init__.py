@@ -54,9 +54,6 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..core.redact import register_env_secrets
-
-    register_env_secrets()  # the model key never reaches a task file, transcript or job
     try:
         app(args=argv, prog_name="team")
     except SystemExit as e:  # typer's normal exit path (usage errors exit 2)

@@ -66,13 +66,11 @@ def chat_cmd(
 ) -> None:
     """Talk to the lead: it plans, spawns teammates and delegates; /help lists the local commands."""
     from ..chat.session import ChatSession
-    from ..core.redact import register_secret
     from ..llm.client import LLMClient
     from ..llm.types import LLMConfig
     from ..run.agents import max_steps_from_env
 
     config = LLMConfig.resolve(None, model)
-    register_secret(config.api_key.get_secret_value())
     max_steps = max_steps_from_env()
     console = Console(sys.stdout)
     clients: dict[str, Any] = {}

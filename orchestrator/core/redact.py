@@ -1,63 +1,98 @@
-"""Secrets that must never reach disk: a transcript, a log or a task file.
+"""Secrets that must never reach disk: a value of the secrets a process knows, and scrubbing.
 
-The process keeps a set of secret values: the model API key from the
-environment (``OPENAI_API_KEY``, registered by every ``team`` command at
-start) and anything passed to ``register_secret``. Writers scrub them:
+``Secrets`` is a plain value: the secret strings, longest first. Every
+component that writes files takes one (``secrets=``) and, when none is
+given, builds it from its environment (``Secrets.from_environ``), which is
+where ``team`` gets every credential it has:
 
-* transcripts (agent/transcript.py), every task file and event line the store
-  writes (tasks/files.py), so an agent's echo of the key or an
-  error message quoting it lands as ``[REDACTED]``;
-* job output tails (jobrecords.read_tail), which go into notifications, job
-  records and task results.
+* the value of each variable whose *name* says it is a credential
+  (``SECRET_NAME``: ``*API_KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``,
+  ``*CREDENTIAL*``, ``*PRIVATE_KEY*``, ``*ACCESS_KEY*``), so the model key,
+  ``GITHUB_TOKEN``, ``ANTHROPIC_API_KEY`` and the like;
+* the password part of any URL in any variable (``scheme://user:PASS@host``),
+  e.g. a proxy or ``OPENAI_BASE_URL`` with credentials in it.
 
-And we do not hand them out: shell tasks and agent shell tools run without
-``OPENAI_API_KEY`` or any variable holding a registered secret unless the
-plan sets it for the task (run/executor.py; the agents' bash tool drops every
-secret-looking variable, tools/shell.py). A job's full log is written by the
-command itself, so not passing the key is what keeps it out of there.
+Values shorter than ``MIN_LENGTH`` characters, or that are plain words like
+``true`` or a number, are not secrets (scrubbing them would mangle
+ordinary text). ``scrub`` replaces every occurrence with ``[REDACTED]``;
+``add`` returns a value with more secrets (a key handed over in code).
+
+Writers that scrub: task files and event lines (tasks/files.py),
+transcripts (agent/transcript.py), job output tails in notifications,
+records and task results (jobs/records.py), and what the agents' tools keep
+(the call log and saved outputs, tools/registry.py and tools/bound.py).
+Variables that a job must not see are found by the same name rule
+(``secret_names``).
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 
-KEY_VARS = ("OPENAI_API_KEY",)
-"""Variables that hold the model key: never passed to jobs unless asked for."""
-
-_SECRETS: set[str] = set()
-generation = 0
-"""Bumped whenever a secret is registered (so callers can cache ``secret_env_names``)."""
-_ORDERED: tuple[str, ...] = ()  # longest first, so a secret containing another is replaced whole
-_LOCK = threading.Lock()
+SECRET_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW(?:OR)?D|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY", re.I)
+"""A variable whose name matches holds a credential."""
+URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@")
+MIN_LENGTH = 8
+_PLAIN = frozenset({"true", "false", "yes", "no", "none", "null", "disabled", "enabled"})
+MASK = "[REDACTED]"
 
 
-def register_secret(value: str | None) -> None:
-    """Never write ``value`` to a transcript, log or task file."""
-    global _ORDERED, generation
-    if value and len(value) >= 4:
-        with _LOCK:
-            _SECRETS.add(value)
-            _ORDERED = tuple(sorted(_SECRETS, key=len, reverse=True))
-            generation += 1
+def secret_names(env: Mapping[str, str]) -> list[str]:
+    """Names in ``env`` that look like credentials (a job or a sandbox must not inherit them)."""
+    return [name for name in env if SECRET_NAME.search(name)]
 
 
-def register_env_secrets(env: Mapping[str, str] = os.environ) -> None:
-    for name in KEY_VARS:
-        register_secret(env.get(name))
+def _usable(value: str) -> bool:
+    return len(value) >= MIN_LENGTH and value.lower() not in _PLAIN and not value.strip().isdigit()
 
 
-def secret_env_names(env: Mapping[str, str]) -> list[str]:
-    """Names in ``env`` a job must not inherit: the key variables and any
-    variable whose value is a registered secret."""
-    with _LOCK:
-        secrets = set(_SECRETS)
-    return [name for name, value in env.items() if name in KEY_VARS or value in secrets]
+class Secrets:
+    """The secret values one process knows (see the module docstring). Immutable."""
 
+    __slots__ = ("_values",)
 
-def scrub(text: str) -> str:
-    for secret in _ORDERED:
-        if secret in text:
-            text = text.replace(secret, "[REDACTED]")
-    return text
+    def __init__(self, values: Iterable[str] = ()):
+        self._values: tuple[str, ...] = tuple(sorted({v for v in values if v and _usable(v)}, key=len, reverse=True))
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> Secrets:
+        """The credentials in ``env`` (default: this process's environment)."""
+        env = os.environ if env is None else env
+        values = [value for name, value in env.items() if SECRET_NAME.search(name)]
+        for value in env.values():
+            values += URL_PASSWORD.findall(value)
+        return cls(values)
+
+    def add(self, *values: str | None) -> Secrets:
+        """This value plus ``values`` (e.g. a key that did not come from the environment)."""
+        return Secrets([*self._values, *(v for v in values if v)])
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret replaced by ``[REDACTED]`` (longest first)."""
+        for secret in self._values:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return text
+
+    def scrub_bytes(self, data: bytes) -> bytes:
+        for secret in self._values:
+            raw = secret.encode()
+            if raw in data:
+                data = data.replace(raw, MASK.encode())
+        return data
+
+    @property
+    def longest(self) -> int:
+        """Length in bytes of the longest secret (0 when there is none)."""
+        return max((len(v.encode()) for v in self._values), default=0)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Secrets({len(self._values)} values)"  # never the values themselves

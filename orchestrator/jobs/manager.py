@@ -84,6 +84,7 @@ from pathlib import Path
 from ..core import procs
 from ..core.errors import UserError
 from ..core.paths import team_dir
+from ..core.redact import Secrets
 from .files import JobFiles
 from .orphans import OrphanReaper, Unrecorded
 from .records import JOB_ENV, MANAGER_ENV, JobRecord, JobRecords, JobStatus, Notification, read_tail
@@ -147,26 +148,29 @@ class JobManager:
                  grace: float = 2.0,
                  on_notify: Callable[[Notification], None] | None = None,
                  manager: tuple[int, int | None] | None = None, spares: int = 0,
-                 deferred_records: bool = False):
+                 deferred_records: bool = False, secrets: Secrets | None = None):
         """``on_notify``: called on the watcher thread with each notification
         instead of queueing it (for a single consumer that wants no extra hop;
         it must be quick and must not block). ``manager``: the ``(pid, start
         ticks)`` recorded as the jobs' manager (default: this process); a job
         server names the lead it serves, so the lead's death orphans them.
         ``spares``/``deferred_records``: keep log creation and record writes
-        off the start path (files.py; the job server uses both)."""
+        off the start path (files.py; the job server uses both). ``secrets``:
+        scrubbed from the output tails kept in records and notifications
+        (default: the credentials in this process's environment)."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
         self.tail_bytes = tail_bytes
         self.clock = clock
         self.grace = grace
+        self.secrets = Secrets.from_environ() if secrets is None else secrets
         self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
         self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
         self.records = JobRecords(self.dir, self.files)
         self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace)
         self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
-                                    grace=grace, tail_bytes=tail_bytes, clock=clock)
+                                    grace=grace, tail_bytes=tail_bytes, clock=clock, secrets=self.secrets)
         self._jobs: dict[str, WatchedJob] = {}  # until the final record is on disk
         self._cond = threading.Condition()  # _jobs and _queues
         self._queues: dict[str, deque[Notification]] = defaultdict(deque)
@@ -250,7 +254,7 @@ class JobManager:
         record.status = status
         record.exit_code = code
         record.finished_at = self.clock()
-        record.tail = read_tail(self.root / record.log, self.tail_bytes)
+        record.tail = read_tail(self.root / record.log, self.tail_bytes, self.secrets)
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,
             tail=record.tail, log=record.log,

@@ -43,6 +43,7 @@ from pathlib import Path
 from ..core import procs
 from ..core.fsutil import file_lock
 from ..core.models import NAME_RE
+from ..core.redact import Secrets
 from .records import (
     JOB_ENV,
     MANAGER_ENV,
@@ -101,12 +102,13 @@ class OrphanReaper:
     """
 
     def __init__(self, records: JobRecords, *, root: Path, manager: tuple[int, int | None], grace: float,
-                 tail_bytes: int, clock: Callable[[], float]):
+                 tail_bytes: int, clock: Callable[[], float], secrets: Secrets):
         self.records = records
         self.root = root
         self.manager = manager
         self.grace = grace
         self.tail_bytes = tail_bytes
+        self.secrets = secrets
         self.clock = clock
 
     def kill(self, record: JobRecord) -> JobRecord:
@@ -165,7 +167,7 @@ class OrphanReaper:
                     id=orphan.job_id, command=command, owner="?", pid=leader, pgid=leader, status="lost",
                     started_at=self.clock(), finished_at=self.clock(), log=str(log.relative_to(self.root)),
                     manager_pid=orphan.manager_pid, manager_start=orphan.manager_start,
-                    tail=read_tail(log, self.tail_bytes))
+                    tail=read_tail(log, self.tail_bytes, self.secrets))
                 self.records.save(record)
                 lost.append(record)
         return lost
@@ -183,7 +185,7 @@ class OrphanReaper:
                     procs.kill(pid, signal.SIGKILL)
             current.status = status
             current.finished_at = self.clock()
-            current.tail = read_tail(self.root / current.log, self.tail_bytes)
+            current.tail = read_tail(self.root / current.log, self.tail_bytes, self.secrets)
             self.records.save(current)
             return current
 

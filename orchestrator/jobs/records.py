@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ..core import procs
 from ..core.errors import CorruptFile, UnknownRef
 from ..core.models import NAME_RE
-from ..core.redact import scrub
+from ..core.redact import Secrets
 
 JobStatus = Literal["running", "completed", "failed", "timeout", "killed", "lost"]
 FINAL = frozenset({"completed", "failed", "timeout", "killed", "lost"})
@@ -150,10 +150,10 @@ def shown_status(record: JobRecord) -> str:
     return record.status
 
 
-def read_tail(path: Path, limit: int) -> str:
+def read_tail(path: Path, limit: int, secrets: Secrets) -> str:
     """The whole file if it fits in ``limit`` bytes, else its head and tail;
-    known secrets scrubbed (it goes into notifications, records and task results)."""
-    return scrub(_read_tail(path, limit))
+    ``secrets`` scrubbed (it goes into notifications, records and task results)."""
+    return secrets.scrub(_read_tail(path, limit))
 
 
 def _read_tail(path: Path, limit: int) -> str:

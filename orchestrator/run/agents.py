@@ -3,8 +3,8 @@
 ``AgentExecutor(ctx)`` is built by ``runner.build_executors`` when a plan has
 agent tasks. Before any work starts it resolves the model service
 (``LLMConfig.resolve(plan/--model, env)``: a missing model or key is a
-``UserError``, exit 2), registers the API key as a secret (it never reaches
-a transcript, log or task file), starts a ``TeamRuntime`` with the plan's
+``UserError``, exit 2; the key comes from the environment, whose credentials
+every writer scrubs: core/redact.py), starts a ``TeamRuntime`` with the plan's
 ``team:`` members (on the run's ``TaskStore`` when ``ExecutorContext.store``
 carries one, so the scheduler and the teammates share one store object) and
 opens the control queue for ``team spawn``.
@@ -41,7 +41,6 @@ from pathlib import Path
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core.errors import UserError
 from ..core.models import Task
-from ..core.redact import register_secret
 from ..jobs.records import JobRecord
 from ..llm.client import LLMClient
 from ..llm.types import LLMConfig
@@ -67,7 +66,6 @@ class AgentExecutor:
 
     def __init__(self, ctx: ExecutorContext):
         config = LLMConfig.resolve(ctx.model, None)
-        register_secret(config.api_key.get_secret_value())
         self.config = config
         self._clients: dict[str, LLMClient] = {}
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,

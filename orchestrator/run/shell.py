@@ -18,10 +18,9 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..core import redact
 from ..core.errors import TeamError
 from ..core.models import Task
-from ..core.redact import secret_env_names
+from ..core.redact import secret_names
 from ..jobs.manager import JobManager
 from ..jobs.records import JobRecord, Notification
 from ..jobs.server import JobServer, LocalJobs
@@ -69,7 +68,7 @@ class ShellExecutor:
         self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
-        self._secrets_seen, self._secret_env = -1, list[str]()
+        self._secret_env = secret_names(os.environ)  # the lead's environment does not change in a run
         if JobServer.usable():
             self.backend: JobServer | LocalJobs = JobServer.fork(ctx.root, self._on_note, self._on_error)
         else:
@@ -109,9 +108,9 @@ class ShellExecutor:
         env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
                    TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
         cwd = Path(task.cwd) if task.cwd else None
-        # The model key (and any registered secret) is not handed to shell
-        # tasks unless the plan sets it for the task (core/redact.py).
-        unset = [n for n in self._secret_names() if n not in task.env]
+        # Credentials (core/redact.py: by their variable's name) are not handed to
+        # shell tasks unless the plan sets them for the task.
+        unset = [n for n in self._secret_env if n not in task.env]
         ref = f"t{task.id}e{epoch}"
         with self._lock:
             self._running[ref] = (task.id, epoch, done, task.timeout)
@@ -124,16 +123,6 @@ class ShellExecutor:
             return
         if self._stop.is_set():  # close() may have killed the others before this one existed
             self.backend.kill(ref)
-
-    def _secret_names(self) -> list[str]:
-        """``secret_env_names(os.environ)``, recomputed only when a secret was registered since
-        (the lead's environment does not change during a run)."""
-        with self._lock:
-            generation = redact.generation
-            if self._secrets_seen != generation:
-                self._secret_env = secret_env_names(os.environ)
-                self._secrets_seen = generation
-            return self._secret_env
 
     def _take(self, ref: str) -> tuple[int, int, DoneCallback, float | None] | None:
         with self._lock:

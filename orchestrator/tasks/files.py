@@ -52,7 +52,7 @@ from ..core.fsutil import append_line, atomic_write, file_lock, fsync_dir, parse
 from ..core.jsonutil import dumps
 from ..core.models import Status, Task
 from ..core.paths import tasks_dir
-from ..core.redact import scrub
+from ..core.redact import Secrets
 from .pipeline import Pipeline, WriteBatch
 
 TASK_PREFIX = "task_"
@@ -89,8 +89,10 @@ def _parallel(pool: Executor | None, jobs: Sequence[Callable[[], None]]) -> None
 class TaskFiles:
     """The ``.tasks/`` directory of one state root (see the module docstring). Thread-safe."""
 
-    def __init__(self, root: Path | str, *, clock: Clock = time.time, durable: bool = True):
+    def __init__(self, root: Path | str, *, clock: Clock = time.time, durable: bool = True,
+                 secrets: Secrets | None = None):
         self.root = Path(root)
+        self.secrets = Secrets.from_environ() if secrets is None else secrets
         self.dir = tasks_dir(self.root)
         self.clock = clock
         self.durable = durable
@@ -317,20 +319,18 @@ class TaskFiles:
         end = data.rfind(b"\n") + 1  # never consume a line still being written
         return list(parse_jsonl(data[:end])), offset + end
 
-    @staticmethod
-    def _event_lines(records: Iterable[EventRecord]) -> str:
+    def _event_lines(self, records: Iterable[EventRecord]) -> str:
         """Event lines as written: known secrets never reach the log (core.redact)."""
-        return scrub("\n".join(dumps(r) for r in records))
+        return self.secrets.scrub("\n".join(dumps(r) for r in records))
 
     def _append_events(self, lines: str) -> None:
         with self._append_lock:
             append_line(self.events_path, lines, durable=False)
 
     # ------------------------------------------------------------------ writes
-    @staticmethod
-    def serialize(task: Task) -> str:
+    def serialize(self, task: Task) -> str:
         """The file's bytes; known secrets never reach a task file (core.redact)."""
-        return scrub(dumps(task.to_json()))
+        return self.secrets.scrub(dumps(task.to_json()))
 
     def save(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> None:
         """Write one task and its event line as one durable batch."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.models import Status, Task
+from ..core.redact import Secrets
 from .attempts import Attempts, Finish
 from .edits import TaskEdits
 from .files import Clock, TaskFiles
@@ -40,8 +41,11 @@ from .files import Clock, TaskFiles
 class TaskStore:
     """All access to ``.tasks/``. Safe across threads and processes."""
 
-    def __init__(self, root: Path | str, *, clock: Clock = time.time, durable: bool = True):
-        self.files = TaskFiles(root, clock=clock, durable=durable)
+    def __init__(self, root: Path | str, *, clock: Clock = time.time, durable: bool = True,
+                 secrets: Secrets | None = None):
+        """``secrets``: never written to a task file or the event log (default: the
+        credentials in this process's environment, core/redact.py)."""
+        self.files = TaskFiles(root, clock=clock, durable=durable, secrets=secrets)
         self.edits = TaskEdits(self.files)
         self.attempts = Attempts(self.files)
 

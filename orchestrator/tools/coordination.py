@@ -20,12 +20,13 @@ bash drops are set empty), so a job log cannot carry the API key.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from pydantic import Field
 
+from ..core.redact import secret_names
 from ..roles.skills import load_skill as _load_skill
 from .base import Args, Call, ToolError, tool
-from .shell import secret_names
 from .tasks import task_update as _store_task_update
 
 SUBAGENT_RESULT_CHARS = 4000
@@ -82,7 +83,7 @@ def background_run(call: Call) -> str:
     """Start a long-running shell command in the background and go on working. When it ends,
     a notification with its exit code and output tail arrives before your next step."""
     a, ctx = call.args, call.ctx
-    rec = ctx.need_jobs().start(a.command, owner=ctx.agent, cwd=ctx.workspace, unset=secret_names(),
+    rec = ctx.need_jobs().start(a.command, owner=ctx.agent, cwd=ctx.workspace, unset=secret_names(os.environ),
                                     timeout=a.timeout, task=ctx.task_id)
     return f"started background job {rec.id}: {a.command}\nfull log: {rec.log}; check it with check_background"
 

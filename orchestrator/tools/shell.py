@@ -12,9 +12,9 @@ otherwise it is removed. Processes the command left running in the
 background are killed when it exits (long-running work belongs in
 ``background_run``).
 
-The environment is the agent's minus secrets: variables whose names look
-like credentials (``*_API_KEY``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``,
-``OPENAI_*``...) are dropped, so ``env`` cannot leak a key into a transcript.
+The environment is the agent's minus credentials: variables whose names look
+like them (``*API_KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``... the
+one rule of core/redact.py) are dropped, so ``env`` cannot leak a key.
 A non-zero exit is a normal result (``is_error`` stays false: the command
 ran); a timeout or a failure to start is an error observation.
 """
@@ -22,28 +22,21 @@ ran); a timeout or a failure to start is an error observation.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 from collections.abc import Mapping
 
 from pydantic import Field
 
+from ..core.redact import secret_names
 from .base import Args, Call, ToolError, ToolOutput, tool
 from .bound import bound_file, output_path
 
 BASH_BUDGET = 16_000
-SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|PRIVATE_KEY)|^OPENAI_|^ANTHROPIC_", re.I)
 
 
-def secret_names(env: Mapping[str, str] | None = None) -> list[str]:
-    """Names in ``env`` (default: ours) that look like secrets."""
-    src = os.environ if env is None else env
-    return [k for k in src if SECRET_NAME.search(k)]
-
-
-def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: ours) without variables that look like secrets."""
+def clean_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: ours) without the credentials (core/redact.py's name rule)."""
     src = os.environ if env is None else env
     secret = set(secret_names(src))
     return {k: v for k, v in src.items() if k not in secret}
