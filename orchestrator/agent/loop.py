@@ -57,12 +57,13 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.errors import ModelError
+from ..core.models import Member, Message
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
-from ..llm.types import ChatModel
+from ..llm.types import ChatModel, ToolCall
 from ..roles.roles import Role
 from ..roles.skills import discover_skills
 from ..tools import ToolContext, ToolRegistry
@@ -119,17 +120,23 @@ class LoopResult:
     """The agent's transcript, relative to the state root (set by the teammate)."""
 
 
-Inbox = Callable[[set[str]], tuple[list[Any], Callable[[], None]]]
+Inbox = Callable[[set[str]], tuple[list[Message], Callable[[], None]]]
 """``fetch(seen) -> (messages, ack)``: the agent's inbox (None: no inbox)."""
 
 
-def format_message(m: Any) -> str:
+class JobNotes(Protocol):
+    """Where the agent's background-job notifications wait (``jobs.manager.JobManager``)."""
+
+    def drain(self, owner: str) -> list[Notification]: ...
+
+
+def format_message(m: Message) -> str:
     """One inbox message as the agent reads it."""
-    extra = f", request {m.request_id}" if getattr(m, "request_id", None) else ""
+    extra = f", request {m.request_id}" if m.request_id else ""
     return f"[message from {m.sender} ({m.type}{extra})]\n{m.content}"
 
 
-def format_note(n: Any) -> str:
+def format_note(n: Notification) -> str:
     """One background-job notification as the agent reads it."""
     code = "" if n.exit_code is None else f", exit code {n.exit_code}"
     return (f"[background job {n.job_id} {n.status}{code} after {n.duration:.1f}s; full log: {n.log}]\n"
@@ -150,8 +157,8 @@ class Agent:
         transcript: Transcript,
         team_name: str = "team",
         inbox: Inbox | None = None,
-        jobs: Any = None,
-        roster: Callable[[], list[Any]] = lambda: [],
+        jobs: JobNotes | None = None,
+        roster: Callable[[], list[Member]] = list,
         max_steps: int = DEFAULT_MAX_STEPS,
         budget: int = DEFAULT_BUDGET,
         on_usage: Callable[[Usage], None] | None = None,
@@ -298,7 +305,7 @@ class Agent:
             self.on_usage(self.usage)
         return completion
 
-    def _run_tools(self, calls: list[Any]) -> None:
+    def _run_tools(self, calls: list[ToolCall]) -> None:
         for tc in calls:
             if self.on_step is not None:
                 self.on_step()

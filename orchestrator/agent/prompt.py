@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core.errors import UserError
 from ..core.jsonutil import canonical, stable_json
+from ..core.models import Member
 from ..roles.roles import Role
 from ..roles.skills import Skill
 
@@ -135,8 +136,8 @@ class AgentState:
     team: str
     task: str | None = None
     """Current task, e.g. ``"#3 migrate-a: Replace requests with httpx in src/a.py"``."""
-    roster: Sequence[Any] = ()
-    """Members: ``models.Member`` objects or dicts with name/role/status."""
+    roster: Sequence[Member | Mapping[str, Any]] = ()
+    """Members: ``core.models.Member`` objects or dicts with name/role/status."""
     goal: str | None = None
     goal_status: str = "active"
     changed_files: Iterable[str] = field(default_factory=tuple)
@@ -144,9 +145,10 @@ class AgentState:
     """Extra harness facts (e.g. a stale-file warning), one line each."""
 
 
-def _member(m: Any) -> tuple[str, str, str]:
-    get = m.get if isinstance(m, Mapping) else lambda k, d="": getattr(m, k, d)
-    return str(get("name", "")), str(get("role", "") or ""), str(get("status", "") or "")
+def _member(m: Member | Mapping[str, Any]) -> tuple[str, str, str]:
+    if isinstance(m, Mapping):
+        return str(m.get("name", "")), str(m.get("role", "") or ""), str(m.get("status", "") or "")
+    return m.name, m.role or "", m.status or ""
 
 
 def render_state(state: AgentState) -> str:

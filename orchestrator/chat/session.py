@@ -47,11 +47,12 @@ from ..agent.transcript import Transcript, transcript_path
 from ..core.errors import LeadRunning, UserError
 from ..core.fsutil import atomic_write
 from ..core.jsonutil import dumps
-from ..core.models import Status
+from ..core.models import Message, Status
 from ..core.paths import team_dir
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
 from ..roles.roles import Role, check_tools, get_role
+from ..runtime.runtime import TeamRuntime
 from ..status import overview, usage
 from ..team.lead import LeadLock, lead_info
 from ..team.roster import LEAD, Team
@@ -151,15 +152,13 @@ class ChatSession:
         """What opening the session wants the user to know (resumed turns, teammates back)."""
         self.model_calls = 0
         self._lock: LeadLock | None = None
-        self.rt: Any = None
+        self.rt: TeamRuntime | None = None
         self.agent: LeadAgent | None = None
         self.goal = Goal()
         self._teammates: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> ChatSession:
-        from ..runtime.runtime import TeamRuntime
-
         tpath = transcript_path(self.root, LEAD)
         if self.resume and not Transcript(tpath).exists():
             raise UserError(f"nothing to resume: no earlier `team chat` session in {self.root}; "
@@ -213,7 +212,7 @@ class ChatSession:
         roles = {m.name: m.role for m in team.members()}
         for name in names:
             try:
-                self.rt.spawn(name, roles.get(name, "coder"))
+                self._runtime().spawn(name, roles.get(name, "coder"))
                 self.notes.append(f"{name} ({roles.get(name, 'coder')}) is back, resuming its transcript")
             except UserError as e:
                 self.notes.append(f"{name} could not be restarted: {e}")
@@ -234,8 +233,8 @@ class ChatSession:
         self.close()
 
     # -- state ----------------------------------------------------------------------
-    def _fetch(self, seen: set[str]) -> tuple[list[Any], Callable[[], None]]:
-        batch = self.rt.bus.fetch(LEAD, seen=seen)
+    def _fetch(self, seen: set[str]) -> tuple[list[Message], Callable[[], None]]:
+        batch = self._runtime().bus.fetch(LEAD, seen=seen)
         return batch.messages, batch.ack
 
     def _usage(self, total: Usage) -> None:
@@ -252,7 +251,7 @@ class ChatSession:
 
     def pending(self) -> str | None:
         """A notice about unread messages for the lead, or None."""
-        msgs = self.rt.bus.peek(LEAD)
+        msgs = self._runtime().bus.peek(LEAD)
         if not msgs:
             return None
         senders = ", ".join(dict.fromkeys(m.sender for m in msgs))
@@ -260,6 +259,15 @@ class ChatSession:
                 "the lead reads them with your next message")
 
     # -- input ---------------------------------------------------------------------
+    @property
+    def team_name(self) -> str:
+        return self._runtime().team_name
+
+    def _runtime(self) -> TeamRuntime:
+        if self.rt is None:
+            raise UserError("the chat session is not open yet (ChatSession.open)")
+        return self.rt
+
     def _lead(self) -> LeadAgent:
         if self.agent is None:
             raise UserError("the chat session is not open yet (ChatSession.open)")
@@ -300,7 +308,7 @@ class ChatSession:
         return Response("\n".join(overview.member_lines(overview.status_data(self.root))))
 
     def _cmd_inbox(self, arg: str) -> Response:
-        msgs = self.rt.bus.peek(LEAD)
+        msgs = self._runtime().bus.peek(LEAD)
         if not msgs:
             return Response("no unread messages for the lead")
         return Response("\n".join(overview.message_line(m) for m in msgs))

@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from ..chat.session import ChatSession
+    from ..llm.client import LLMClient
+    from ..roles.roles import Role
 
 from .common import RootOpt, root_of
 
@@ -73,9 +78,9 @@ def chat_cmd(
     config = LLMConfig.resolve(None, model)
     max_steps = max_steps_from_env()
     console = Console(sys.stdout)
-    clients: dict[str, Any] = {}
+    clients: dict[str, LLMClient] = {}
 
-    def model_for(role: Any) -> LLMClient:
+    def model_for(role: Role) -> LLMClient:
         name = role.model or config.model
         if name not in clients:
             clients[name] = LLMClient(config.model_copy(update={"model": name}),
@@ -94,11 +99,11 @@ def chat_cmd(
             client.close()
 
 
-def _loop(session: Any, console: Console, model: str) -> None:
+def _loop(session: ChatSession, console: Console, model: str) -> None:
     tty = sys.stdin.isatty()
     if tty:
         import readline  # noqa: F401  (line editing and history for input())
-    console.line(f"team chat · lead of team {session.agent.team_name} · model {model} · "
+    console.line(f"team chat · lead of team {session.team_name} · model {model} · "
                  "/help for commands, /quit or Ctrl-D to leave")
     for note in session.notes:
         console.line(f"({note})")
