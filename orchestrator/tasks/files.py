@@ -72,17 +72,13 @@ def task_id_from_filename(fname: str) -> int | None:
     return None
 
 
-def _parallel(pool: Executor | None, jobs: Sequence[Callable[[], None]]) -> None:
-    """Run ``jobs`` at once: on ``pool`` if given, else on threads made for the call."""
-    if len(jobs) == 1:
-        jobs[0]()
-        return
-    if pool is not None:
-        for future in [pool.submit(job) for job in jobs]:
-            future.result()
-        return
-    with ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(jobs)), thread_name_prefix="team-fsync") as tmp:
-        for future in [tmp.submit(job) for job in jobs]:
+def _parallel(pool: Executor, jobs: Sequence[Callable[[], None]]) -> None:
+    """Run ``jobs`` at once: the last on this thread, the others on ``pool``; re-raise the first error."""
+    futures = [pool.submit(job) for job in jobs[:-1]]
+    try:
+        jobs[-1]()
+    finally:
+        for future in futures:
             future.result()
 
 
@@ -103,6 +99,9 @@ class TaskFiles:
         self.names_path = self.dir / "names.jsonl"
         self.pipeline: Pipeline | None = None  # attached for a run (``TaskStore.pipelined``)
         self._append_lock = threading.Lock()  # event-log appends of this object's threads, one at a time
+        self._pool: ThreadPoolExecutor | None = None  # fsync threads, made on first need (``_threads``)
+        self._pool_pid = 0
+        self._pool_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths and the lock
     def path(self, task_id: int) -> Path:
@@ -362,19 +361,26 @@ class TaskFiles:
             return
         self.write_now(files, lines, synced_lines=bool(logged_first))
 
-    def write_now(self, files: dict[Path, bytes], lines: str, *, synced_lines: bool = True,
-                  pool: Executor | None = None) -> None:
+    def _threads(self) -> Executor:
+        """This object's fsync threads (a forked child, which inherits none of them, makes its own)."""
+        with self._pool_lock:
+            if self._pool is None or self._pool_pid != os.getpid():
+                self._pool = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="team-fsync")
+                self._pool_pid = os.getpid()
+            return self._pool
+
+    def write_now(self, files: dict[Path, bytes], lines: str, *, synced_lines: bool = True) -> None:
         """Write ``files`` (each atomically), then append ``lines``; durable together on return.
 
         ``synced_lines``: the event log has lines of this batch to fsync even
-        when ``lines`` is empty (claims appended first). ``pool``: threads for
-        the parallel fsyncs (the pipeline's writer keeps one for the run).
+        when ``lines`` is empty (claims appended first).
         """
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
                 atomic_write(path, data, durable=self.durable, sync_dir=False)
         else:
-            _parallel(pool, [partial(atomic_write, path, data, sync_dir=False) for path, data in files.items()])
+            _parallel(self._threads(), [partial(atomic_write, path, data, sync_dir=False)
+                                        for path, data in files.items()])
         if lines:
             self._append_events(lines)
         if not self.durable:
@@ -384,8 +390,10 @@ class TaskFiles:
             syncs.append(lambda: fsync_dir(self.events_path))
         if files:
             syncs.append(lambda: fsync_dir(self.dir))
-        if syncs:
-            _parallel(pool, syncs)
+        if len(syncs) == 1:
+            syncs[0]()
+        elif syncs:
+            _parallel(self._threads(), syncs)
 
     def delete(self, ids: Iterable[int], *, actor: str, reason: str) -> int:
         """Remove these task files (under the lock); logs a ``deleted`` event each."""

@@ -31,7 +31,6 @@ State (one ``Pipeline`` per ``.tasks`` directory per process)::
     queue     batches waiting for the writer; ``busy`` while it writes one group
     error     the writer's failure, raised to every later caller (the queue and
               overlay are dropped and the lock let go: the run must stop)
-    pool      the writer's threads for parallel fsyncs, for the pipeline's life
 
 Sections (``exclusive``):
 
@@ -65,7 +64,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +87,7 @@ class CommitTarget(Protocol):
 
     def ensure(self) -> None: ...
 
-    def write_now(self, files: dict[Path, bytes], lines: str, *, synced_lines: bool = True,
-                  pool: Executor | None = None) -> None: ...
+    def write_now(self, files: dict[Path, bytes], lines: str, *, synced_lines: bool = True) -> None: ...
 
 
 @dataclass
@@ -112,7 +109,6 @@ class Pipeline:
         self.cond = threading.Condition()
         self.overlay: dict[str, bytes] = {}
         self.queue: list[WriteBatch] = []
-        self.pool: ThreadPoolExecutor | None = None
         self.busy = False
         self.error: BaseException | None = None
         self.queueing: int | None = None  # thread id of the drain=False section, while inside
@@ -140,8 +136,6 @@ class Pipeline:
                 if self._waiting_fd >= 0:
                     os.close(self._waiting_fd)
                     self._waiting_fd = -1
-                if self.pool is not None:
-                    self.pool.shutdown()
                 self._closed = True
         self._raise_error()
 
@@ -183,7 +177,6 @@ class Pipeline:
             raise RuntimeError("Pipeline.submit outside its commit section")
         with self.cond:
             if self._writer is None:  # started before anything is queued: a failed start queues nothing
-                self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="team-fsync")
                 writer = threading.Thread(target=self._write_loop, name="team-store-writer", daemon=True)
                 writer.start()
                 self._writer = writer
@@ -270,7 +263,7 @@ class Pipeline:
         for batch in group:
             files.update(batch.files)
         lines = "\n".join(b.lines for b in group if b.lines)
-        self.store.write_now(files, lines, synced_lines=any(b.logged for b in group), pool=self.pool)
+        self.store.write_now(files, lines, synced_lines=any(b.logged for b in group))
         with self.cond:
             for path, data in files.items():
                 if self.overlay.get(path.name) is data:
