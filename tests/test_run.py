@@ -278,6 +278,7 @@ def test_a_task_store_that_cannot_be_written_stops_the_run_at_once(tmp_path, mon
     error instead of waiting for the job, and the job is killed."""
     import threading
 
+    from orchestrator.core.errors import WriteFailed
     from orchestrator.plan.load import load_plan
     from orchestrator.run.runner import run_plan
 
@@ -300,14 +301,15 @@ tasks:
     def run() -> None:
         try:
             run_plan(load_plan(tmp_path / "plan.yaml"), tmp_path, emit=lambda e: None, note=lambda s: None)
-        except OSError as e:
+        except WriteFailed as e:  # the OSError, as the one line the CLI prints (path, errno, what to do)
             outcome.append(e)
 
     runner = threading.Thread(target=run)
     runner.start()
     runner.join(timeout=60)
     assert not runner.is_alive(), "the run waited for its job after the store failed"
-    assert [str(e) for e in outcome] == ["[Errno 28] No space left on device"]
+    assert [str(e.__cause__) for e in outcome] == ["[Errno 28] No space left on device"]
+    assert "No space left on device [ENOSPC]; free space on that filesystem" in str(outcome[0])
     from orchestrator.core import procs
 
     def job_processes() -> list[int]:

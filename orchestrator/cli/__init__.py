@@ -12,17 +12,27 @@
 Every command module registers itself on ``app``. Errors: any ``TeamError``
 reaching the edge prints ``TypeName: message`` to stderr and exits with its
 ``exit_code`` (2 = bad input, 1 = work failed); click usage errors exit 2.
+An ``OSError`` of a write to the state root (disk full, read-only root) is
+the same one line (``core.errors.storage_error``: the path, the errno, what
+to do); any other ``OSError`` is a bug and keeps its traceback. A signal
+that stopped a command (``Signalled``) prints ``Interrupted.`` (exit 130),
+``Terminated.`` (143) or ``Hung up.`` (129). A ``ThreadDied`` (a thread of
+ours died: a bug) prints that thread's traceback, then its one line. A
+closed stdout is silenced, not an error (``common.silence``); the exit code
+stays the command's.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..core.errors import TeamError
+from ..core.errors import Signalled, TeamError, ThreadDied, storage_error
+from .common import silence
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -54,19 +64,54 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = _dispatch(argv)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # nobody reads our output any more: the exit code still says how it went
+        silence(sys.stdout)
+    return code
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` that typer turned into ``Exit(130)``, then ``SystemExit``, if any."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        seen = seen.__cause__ or seen.__context__ if seen is not None else None
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+    return None
+
+
+def _dispatch(argv: list[str] | None) -> int:
     try:
         app(args=argv, prog_name="team")
     except SystemExit as e:  # typer's normal exit path (usage errors exit 2)
-        code = e.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        stopped = _interrupt_behind(e)
+        if stopped is not None:  # typer ends a KeyboardInterrupt silently with 130: say what stopped us
+            word, code = (stopped.word, stopped.exit_code) if isinstance(stopped, Signalled) else ("Interrupted.", 130)
+            sys.stderr.write(word + "\n")
+            return code
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except TeamError as e:
+        if isinstance(e, ThreadDied) and e.__cause__ is not None:
+            traceback.print_exception(e.__cause__, file=sys.stderr)
         sys.stderr.write(f"{type(e).__name__}: {e}\n")
+        return e.exit_code
+    except Signalled as e:
+        sys.stderr.write(e.word + "\n")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")
         return 130
     except BrokenPipeError:
+        silence(sys.stdout)
         return 0
+    except OSError as e:
+        error = storage_error(e)
+        if error is None:
+            raise  # not the disk: a bug, with its traceback
+        sys.stderr.write(f"{type(error).__name__}: {error}\n")
+        return error.exit_code
     return 0
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import typer
 
@@ -43,3 +44,23 @@ def err(text: str) -> None:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+
+
+def silence(stream: IO[str]) -> None:
+    """``stream``'s reader went away (a closed pipe): send whatever is still written to it,
+    buffered or to come, to /dev/null, so no later write or flush fails."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, stream.fileno())
+    finally:
+        os.close(null)
+
+
+def write_guarded(stream: IO[str], text: str) -> None:
+    """Write and flush ``text``; a closed pipe silences ``stream`` instead of raising
+    (``team run --json | head -3`` runs on to its end)."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        silence(stream)

@@ -14,7 +14,13 @@ picks one:
 per-task durations, the critical path as it actually ran, wall time vs task
 time; with worktree isolation, the integration branch and the commands to
 take it); ``render_summary`` turns that into text lines. Sinks write to the
-stream they are given; only the CLI chooses stdout.
+stream they are given; only the CLI chooses stdout. A stream whose reader
+went away (a closed pipe) is silenced, not an error: the run goes on.
+
+Attempts in the summary: a task that needed more than one attempt says how
+the others ended, ``(after 1 failed and 3 interrupted attempts)``. A failed
+attempt used one of the task's ``retries``; an interrupted one (Ctrl-C,
+SIGTERM, a lead that died) used none.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..run.scheduler import RunResult
+from .common import write_guarded
 
 STATES = ("completed", "running", "retrying", "pending", "failed", "cancelled")
 
@@ -111,8 +118,7 @@ class PlainProgress:
         self.t.apply(ev)
         line = format_event(self.t, ev)
         if line:
-            self.stream.write(line + "\n")
-            self.stream.flush()
+            write_guarded(self.stream, line + "\n")
 
     def close(self) -> None:
         pass
@@ -125,8 +131,7 @@ class JsonProgress:
         self.stream = stream
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        self.stream.write(json.dumps({"ts": round(time.time(), 6), **ev}) + "\n")
-        self.stream.flush()
+        write_guarded(self.stream, json.dumps({"ts": round(time.time(), 6), **ev}) + "\n")
 
     def close(self) -> None:
         pass
@@ -223,13 +228,26 @@ def summarise(result: RunResult, workers: int, root: Path | None = None) -> dict
                    for r in runs.values() if r.status in ("failed", "lost")],
         "cancelled": [{"task": r.id, "name": r.name, "reason": r.error}
                       for r in runs.values() if r.status == "cancelled"],
-        "durations": sorted(({"task": r.id, "name": r.name, "seconds": round(r.duration, 3),
-                              "attempts": r.attempts} for r in ran), key=lambda d: -d["seconds"]),
+        "durations": sorted(({"task": r.id, "name": r.name, "status": r.status, "seconds": round(r.duration, 3),
+                              "attempts": r.attempts, "failed_attempts": r.failures,
+                              "interrupted_attempts": r.interrupted} for r in ran),
+                            key=lambda d: -d["seconds"]),
         "critical_path": [{"task": i, "name": runs[i].name, "seconds": round(runs[i].duration, 3)} for i in path],
         "stopped": result.stopped,
         "deadlock": result.deadlock,
         "worktrees": result.worktrees,
     }
+
+
+def _earlier(d: dict[str, Any]) -> str:
+    """`` (after 1 failed and 3 interrupted attempts)``: how the task's other attempts ended."""
+    failed, interrupted = d.get("failed_attempts", 0), d.get("interrupted_attempts", 0)
+    if d.get("status") == "failed":
+        failed -= 1  # the last attempt is the one the summary reports as FAILED
+    parts = ([f"{failed} failed"] if failed else []) + ([f"{interrupted} interrupted"] if interrupted else [])
+    if not parts:
+        return ""
+    return f" (after {' and '.join(parts)} attempt{'s' if failed + interrupted > 1 else ''})"
 
 
 def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
@@ -247,8 +265,7 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         shown = s["durations"][:limit]
         more = f" (slowest {limit} of {len(s['durations'])})" if len(s["durations"]) > limit else ""
         lines.append(f"durations{more}:")
-        lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}"
-                  + (f" ({d['attempts']} attempts)" if d["attempts"] > 1 else "") for d in shown]
+        lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}{_earlier(d)}" for d in shown]
     for f in s["failed"]:
         lines.append(f"FAILED #{f['task']} {f['name']}: {f['error']}\n  log: {f['log']}")
     for c in s["cancelled"][:limit]:

@@ -1,7 +1,18 @@
 """``team run PLAN`` and ``team plan schema|check``.
 
 Exit codes: 0 every task completed · 1 a task failed, was cancelled, or the
-run deadlocked · 2 bad plan/usage or another lead holds the root.
+run deadlocked · 2 bad plan/usage or another lead holds the root · 130
+(Ctrl-C), 143 (SIGTERM), 129 (SIGHUP): the run was stopped, its jobs killed
+and its running tasks given back (``pending``).
+
+Signals: SIGINT, SIGTERM and SIGHUP go to a ``run.stop.RunStop``; while the
+scheduler's loop runs, it stops at its next turn (every claim given back),
+otherwise the handler raises ``Signalled`` where it is. The CLI's ``main``
+prints ``Interrupted.`` / ``Terminated.`` / ``Hung up.``, never a traceback.
+
+A closed stdout (``team run --json | head -3``) does not stop the run: the
+progress sinks stop writing (``common.write_guarded``), the run goes on to its
+end and the exit code is the run's.
 """
 
 from __future__ import annotations
@@ -14,11 +25,10 @@ from typing import Annotated
 
 import typer
 
+from ..core.errors import Signalled
 from .common import JsonOpt, RootOpt, out, root_of
 
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run_cmd(
@@ -43,6 +53,7 @@ def run_cmd(
         _dry_run(lp, state_root, workers, json_out)
         return
     from ..run.runner import run_plan
+    from ..run.stop import RunStop
 
     sink: progress.JsonProgress | progress.LiveProgress | progress.PlainProgress
     if json_out:
@@ -57,10 +68,17 @@ def run_cmd(
     def note(text: str) -> None:
         sink({"event": "note", "text": text}) if json_out else sys.stderr.write(text + "\n")
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    stop = RunStop()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not stop.request(signum):  # no loop to stop at a safe point: unwind from here
+            raise Signalled(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, on_signal)
     try:
         result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh,
-                          emit=sink, note=note)
+                          emit=sink, note=note, stop=stop)
     finally:
         sink.close()
     summary = progress.summarise(result, workers or lp.plan.workers, state_root)

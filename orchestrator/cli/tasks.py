@@ -103,7 +103,7 @@ def show_cmd(
     for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "worktree", "result", "error", "log"):
         value = getattr(task, key)
         if value not in (None, "", 0) and not (key == "kind" and value == "manual"):
-            rows.append((key, str(value)))
+            rows.append((key, _attempts(task) if key == "attempts" else str(value)))
     out(f"#{task.id}: {task.subject}")
     for key, value in rows:
         out(f"  {key + ':':<12} {value}")
@@ -116,6 +116,14 @@ def show_cmd(
         for e in history[-10:]:
             move = f" {e.get('from') or '-'} → {e.get('to')}" if "to" in e else ""
             out(f"    {_ts(e.get('ts'))} {e.get('event')}{move} by {e.get('actor') or '?'}")
+
+
+def _attempts(task: Task) -> str:
+    """``5 (1 failed, 3 interrupted)``: a failed attempt used a retry, an interrupted one
+    (Ctrl-C, SIGTERM, a lead that died, an expired lease) did not."""
+    if not task.failures and not task.interrupted:
+        return str(task.attempts)
+    return f"{task.attempts} ({task.failures} failed, {task.interrupted} interrupted)"
 
 
 def _ts(ts: Any) -> str:

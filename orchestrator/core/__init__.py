@@ -7,4 +7,5 @@
     jsonutil.py JSON text: dumps (records on disk), stable_json and canonical (byte-stable)
     procs.py    process identity robust against pid reuse (/proc)
     redact.py   secrets that must never reach disk, and scrubbing them out
+    threads.py  threads that must not die quietly: an exception reaches their owner
 """

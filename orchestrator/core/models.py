@@ -72,7 +72,11 @@ class Task(BaseModel):
     cwd: str | None = Field(None, description="Working directory, relative to the state root.")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation override.")
 
-    attempts: int = Field(0, description="Attempts started so far (claims).")
+    attempts: int = Field(0, description="Attempts started so far (claims), however they ended.")
+    failures: int = Field(0, description="Attempts that failed since the task was last (re)started by a "
+                                        "run; each uses one of its `retries`.")
+    interrupted: int = Field(0, description="Attempts stopped from outside (Ctrl-C, SIGTERM, a lead that "
+                                           "died, an expired lease): they use no retry.")
     epoch: int = Field(0, description="Incremented on every claim; completions must carry it.")
     lease_expires: float | None = Field(None, description="Unix time the owner's lease runs out.")
     created_at: float | None = Field(None, description="Unix time of creation.")
@@ -99,7 +103,7 @@ class Task(BaseModel):
         for key in ("env", "usage"):
             if not data.get(key):
                 data.pop(key, None)
-        for key, default in (("retries", 0), ("attempts", 0), ("epoch", 0)):
+        for key, default in (("retries", 0), ("attempts", 0), ("failures", 0), ("interrupted", 0), ("epoch", 0)):
             if data.get(key) == default:
                 data.pop(key)
         if data.get("kind") == "manual":

@@ -148,7 +148,8 @@ class JobServer:
         self._out_lock = threading.Lock()
         self._bye = threading.Event()
         self.errors: list[str] = []  # job records the server could not write (sent with its bye)
-        self._closed = False
+        self._closing = False  # close() began (it runs once)
+        self._closed = False  # the request pipe is closed
         self._reader = threading.Thread(target=self._read, args=(replies,), name="team-job-server-reader",
                                         daemon=True)
         self._reader.start()
@@ -215,7 +216,12 @@ class JobServer:
         """Nothing to forget here: the server drops a ref when its job ends."""
 
     def close(self, timeout: float = 30.0) -> None:
-        """Kill the running jobs (their notifications arrive first), then stop the server."""
+        """Kill the running jobs (their notifications arrive first), then stop the server.
+        A second call does nothing (an aborting run closes its executors, then the runner does)."""
+        with self._write_lock:
+            if self._closing:
+                return
+            self._closing = True
         try:
             self._send({"op": "shutdown"})
         except TeamError:

@@ -67,6 +67,7 @@ class AgentExecutor:
     def __init__(self, ctx: ExecutorContext):
         config = LLMConfig.resolve(ctx.model, None)
         self.config = config
+        self._closed = False
         self._clients: dict[str, LLMClient] = {}
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
@@ -110,6 +111,10 @@ class AgentExecutor:
         self.runtime.cancel(task_id)
 
     def close(self) -> None:
+        """Stop the teammates and the model clients; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.runtime.close()
         for client in self._clients.values():
             client.close()

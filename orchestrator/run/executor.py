@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from ..core.models import Task
 from ..jobs.records import JobRecord
 from ..tasks.store import TaskStore
+from .stop import RunStop
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,4 @@ class ExecutorContext:
     plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
     note: Callable[[str], None] | None = None  # tells the user something that is not an outcome
     store: TaskStore | None = None  # the run's task store, for executors to share (default: their own)
+    stop: RunStop = field(default_factory=RunStop)  # threads of an executor report their death here (stop.py)

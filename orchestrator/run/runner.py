@@ -23,7 +23,7 @@ Order of a run (``run_plan``):
      retry budget: a new run retries them.
    * ``in_progress`` tasks were being run by a lead that is now dead (we hold
      its lock): they are released to ``pending`` at once; the attempt stays
-     counted and the event log says why. So are claims the event log has
+     counted, as interrupted (it uses no retry), and the event log says why. So are claims the event log has
      but the task file never got (the lead starts a job once its claim is
      logged, before the file is written: ``TaskStore.commit``).
    * A pending task whose command/env/timeout changed in the plan is updated.
@@ -55,6 +55,7 @@ from .executor import Executor, ExecutorContext
 from .isolation import Isolation
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
+from .stop import RunStop
 
 
 @dataclass
@@ -132,7 +133,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, fresh: bool = False, owner:
             spec = _spec(lp, t)
             fields = {k: spec[k] for k in _MUTABLE if getattr(old, k) != spec[k]}
         if old.status == Status.in_progress:
-            store.release(old.id, old.epoch, actor=owner,
+            store.release(old.id, old.epoch, actor=owner, interrupted=True,
                           reason=f"the previous lead died during attempt {old.attempts}; re-running")
             note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
         if old.status in (Status.failed, Status.cancelled):
@@ -167,9 +168,13 @@ def kinds_of(lp: LoadedPlan) -> dict[str, list[str]]:
 
 
 def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_going: bool = False,
-             fresh: bool = False, emit: Emit, note: Callable[[str], None]) -> RunResult:
-    """Everything ``team run`` does after parsing its options (see the module docstring)."""
+             fresh: bool = False, emit: Emit, note: Callable[[str], None], stop: RunStop | None = None) -> RunResult:
+    """Everything ``team run`` does after parsing its options (see the module docstring).
+
+    ``stop``: how signals reach the run (the CLI's handler calls ``stop.request``) and how the
+    threads of the executors report their death; stop.py."""
     kinds = kinds_of(lp)
+    stop = stop if stop is not None else RunStop()
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
@@ -177,7 +182,8 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
                               workspace=(lp.base / cwd).resolve() if cwd else lp.base,
                               team=[(m.name, m.role) for m in lp.plan.team],
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
-                              store=store)  # one store object: the scheduler's pipeline serves the teammates too
+                              store=store,  # one store object: the scheduler's pipeline serves the teammates too
+                              stop=stop)
         iso = _isolation(lp, root, fresh)
         execs = build_executors(set(kinds), ctx)
         if iso is not None:
@@ -189,7 +195,7 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
             prep = materialise(store, lp, fresh=fresh, note=note)
             opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                               retry_delay=prep.retry_delay)
-            result = Scheduler(store, prep.tasks, prep.priority, execs, opts, emit).run()
+            result = Scheduler(store, prep.tasks, prep.priority, execs, opts, emit, stop=stop).run()
             if iso is not None:
                 iso.close()
                 summary = iso.finish()

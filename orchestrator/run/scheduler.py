@@ -40,6 +40,19 @@ Leases: a heartbeat thread renews the running tasks' leases
 Recovery after a crash is ``prepare``'s job (see ``materialise``): the new
 lead holds the lead lock, so the old lead is dead and its in-progress tasks
 are released at once; their attempts stay counted.
+
+Stopping from outside (stop.py): a signal (Ctrl-C, SIGTERM) or a failure on
+another thread (the store's writer, the heartbeat, an executor's thread)
+reaches the loop through its ``RunStop``, which wakes it; at the top of its
+next turn the loop raises it. ``run`` then aborts: it closes the executors
+(their jobs are stopped: TERM, grace, KILL) and gives every running task
+back (``pending``), counting the attempt as *interrupted*, not failed: an
+interrupted attempt consumes no retry. Attempts, failures and interruptions
+are three counters of a task (``attempts``, ``failures``, ``interrupted``).
+A write that fails while giving tasks back (a full disk) does not stop the
+others; the ones left ``in_progress`` are named in the error (a storage
+failure becomes one line: ``core.errors.storage_error``) and ``team doctor``
+reports them.
 """
 
 from __future__ import annotations
@@ -52,14 +65,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import ConflictError, CorruptFile, TeamError, UnknownRef
+from ..core import threads
+from ..core.errors import (
+    ConflictError,
+    CorruptFile,
+    Signalled,
+    TeamError,
+    UnknownRef,
+    storage_error,
+)
 from ..core.models import Status, Task
 from ..tasks.store import TaskStore
 from .executor import Executor, Outcome
+from .stop import RunStop
 
 Emit = Callable[[dict[str, Any]], None]
 Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
-_WAKE = Outcome(-1, -1, "wake")  # put on the event queue by ``_fail``; never handled
+_WAKE = Outcome(-1, -1, "wake")  # put on the event queue by the RunStop; never handled
 
 
 @dataclass
@@ -78,7 +100,9 @@ class TaskRun:
     id: int
     name: str
     status: str = "pending"
-    attempts: int = 0
+    attempts: int = 0  # started, ever (the task's ``attempts``)
+    failures: int = 0  # of them, failed (count against ``retries``)
+    interrupted: int = 0  # of them, stopped from outside (Ctrl-C, a dead lead, ...): no retry used
     finished: float | None = None
     duration: float = 0.0
     log: str | None = None
@@ -104,8 +128,10 @@ class RunResult:
 class Scheduler:
     def __init__(self, store: TaskStore, tasks: list[Task], priority: dict[int, float],
                  executors: dict[str, Executor], opts: RunOptions, emit: Emit,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, stop: RunStop | None = None):
+        """``stop``: how signals and failures on other threads reach the loop (stop.py)."""
         self.store, self.opts, self.emit, self.clock = store, opts, emit, clock
+        self.stop = stop if stop is not None else RunStop()
         self.executors = executors
         self.tasks = {t.id: t for t in tasks}
         self.order = {t.id: i for i, t in enumerate(tasks)}
@@ -115,15 +141,15 @@ class Scheduler:
         self.ready: list[tuple[float, int, int]] = []
         self.running: dict[int, tuple[int, float]] = {}
         self.delayed: list[tuple[float, int]] = []
-        self.failures: dict[int, int] = {t.id: int(getattr(t, "failures", 0) or 0) for t in tasks}
+        self.failures: dict[int, int] = {t.id: t.failures for t in tasks}
         self.unclaimable: dict[int, str] = {}
         self.events: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self.stopped: str | None = None
         self.runs = {t.id: TaskRun(t.id, t.plan_task or t.name or str(t.id), t.status.value,
-                                   deps=list(t.blockedBy)) for t in tasks}
+                                   t.attempts, t.failures, t.interrupted, deps=list(t.blockedBy))
+                     for t in tasks}
         self._leases: dict[int, int] = {}
         self._hb_stop = threading.Event()
-        self._failure: BaseException | None = None  # from another thread (store writer, heartbeat)
 
     # ------------------------------------------------------------------ state
     def _init_state(self) -> None:
@@ -158,17 +184,24 @@ class Scheduler:
         self._init_state()
         self.emit({"event": "run_started", "total": len(self.tasks), "workers": self.opts.workers,
                    "completed": sum(1 for r in self.runs.values() if r.status == "completed")})
-        hb = threading.Thread(target=self._heartbeat, name="team-heartbeat", daemon=True)
-        hb.start()
+        self.stop.attach(lambda: self.events.put(_WAKE))
+        hb = threads.start("team-heartbeat", self._heartbeat, on_crash=self.stop.fail)
         try:
-            with self.store.pipelined(on_error=self._fail):  # batches are made durable by a writer thread
-                self._loop()
-        except BaseException:
-            self._abort("interrupted")
+            try:
+                with self.store.pipelined(on_error=self.stop.fail):  # batches made durable by a writer thread
+                    self._loop()
+            finally:
+                self._hb_stop.set()
+                hb.join(timeout=10)  # no lease write after the final flush
+        except BaseException as e:
+            self.stop.stopping()  # a second Ctrl-C must not cut the giving back short
+            left = self._abort(e)
+            storage = storage_error(e, self._left_text(left)) if isinstance(e, OSError) else None
+            if storage is not None:
+                raise storage from e  # one line: the path, the errno, what to do
             raise
         finally:
-            self._hb_stop.set()
-            hb.join(timeout=10)  # no lease write after the final flush
+            self.stop.detach()
         deadlock = None
         if not self.stopped and (self.waiting or self.ready or self.unclaimable):
             deadlock = self._deadlock()
@@ -182,6 +215,7 @@ class Scheduler:
         """Commit, wait for outcomes, handle them; until nothing runs and nothing can start."""
         finals: list[Final] = []
         while True:
+            self.stop.check()  # a signal or a failure elsewhere: stop here, at a safe point
             self._promote_delayed()
             self._commit(finals)
             if not self.running and (self.stopped or not self.delayed):
@@ -199,8 +233,7 @@ class Scheduler:
                     batch.append(self.events.get_nowait())
                 except queue.Empty:
                     break
-            if self._failure is not None:
-                raise self._failure
+            self.stop.check()  # before handling anything
             finals = self._handle(batch)
 
     def _promote_delayed(self) -> None:
@@ -233,7 +266,7 @@ class Scheduler:
             self.failures[out.task_id] += 1
             n = self.failures[out.task_id]
             reason = out.describe()
-            run.error = reason
+            run.error, run.failures = reason, n
             if n <= task.retries and not self.stopped:
                 delay = self.opts.retry_delay.get(out.task_id, 1.0) * 2 ** (n - 1)
                 released = self.store.release(out.task_id, out.epoch,
@@ -371,21 +404,39 @@ class Scheduler:
             lines.append(f"#{tid} ({self.runs[tid].name}) waits on {names}")
         return "nothing is running or ready, but work is left:\n  " + "\n  ".join(lines[:20])
 
-    def _abort(self, why: str) -> None:
-        """Interrupted: kill running attempts and give their tasks back (pending)."""
+    def _abort(self, cause: BaseException) -> list[int]:
+        """The run stops (``cause``): stop the running attempts and give their tasks back (pending).
+
+        The attempts count as interrupted, not failed. Returns the tasks that could not be
+        given back (their write failed too: a full disk); they stay ``in_progress`` and
+        ``team doctor`` reports them."""
+        if isinstance(cause, Signalled):
+            why = f"interrupted ({cause.word.rstrip('.').lower()} by signal {cause.signum})"
+        else:
+            why = f"the run stopped ({type(cause).__name__})"
         for ex in self.executors.values():
             ex.close()
-        for tid, (epoch, _) in list(self.running.items()):
+        left: list[int] = []
+        for tid, (epoch, _) in sorted(self.running.items()):
             try:
-                self.store.release(tid, epoch, reason=f"{why}; will re-run", actor=self.opts.owner)
+                self.store.release(tid, epoch, reason=f"{why}; will re-run", actor=self.opts.owner,
+                                   interrupted=True)
             except ConflictError:
+                continue  # finished or taken meanwhile: nothing of ours to give back
+            except (OSError, TeamError):  # the disk failed too: said below, and `team doctor` reports it
+                left.append(tid)
                 continue
+            self.runs[tid].status = "pending"
+            self.runs[tid].interrupted += 1
         self.running.clear()
+        return left
 
-    def _fail(self, error: BaseException) -> None:
-        """Another thread hit an error the run cannot go on with: wake the loop to raise it."""
-        self._failure = error
-        self.events.put(_WAKE)  # the loop raises the failure before it handles anything
+    def _left_text(self, left: list[int]) -> str:
+        what = "the run stopped"
+        if left:
+            names = ", ".join(f"#{tid} ({self.runs[tid].name})" for tid in left)
+            what += f" and left {names} in_progress (`team doctor` lists them; the next run re-runs them)"
+        return what
 
     def _heartbeat(self) -> None:
         every = max(0.05, self.opts.lease / 3)
@@ -395,5 +446,5 @@ class Scheduler:
                 try:
                     self.store.renew_many(leases, self.opts.lease)
                 except (OSError, TeamError) as e:  # the disk failed (or the store writer did)
-                    self._fail(e)
+                    self.stop.fail(e)
                     return

@@ -155,7 +155,10 @@ class ShellExecutor:
             self.backend.kill(ref)
 
     def close(self) -> None:
+        """Stop every job (TERM, grace, KILL) and the backend; a second call does nothing."""
         with self._lock:
+            if self._stop.is_set():
+                return
             self._stop.set()
         for _ in self._starters:
             self._starts.put(None)

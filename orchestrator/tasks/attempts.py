@@ -11,6 +11,12 @@ States and transitions::
        └──release──────────┤  (a retry: owner cleared, attempt kept)
        └──reclaim_expired──┘  (the lease ran out)
 
+Counters: ``attempts`` counts claims, however the attempt ended; the run
+scheduler keeps ``failures`` (attempts that failed, against ``retries``);
+``interrupted`` counts attempts stopped from outside -- a release with
+``interrupted=True`` (Ctrl-C, a dead lead), ``release_unfiled``,
+``reclaim_expired`` -- which use no retry.
+
 Rules:
 
 * Every change runs under the one store lock. ``claim`` is a
@@ -199,14 +205,20 @@ class Attempts:
             self.files.save(task, "status", actor or task.owner, before, epoch=epoch, error=error)
             return task
 
-    def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None, **fields: Any) -> Task:
-        """Give an attempt back: the task becomes pending and unowned (a retry)."""
+    def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None,
+                interrupted: bool = False, **fields: Any) -> Task:
+        """Give an attempt back: the task becomes pending and unowned (a retry).
+
+        ``interrupted``: the attempt was stopped from outside (a signal, a dead lead), not
+        failed; it is counted in ``interrupted`` and uses no retry."""
         with self.files.locked():
             task = self.files.get(ref)
             self._check_epoch(task, epoch)
             before = task.status
             task.owner = ""
             task.error = reason
+            if interrupted:
+                task.interrupted += 1
             for key, value in fields.items():
                 setattr(task, key, value)
             apply_status(task, Status.pending, self.files.clock())
@@ -255,6 +267,7 @@ class Attempts:
                 return None  # changed since: nothing to repair
             task.epoch = epoch
             task.attempts = max(task.attempts, attempt)
+            task.interrupted += 1
             task.owner = ""
             task.error = reason
             self.files.save(task, "released", actor, Status.pending, reason=reason, epoch=epoch, attempt=attempt)
@@ -274,6 +287,7 @@ class Attempts:
                     continue
                 before, prev_owner = task.status, task.owner
                 task.owner = ""
+                task.interrupted += 1  # its owner went away: not a failure of the task
                 task.error = f"lease of {prev_owner or 'unknown'} expired (attempt {task.attempts})"
                 apply_status(task, Status.pending, self.files.clock())
                 self.files.save(task, "lease_expired", actor, before, previous_owner=prev_owner)

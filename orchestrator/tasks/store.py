@@ -148,9 +148,11 @@ class TaskStore:
         """End an attempt; refused on a stale epoch (``Attempts.finish``)."""
         return self.attempts.finish(ref, epoch, status, result=result, error=error, actor=actor, **fields)
 
-    def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None, **fields: Any) -> Task:
-        """Give an attempt back: pending and unowned again (``Attempts.release``)."""
-        return self.attempts.release(ref, epoch, reason=reason, actor=actor, **fields)
+    def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None,
+                interrupted: bool = False, **fields: Any) -> Task:
+        """Give an attempt back: pending and unowned again; ``interrupted``: stopped from outside,
+        no retry used (``Attempts.release``)."""
+        return self.attempts.release(ref, epoch, reason=reason, actor=actor, interrupted=interrupted, **fields)
 
     def cancel(self, ref: int | str, reason: str, *, actor: str = "lead") -> Task:
         return self.attempts.cancel(ref, reason, actor=actor)
