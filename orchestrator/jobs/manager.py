@@ -141,6 +141,18 @@ def command_argv(command: str, path: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
+def _check_os_text(what: str, text: str) -> None:
+    """Refuse text that cannot reach the OS (``UserError`` naming ``what``): a NUL byte ends a C
+    string, and a lone surrogate has no bytes in the file system encoding."""
+    try:
+        data = os.fsencode(text)
+    except UnicodeEncodeError:
+        raise UserError(f"{what} is not valid text ({text!r}); it cannot be passed to a process") from None
+    if b"\0" in data:
+        raise UserError(f"{what} contains a NUL byte (\\0), which no command, argument, environment variable "
+                        "or path can carry; remove it")
+
+
 class JobManager:
     """Start, watch, kill and list background jobs under ``root/.team/jobs`` (see the module docstring)."""
 
@@ -200,8 +212,17 @@ class JobManager:
         ``unset`` are removed from it (secrets a job must not see). ``ref``
         is handed back in the job's notification (the caller's name for it).
         """
-        if cwd is not None and not Path(cwd).is_dir():
-            raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
+        _check_os_text("job command", command)
+        for name, value in (env or {}).items():
+            _check_os_text(f"job environment variable name {name!r}", name)
+            _check_os_text(f"job environment variable {name}", value)
+            if not name or "=" in name:
+                raise UserError(f"job environment variable name {name!r} is not one: it must be non-empty, "
+                                "without '='")
+        if cwd is not None:
+            _check_os_text("job working directory", str(cwd))
+            if not Path(cwd).is_dir():
+                raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
         job_id, log_fd = self.files.new_log()
         child_env = dict(self._environ if self._environ is not None else os.environ)
         for name in unset:

@@ -57,6 +57,11 @@ Protocol, one JSON object per line::
                     {"op": "kill", "ref"}        {"op": "shutdown"}
     server → lead   {"op": "note", "ref", ...Notification}
                     {"op": "error", "ref", "error"}   the job could not start; nothing runs
+
+A request that cannot start (a NUL byte in its command or environment, a
+name no environment can hold, a working directory that is gone: refused by
+``JobManager.start``, or an ``OSError``/``ValueError`` of the spawn) fails
+that one job with an ``error`` reply; the server and every other job go on.
                     {"op": "bye", "errors": [records it could not write]}
 
 If the server dies unexpectedly, every attempt still out is reported as an
@@ -326,7 +331,7 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
             cwd = msg.pop("cwd")
             try:
                 record = manager.start(msg.pop("command"), ref=ref, cwd=Path(cwd) if cwd else None, **msg)
-            except (OSError, TeamError) as e:
+            except (OSError, ValueError, TeamError) as e:  # this job cannot start; the others go on
                 send({"op": "error", "ref": ref, "error": str(e)})
                 continue
             ids[ref] = record.id

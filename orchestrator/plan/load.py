@@ -12,6 +12,19 @@ keys (pydantic); then, on a well-typed plan, duplicate ids, exactly one of
 as ``a → b → a``), unknown ``assignee``, a missing ``cwd`` directory and
 agent tasks without a model (plan ``model:``, ``--model`` or ``$TEAM_MODEL``).
 
+Bounds, checked before anything can grow: a plan file over
+``MAX_PLAN_BYTES`` is refused before it is parsed (it is read through a
+bound, so a FIFO or ``/dev/zero`` cannot fill memory either); while the
+document is composed (``_BoundedLoader``), YAML aliases may add at most
+``MAX_ALIAS_VALUES`` values to it (an alias bomb of 9 levels × 9 aliases
+would expand to 387 million) and nothing may nest deeper than ``MAX_DEPTH``
+levels (the composer is recursive). The size of every node is known when it
+is composed (aliases are references to the anchored node, counted with its
+whole size where used), so a bomb is refused at the alias that crosses the
+limit, also one hidden under an unknown key, before any value is built.
+A NUL byte, which no command, argument, environment variable or path can
+carry, is refused in any string of the plan, at its line.
+
 Paths: a task's ``cwd`` (or the plan's ``defaults.cwd``) is resolved against
 the directory holding the plan file; without one, tasks run in that
 directory. So a plan and the project it drives can be moved together.
@@ -23,6 +36,7 @@ The format (pydantic models, JSON Schema) is model.py; the analysis
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -35,15 +49,70 @@ from .model import Defaults, LoadedPlan, Loc, Plan, PlanTask, TeamMember
 
 _MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults}
 
+MAX_PLAN_BYTES = 4 << 20
+"""Largest plan file read (4 MiB: a 1,000-task plan is ~100 KB)."""
+MAX_ALIAS_VALUES = 100_000
+"""Most values YAML aliases may add to a plan (each use counts the anchored node's whole size)."""
+MAX_DEPTH = 50
+"""Deepest nesting of a plan document (a plan needs about 5)."""
+
 
 # ---------------------------------------------------------------- YAML with marks
+@functools.cache
+def _loader_class() -> type:
+    """``yaml.SafeLoader`` whose composer refuses alias bombs and deep nesting (module docstring)."""
+    import yaml
+    from yaml.composer import ComposerError
+
+    class _BoundedLoader(yaml.SafeLoader):
+        def __init__(self, text: str) -> None:
+            super().__init__(text)
+            self._sizes: dict[int, int] = {}  # id(node) -> values it holds, aliases expanded
+            self._aliased = 0  # values added by aliases so far
+            self._depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                node = self.anchors.get(event.anchor)
+                if node is not None:  # (an undefined alias is the composer's own error)
+                    self._aliased += self._sizes.get(id(node), 1)
+                    if self._aliased > MAX_ALIAS_VALUES:
+                        raise ComposerError(None, None, f"aliases expand this plan by more than "
+                                            f"{MAX_ALIAS_VALUES} values (an alias bomb?); refusing it",
+                                            event.start_mark)
+                return super().compose_node(parent, index)
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels; a plan needs a "
+                                    "handful", self.peek_event().start_mark)
+            try:
+                node = super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+            self._sizes[id(node)] = 1 + sum(self._sizes.get(id(child), 1) for child in _children(node))
+            return node
+
+    return _BoundedLoader
+
+
+def _children(node: Any) -> list[Any]:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
 def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
     """YAML text -> (data, {loc: line}, errors). Lines are 1-based."""
     import yaml
 
     lines: dict[Loc, int] = {}
     errors: list[str] = []
-    loader = yaml.SafeLoader(text)
+    loader = _loader_class()(text)
     try:
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as e:
@@ -82,7 +151,11 @@ def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
             return out
         if isinstance(node, yaml.SequenceNode):
             return [build(item, (*loc, i), depth + 1) for i, item in enumerate(node.value)]
-        return loader.construct_object(node, deep=True)
+        value = loader.construct_object(node, deep=True)
+        if isinstance(value, str) and "\0" in value:
+            errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: contains a NUL byte (\\0), "
+                          "which no command, argument, environment variable or path can carry; remove it")
+        return value
 
     data = build(root, ()) if root is not None else None
     return data, lines, errors
@@ -141,7 +214,12 @@ def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dic
     where = str(path)
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_PLAN_BYTES + 1)  # bounded: a FIFO or /dev/zero cannot fill memory
+        if len(raw) > MAX_PLAN_BYTES:
+            raise PlanError(f"{where}:1: plan: the file is over the {MAX_PLAN_BYTES >> 20} MiB limit for a "
+                            "plan; split it into several plans, or remove what it does not need")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise PlanError(f"{where}: no such plan file; pass the path of a plan.yaml") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -36,6 +36,15 @@ def _env_values(value: Any) -> Any:
     return value
 
 
+def _env_names(value: dict[str, str]) -> dict[str, str]:
+    """Refuse names no environment can hold: empty, or with ``=`` or a NUL byte."""
+    for name in value:
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"{name!r} cannot be an environment variable name (it must be non-empty, "
+                             "without '=' or a NUL byte)")
+    return value
+
+
 class Defaults(_Strict):
     """Values every task inherits unless it sets its own."""
 
@@ -46,6 +55,7 @@ class Defaults(_Strict):
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
 
     _env = field_validator("env", mode="before")(_env_values)
+    _env_name = field_validator("env")(_env_names)
 
 
 class TeamMember(_Strict):
@@ -75,6 +85,7 @@ class PlanTask(_Strict):
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation.")
 
     _env = field_validator("env", mode="before")(_env_values)
+    _env_name = field_validator("env")(_env_names)
 
     @field_validator("needs", mode="before")
     @classmethod
