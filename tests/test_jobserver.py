@@ -60,7 +60,7 @@ tasks:
     assert state == {"status": "completed", "elsewhere": "completed", "where": "completed",
                      "flaky": "completed", "slow": "failed", "missing": "failed"}
     assert tasks["flaky"].attempts == 2
-    assert tasks["slow"].error == "timed out after 0.5s (process group killed)"
+    assert tasks["slow"].error == "timed out after 0.5s; SIGTERM ended it"
     assert not procs.alive(int((tmp_path / "slow.pid").read_text()))
     assert "exit code 127" in tasks["missing"].error
     assert (tmp_path / tasks["where"].log).read_text().strip() == str((tmp_path / "sub").resolve())

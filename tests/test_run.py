@@ -99,7 +99,7 @@ tasks:
     assert r.returncode == 1
     task = tasks_by_name(tmp_path)["slow"]
     assert task.status.value == "failed"
-    assert task.error == "timed out after 0.5s (process group killed)"
+    assert task.error == "timed out after 0.5s; SIGTERM ended it"
     child = int((tmp_path / "child.pid").read_text())
     assert not _alive(child)
 

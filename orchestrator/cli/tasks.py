@@ -1,8 +1,11 @@
 """``team task list|show|create|update|blocked|graph|critical``.
 
-Reads go through ``TaskStore.all()`` (a corrupt file stops the command with
-its name and a pointer to ``team doctor``); writes go through the store's
-locked, validated methods, so a refused change writes nothing. Queries are
+Reads go through ``TaskStore.scan()``: a task file that cannot be read (torn
+by hand, not JSON) does not take the listing down. The readable tasks are
+shown as usual, each unreadable file is named in one ``warning:`` line on
+stderr (with a pointer to ``team doctor``), and the command exits 1: the
+answer is incomplete, and a script must notice. Writes go through the
+store's locked, validated methods, so a refused change writes nothing. Queries are
 ``graph`` functions and their text comes from ``render``; this module only
 prints.
 
@@ -13,6 +16,7 @@ here may import networkx, rich or yaml at module level.
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -21,7 +25,7 @@ from ..core.models import Status, Task
 from ..tasks import graph, render
 from ..tasks.attempts import parse_status
 from ..tasks.store import TaskStore
-from .common import JsonOpt, RootOpt, out, print_json, root_of
+from .common import JsonOpt, RootOpt, err, out, print_json, root_of
 
 task_app = typer.Typer(no_args_is_help=True, help="Inspect and edit the task graph (.tasks/).")
 
@@ -30,6 +34,29 @@ EMPTY = "No tasks yet. Create one with `team task create SUBJECT` or run a plan 
 
 def _store(root, ctx) -> TaskStore:
     return TaskStore(root_of(root, ctx))
+
+
+class Readable:
+    """The tasks a listing could read; ``done()`` ends the command with exit 1 if some could not."""
+
+    def __init__(self, store: TaskStore):
+        self.tasks, bad = store.scan()
+        self.bad = [path for path, _ in bad]
+        for path, why in bad:
+            detail = why.replace(f"{path}: ", "", 1).split(" (run `team doctor`")[0]
+            err(f"warning: {_shown(path)} cannot be read ({detail}); it is left out "
+                "(`team doctor` says more)")
+
+    def done(self) -> None:
+        if self.bad:
+            raise typer.Exit(1)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _task_json(task: Task, by_id: dict[int, Task]) -> dict[str, Any]:
@@ -51,18 +78,19 @@ def list_cmd(
 ) -> None:
     r"""One line per task: \[ ] pending, \[>] running, \[x] done, \[!] failed, \[-] cancelled."""
     want = parse_status(status) if status is not None else None
-    tasks = _store(root, ctx).all()
+    readable = Readable(_store(root, ctx))
+    tasks = readable.tasks
     by_id = {t.id: t for t in tasks}
     shown = graph.TaskFilter(status=want, owner=owner, ready=ready, blocked=blocked).select(tasks)
     if as_json:
         print_json([_task_json(t, by_id) for t in shown])
-        return
-    if not tasks:
+    elif not tasks and not readable.bad:
         out(EMPTY)
     elif not shown:
         out(f"No tasks match these filters ({len(tasks)} tasks in total).")
     else:
         out("\n".join(render.list_line(t, by_id) for t in shown))
+    readable.done()
 
 
 @task_app.command("show")
@@ -75,7 +103,8 @@ def show_cmd(
     """Everything about one task: fields, dependencies, dependents, history."""
     store = _store(root, ctx)
     tid = store.resolve(ref)
-    tasks = store.all()
+    readable = Readable(store)
+    tasks = readable.tasks
     by_id = {t.id: t for t in tasks}
     task = by_id[tid] if tid in by_id else store.read(tid)
     blocks = graph.dependents(tasks).get(tid, [])
@@ -85,6 +114,7 @@ def show_cmd(
         data["blocks"] = blocks
         data["events"] = history
         print_json(data)
+        readable.done()
         return
 
     def ref_line(i: int) -> str:
@@ -116,6 +146,7 @@ def show_cmd(
         for e in history[-10:]:
             move = f" {e.get('from') or '-'} → {e.get('to')}" if "to" in e else ""
             out(f"    {_ts(e.get('ts'))} {e.get('event')}{move} by {e.get('actor') or '?'}")
+    readable.done()
 
 
 def _attempts(task: Task) -> str:
@@ -210,7 +241,12 @@ def blocked_cmd(
     """Why each blocked task waits: every chain down to its root blockers."""
     store = _store(root, ctx)
     tid = store.resolve(ref) if ref is not None else None
-    tasks = store.all()
+    readable = Readable(store)
+    _blocked(readable.tasks, tid, as_json, unreadable=bool(readable.bad))
+    readable.done()
+
+
+def _blocked(tasks: list[Task], tid: int | None, as_json: bool, *, unreadable: bool) -> None:
     chains = graph.blocked_chains(tasks, tid)
     if as_json:
         print_json([_chain_json(c) for c in chains])
@@ -218,7 +254,9 @@ def blocked_cmd(
     if chains:
         out(render.render_chains(chains, tasks))
     elif tid is not None:
-        task = next(t for t in tasks if t.id == tid)
+        task = next((t for t in tasks if t.id == tid), None)
+        if task is None:
+            return  # its file is the unreadable one (named on stderr)
         by_id = {t.id: t for t in tasks}
         if task.status == Status.pending:
             why = "it is ready to start"
@@ -228,7 +266,7 @@ def blocked_cmd(
             why = f"it is {task.status.value}"
         assert not graph.open_blockers(task, by_id) or task.status != Status.pending
         out(f"#{task.id} {task.subject} is not blocked: {why}.")
-    elif not tasks:
+    elif not tasks and not unreadable:
         out(EMPTY)
     else:
         out("No blocked tasks: every pending task is ready.")
@@ -253,25 +291,35 @@ def graph_cmd(
     root: RootOpt = None,
 ) -> None:
     """Draw the task graph (an edge goes from a blocker to what it blocks)."""
-    tasks = _store(root, ctx).all()
+    readable = Readable(_store(root, ctx))
+    tasks = readable.tasks
     if not tasks and fmt == Format.tree:
-        out(EMPTY)
+        if not readable.bad:
+            out(EMPTY)
+        readable.done()
         return
     draw = {Format.tree: render.render_tree, Format.mermaid: render.render_mermaid, Format.dot: render.render_dot}[fmt]
     out(draw(tasks))
+    readable.done()
 
 
 @task_app.command("critical")
 def critical_cmd(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Critical path of the unfinished work, and the waves that could run in parallel."""
-    tasks = _store(root, ctx).all()
+    readable = Readable(_store(root, ctx))
+    _critical(readable.tasks, as_json, unreadable=bool(readable.bad))
+    readable.done()
+
+
+def _critical(tasks: list[Task], as_json: bool, *, unreadable: bool) -> None:
     cp = graph.critical_path(tasks)
     wv = graph.waves(tasks)
     if as_json:
         print_json({"path": cp.ids, "total": cp.total, "by": cp.by, "waves": wv.waves, "stuck": wv.stuck})
         return
     if not tasks:
-        out(EMPTY)
+        if not unreadable:
+            out(EMPTY)
         return
     if not cp.ids and not wv.stuck:
         out("Nothing left to do: every task is completed or cancelled.")

@@ -279,7 +279,8 @@ class JobManager:
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,
             tail=record.tail, log=record.log,
-            duration=round(record.finished_at - record.started_at, 3), task=record.task, ref=job.ref)
+            duration=round(record.finished_at - record.started_at, 3), task=record.task, ref=job.ref,
+            forced_after=self.grace if job.forced else None)
         if self.on_notify is not None:
             self.on_notify(note)  # first: the record's rename is off the consumer's critical path
 
@@ -356,7 +357,7 @@ class JobManager:
             job.reason = job.reason or "killed"
             job.signal(signal.SIGTERM)
             if not job.done.wait(self.grace):
-                job.signal(signal.SIGKILL)
+                job.force()
             job.done.wait()
             return self.get(job_id)
         record = self.get(job_id)
@@ -383,7 +384,7 @@ class JobManager:
         deadline = time.monotonic() + self.grace
         for job in jobs:
             if not job.done.wait(max(0.0, deadline - time.monotonic())):
-                job.signal(signal.SIGKILL)
+                job.force()
         for job in jobs:
             job.done.wait(5.0)
         self.files.close()

@@ -74,6 +74,8 @@ class Notification(BaseModel):
     duration: float
     task: int | None = None
     ref: str | None = Field(default=None, description="The starter's name for this attempt (JobManager.start(ref=...)).")
+    forced_after: float | None = Field(default=None, description="Set when the job outlived SIGTERM (a timeout or a "
+                                       "kill): it was SIGKILLed this many seconds later (the grace).")
 
 
 class RecordWriter(Protocol):

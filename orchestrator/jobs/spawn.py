@@ -76,8 +76,8 @@ def spawn(argv: list[str], *, cwd: str | os.PathLike[str] | None, env: dict[str,
 class WatchedJob:
     """In-memory state of a job this manager watches."""
 
-    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "expires", "escalated", "done", "lock",
-                 "reaped")
+    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "expires", "escalated", "forced", "done",
+                 "lock", "reaped")
 
     def __init__(self, record: JobRecord, proc: Process, exit_fd: int, ref: str | None = None):
         self.record = record
@@ -88,6 +88,7 @@ class WatchedJob:
         self.deadline: float | None = None  # monotonic time of the next escalation
         self.expires: float | None = None  # monotonic time its timeout expires
         self.escalated = False  # SIGTERM already sent by the watcher
+        self.forced = False  # it outlived SIGTERM by the grace: SIGKILL was sent
         self.done = threading.Event()  # set once its final record is on disk
         self.lock = threading.Lock()
         self.reaped = False
@@ -97,6 +98,13 @@ class WatchedJob:
         with self.lock:
             if not self.reaped:
                 procs.killpg(self.proc.pid, sig)
+
+    def force(self) -> None:
+        """The grace after SIGTERM ran out and the leader still runs: SIGKILL the group."""
+        with self.lock:
+            if not self.reaped:
+                self.forced = True
+                procs.killpg(self.proc.pid, signal.SIGKILL)
 
     def reap(self) -> int:
         """Once the leader has exited: SIGKILL what it left in its group, reap it, close the exit fd.

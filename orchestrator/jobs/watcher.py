@@ -184,7 +184,7 @@ class Watcher:
                 else:
                     job.deadline = None
                     del self._timed[job.record.id]
-                    job.signal(signal.SIGKILL)
+                    job.force()
 
     def _escalate(self, job: WatchedJob, reason: JobStatus) -> None:
         """SIGTERM the job's group; the loop SIGKILLs it once the grace has passed."""

@@ -54,12 +54,14 @@ class Outcome:
         return self.status == "completed"
 
     def describe(self) -> str:
+        """Why the attempt did not complete: the executor's ``error`` (a timeout's says the limit and
+        how the attempt ended), else the status and exit code."""
         if self.ok:
             return "completed"
-        if self.status == "timeout":
-            return f"timed out after {self.duration:.1f}s (process group killed)"
         if self.error:
             return self.error
+        if self.status == "timeout":
+            return f"timed out after {self.duration:.1f}s (process group killed)"
         if self.exit_code is not None and self.exit_code < 0:
             return f"{self.status}: killed by signal {-self.exit_code}"
         return f"{self.status}: exit code {self.exit_code}"

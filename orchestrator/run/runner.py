@@ -2,7 +2,10 @@
 
 Order of a run (``run_plan``):
 
-1. The plan was validated whole (``plan.load.load_plan``) before anything is written.
+1. The plan was validated whole (``plan.load.load_plan``) before anything is written;
+   ``preflight`` refuses what else can be refused without state (the model
+   service's settings, the git repository of worktree isolation), so a
+   refused run leaves no ``.team/``, no lead lock and no job log.
 2. Take the lead lock (``lead.LeadLock``): a second lead exits 2 naming us.
 3. Build the executors the plan needs (``build_executors``: shell first, so
    its job server forks while this process has one thread) and reap orphaned
@@ -43,7 +46,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import PlanError
 from ..core.models import Status, Task
@@ -56,6 +59,9 @@ from .isolation import Isolation
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 from .stop import RunStop
+
+if TYPE_CHECKING:
+    from ..git.worktrees import Worktrees
 
 
 @dataclass
@@ -175,6 +181,7 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
     threads of the executors report their death; stop.py."""
     kinds = kinds_of(lp)
     stop = stop if stop is not None else RunStop()
+    worktrees = preflight(lp, root, kinds)  # every refusal that needs no state comes before any state
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
@@ -184,7 +191,7 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
                               store=store,  # one store object: the scheduler's pipeline serves the teammates too
                               stop=stop)
-        iso = _isolation(lp, root, fresh)
+        iso = Isolation(worktrees, fresh=fresh) if worktrees is not None else None
         execs = build_executors(set(kinds), ctx)
         if iso is not None:
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
@@ -231,10 +238,19 @@ def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor
     return built
 
 
-def _isolation(lp: LoadedPlan, root: Path, fresh: bool) -> Isolation | None:
-    """The plan's ``Isolation`` when any task wants a worktree; None (and no git call) otherwise."""
+def preflight(lp: LoadedPlan, root: Path, kinds: dict[str, list[str]]) -> Worktrees | None:
+    """Refuse what can be refused before the lead lock, executors or tasks exist (a refused
+    run leaves no state): the model service's settings for agent tasks (a missing model or
+    key, a bad ``TEAM_AGENT_MAX_STEPS``), and the git repository worktree isolation needs.
+    Returns the plan's ``Worktrees`` when any task wants one (else None, and no git call)."""
+    if "agent" in kinds:
+        from ..llm.types import LLMConfig
+        from .agents import max_steps_from_env
+
+        LLMConfig.resolve(lp.model, None)
+        max_steps_from_env()
     if lp.plan.isolation != "worktree" and not any(t.isolation == "worktree" for t in lp.plan.tasks):
         return None
     from ..git.worktrees import Worktrees
 
-    return Isolation(Worktrees(root, lp.plan.name), fresh=fresh)
+    return Worktrees(root, lp.plan.name)

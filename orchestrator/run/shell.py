@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import signal
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,16 @@ def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
         return environ.get(name, m.group(0))
 
     return _VAR.sub(sub, value)
+
+
+def timed_out(timeout: float, n: Notification) -> str:
+    """What a timed-out attempt says: the limit, and how it ended (TERM, or KILL after the grace)."""
+    if n.forced_after is not None:
+        return (f"timed out after {timeout:g}s; it ignored SIGTERM and was killed (SIGKILL) after the "
+                f"{n.forced_after:g}s grace")
+    if n.exit_code == -signal.SIGKILL:
+        return f"timed out after {timeout:g}s; killed (SIGKILL)"
+    return f"timed out after {timeout:g}s; SIGTERM ended it"
 
 
 class ShellExecutor:
@@ -138,8 +149,7 @@ class ShellExecutor:
         if entry is None:
             return  # not an attempt of ours (cannot happen: refs are ours)
         task_id, epoch, done, timeout = entry
-        error = (f"timed out after {timeout:g}s (process group killed)"
-                 if n.status == "timeout" and timeout else None)
+        error = timed_out(timeout, n) if n.status == "timeout" and timeout else None
         done(Outcome(task_id, epoch, n.status, n.exit_code, n.duration, n.log, n.tail, error=error))
 
     def _on_error(self, ref: str, error: str) -> None:

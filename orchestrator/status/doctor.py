@@ -17,7 +17,9 @@ person must choose: unparsable task files, dependencies on missing tasks,
 cycles and duplicate names.
 
 Also reported: inbox lines that are no message (never fixed: a person
-decides), and jobs still ``running`` whose manager died (fixed by
+decides), keys of a task file that ``team`` does not know (a ``blocked_by``
+typo would leave the task not waiting; never fixed: a person renames or
+removes it), and jobs still ``running`` whose manager died (fixed by
 ``JobManager.reap_orphans``: their leftovers killed, the records ``lost``).
 
 Adding a check (worktree orphans, stale inbox cursors, ...)::
@@ -111,6 +113,24 @@ def check_unreadable(ctx: DoctorContext) -> list[Finding]:
         )
         for path, detail in ctx.unreadable
     ]
+
+
+def check_unknown_keys(ctx: DoctorContext) -> list[Finding]:
+    """Keys of a task file that no ``Task`` field has: kept on rewrite, but ignored by team."""
+    import difflib
+
+    known = list(Task.model_fields)
+    out = []
+    for t in ctx.tasks:
+        for key in sorted(t.model_extra or {}):
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            rel = ctx.rel(ctx.store.path(t.id))
+            out.append(Finding(
+                "unknown-key", f"{rel}: unknown key {key!r}{hint}; team ignores it",
+                hint=f"rename it to {near[0]!r} or remove it by hand" if near else "remove it by hand",
+                path=rel))
+    return out
 
 
 def check_missing_deps(ctx: DoctorContext) -> list[Finding]:
@@ -368,6 +388,7 @@ def _job_reaper(mgr, job_id: str) -> Callable[[], str]:
 
 CHECKS: list[Check] = [
     check_unreadable,
+    check_unknown_keys,
     check_missing_deps,
     check_cycles,
     check_temp_files,

@@ -78,7 +78,7 @@ class Attempts:
 
         Raises ``ConflictError`` saying why when the task is not claimable.
         """
-        with self.files.locked():
+        with self.files.locked_on(ref):
             task = self.files.get(ref)
             self._check_claimable(task, owner=owner)
             return self._claim_locked(task, owner, lease, actor or owner)
@@ -141,7 +141,7 @@ class Attempts:
             )
 
     def renew(self, ref: int | str, epoch: int, lease: float) -> Task:
-        with self.files.locked():
+        with self.files.locked_on(ref):
             task = self.files.get(ref)
             self._check_epoch(task, epoch)
             task.lease_expires = self.files.clock() + lease
@@ -154,7 +154,7 @@ class Attempts:
         Epoch-checked like ``finish``: the attempt, lease and epoch stay the
         same; only who holds it changes, so ``task blocked`` can say who runs it.
         """
-        with self.files.locked():
+        with self.files.locked_on(ref):
             task = self.files.get(ref)
             self._check_epoch(task, epoch)
             if task.owner != owner:
@@ -191,7 +191,7 @@ class Attempts:
     ) -> Task:
         """End an attempt (completed/failed/cancelled). Refused on a stale epoch."""
         new = parse_status(status)
-        with self.files.locked():
+        with self.files.locked_on(ref):
             task = self.files.get(ref)
             self._check_epoch(task, epoch)
             before = task.status
@@ -211,7 +211,7 @@ class Attempts:
 
         ``interrupted``: the attempt was stopped from outside (a signal, a dead lead), not
         failed; it is counted in ``interrupted`` and uses no retry."""
-        with self.files.locked():
+        with self.files.locked_on(ref):
             task = self.files.get(ref)
             self._check_epoch(task, epoch)
             before = task.status
@@ -296,7 +296,7 @@ class Attempts:
 
     def cancel(self, ref: int | str, reason: str, *, actor: str = "lead") -> Task:
         """Mark a task that can no longer run as cancelled, with the reason."""
-        with self.files.locked():
+        with self.files.locked_on(ref):
             task = self.files.get(ref)
             if task.status in TERMINAL:
                 return task

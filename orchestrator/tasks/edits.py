@@ -13,8 +13,8 @@ Rules:
   cycle search walks ``blockedBy`` edges, reading only reachable task files.
 * Names are unique: checked against ``names.jsonl`` (rebuilt first if it
   was lost) and within the batch.
-* The id counter ``.next_id`` is a cache: an id is used only if no task file
-  has it.
+* Ids are max+1, never reused: the next id is past the highest file and past
+  the counter ``.next_id`` (which remembers ids whose files are gone).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class TaskEdits:
         """Change a task by hand (or by a tool). Dependency edits are checked."""
         new_status = parse_status(status) if status is not None else None
         self._check_owner(owner)
-        with self.files.locked():
+        with self.files.locked_on(ref):
             task = self.files.get(ref)
             before = task.status
             add = [self.files.resolve(r) for r in add_blocked_by]

@@ -6,7 +6,7 @@ Layout::
     .tasks/events.jsonl     append-only log: one line per transition
     .tasks/.lock            flock held for every multi-step change
     .tasks/.lock-waiting    held shared by a process blocked on .lock (see pipeline.py)
-    .tasks/.next_id         id counter (a cache: verified against the files)
+    .tasks/.next_id         id counter: the next id is past it and past every file
     .tasks/names.jsonl      name -> id index (a cache: verified on every use)
 
 ``TaskFiles`` is this layer and nothing more: paths, the store lock, reading
@@ -133,6 +133,15 @@ class TaskFiles:
             return
         self.ensure()
         with file_lock(self.lock_path, announce=self.waiting_path):
+            yield
+
+    @contextmanager
+    def locked_on(self, ref: int | str) -> Iterator[None]:
+        """``locked`` for a change to the existing task ``ref``: without a store there is no such
+        task, so ``UnknownRef`` is raised before the lock would create ``.tasks/``."""
+        if self.pipeline is None and not self.exists():
+            self.resolve(ref)  # raises: nothing to change, and nothing is created
+        with self.locked():
             yield
 
     @contextmanager
@@ -282,18 +291,16 @@ class TaskFiles:
         return names
 
     def next_id(self) -> int:
-        """The next free id: the counter's, unless a file already has it (stale counter)."""
+        """The next id: past the highest on disk and past the counter, so an id is never
+        handed out twice and never fills a gap (a task removed by hand, a seed file copied in
+        above the counter). The counter remembers ids whose files are gone; the scan catches
+        files the counter never saw."""
         try:
-            candidate = int(self.counter_path.read_text().strip() or 0)
+            counter = int(self.counter_path.read_text().strip() or 0)
         except (FileNotFoundError, ValueError):
-            candidate = 0
-        if candidate < 1:
-            ids = self.ids()
-            candidate = (ids[-1] + 1) if ids else 1
-        while self.path(candidate).exists():  # stale counter (crash, seed-written store)
-            ids = self.ids()
-            candidate = max(candidate + 1, (ids[-1] + 1) if ids else 1)
-        return candidate
+            counter = 0
+        ids = self.ids()
+        return max(counter, (ids[-1] + 1) if ids else 1, 1)
 
     def set_counter(self, next_id: int) -> None:
         atomic_write(self.counter_path, str(next_id), durable=False)

@@ -53,7 +53,9 @@ among its teammates and their tools) and polls the inbox size every
 ``poll_interval`` seconds (default 5 ms) for other senders.
 
 Sending to an unknown recipient or an invalid name raises before any file
-is created (no phantom inboxes).
+is created (no phantom inboxes). Reading an inbox that nothing was ever sent
+to creates nothing either (``team inbox lead`` on a fresh root leaves no
+``.team/``).
 
 Seed compatibility: lines the seed's ``MessageBus.send`` appended carry no
 ``id``; ``Message.from_line`` gives each a ``seed-<hash of bytes+offset>``
@@ -116,23 +118,27 @@ def _line_has_id(f: BinaryIO, start: int, end: int, msg_id: str) -> bool:
 
 
 class InboxBatch:
-    """Messages fetched but not yet acknowledged; holds the inbox's consumer lock."""
+    """Messages fetched but not yet acknowledged; holds the inbox's consumer lock
+    (``lock_fd`` None: an inbox that does not exist yet, so nothing to hold or to acknowledge)."""
 
-    def __init__(self, bus: Bus, name: str, messages: list[Message], cursor: Cursor, lock_fd: int):
+    def __init__(self, bus: Bus, name: str, messages: list[Message], cursor: Cursor, lock_fd: int | None):
         self.bus, self.name, self.messages, self.cursor = bus, name, messages, cursor
         self._fd: int | None = lock_fd
+        self._settled = False
 
     def ack(self) -> None:
         """Mark everything up to this batch consumed, then release the lock."""
-        if self._fd is None:
+        if self._settled:
             raise UserError(f"batch of inbox {self.name!r} was already acknowledged or released")
         try:
-            self.bus._advance(self.name, self.cursor)
+            if self._fd is not None:
+                self.bus._advance(self.name, self.cursor)
         finally:
             self.release()
 
     def release(self) -> None:
         """Give the lock back without acking (the messages will be fetched again)."""
+        self._settled = True
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -298,7 +304,8 @@ class Bus:
         ``limit`` caps the number of messages returned (the rest stay unread).
         """
         self.team.check_recipient(name)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.path(name).exists():  # nothing was ever sent: nothing to lock, create or consume
+            return InboxBatch(self, name, [], self._cursor(name), None)
         lock = self.dir / f"{name}.consumer.lock"
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
