@@ -9,6 +9,8 @@
   rename. The umask is read once at import (``UMASK``): ``os.umask`` can
   only be read by setting it, which races with threads creating files, so
   ``read_umask`` uses ``/proc/self/status`` where it exists.
+* A write that fails (a full disk) raises an ``OSError`` naming the file it
+  was writing, also when the failing call (``write``, ``fsync``) names none.
 * ``append_line``: appends one JSON line to a log under an exclusive lock
   held by the caller. If a previous writer was killed mid-line the file does
   not end in ``\\n``; we first terminate that torn fragment so it becomes its
@@ -80,25 +82,38 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
     """
     if isinstance(data, str):
         data = data.encode()
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
+    with _naming(path):
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                try:
+                    mode = os.stat(path).st_mode & 0o7777
+                except FileNotFoundError:
+                    mode = 0o666 & ~UMASK
+                os.fchmod(fd, mode)
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        if durable and sync_dir:
+            fsync_dir(path.parent)
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An ``OSError`` raised without a file name (a ``write`` or ``fsync`` that hit a full disk)
+    gets ``path``, so the one line the user reads says which file (core.errors.storage_error)."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            try:
-                mode = os.stat(path).st_mode & 0o7777
-            except FileNotFoundError:
-                mode = 0o666 & ~UMASK
-            os.fchmod(fd, mode)
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
-    if durable and sync_dir:
-        fsync_dir(path.parent)
 
 
 def append_line(path: Path, record: dict[str, Any] | str, *, durable: bool = True) -> int:
@@ -110,18 +125,19 @@ def append_line(path: Path, record: dict[str, Any] | str, *, durable: bool = Tru
     Returns the byte offset at which the record starts.
     """
     line = (record if isinstance(record, str) else dumps(record)).encode() + b"\n"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            size = _last_line_end(fd, size)
-            os.ftruncate(fd, size)
-        os.write(fd, line)
-        if durable:
-            os.fsync(fd)
-        return size
-    finally:
-        os.close(fd)
+    with _naming(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                size = _last_line_end(fd, size)
+                os.ftruncate(fd, size)
+            os.write(fd, line)
+            if durable:
+                os.fsync(fd)
+            return size
+        finally:
+            os.close(fd)
 
 
 def _last_line_end(fd: int, size: int, chunk: int = 65536) -> int:

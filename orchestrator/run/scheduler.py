@@ -414,6 +414,7 @@ class Scheduler:
             why = f"interrupted ({cause.word.rstrip('.').lower()} by signal {cause.signum})"
         else:
             why = f"the run stopped ({type(cause).__name__})"
+            self.stop.fail(cause)  # what stops the run, for the executors closing below
         for ex in self.executors.values():
             ex.close()
         left: list[int] = []

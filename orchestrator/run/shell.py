@@ -176,7 +176,8 @@ class ShellExecutor:
             t.join(timeout=10)
         self.backend.close()
         errors = self.backend.errors
-        if errors and self.ctx.note is not None:
+        # A run stopped by a failed write (a full disk) says so in one line; lost records are part of it.
+        if errors and self.ctx.note is not None and not isinstance(self.ctx.stop.error, OSError):
             self.ctx.note(f"warning: {len(errors)} job record(s) in .team/jobs could not be written "
                           f"(first: {errors[0]}); the tasks' results are in the task store")
 

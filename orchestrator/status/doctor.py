@@ -11,7 +11,11 @@ nothing; ``repair(findings)`` runs the fixes (``team doctor --fix``).
 Safe to fix: leftover temp files (removed; in ``.tasks/`` under the store
 lock, so no write is in flight; elsewhere only when older than
 ``TMP_MIN_AGE``), expired leases (``TaskStore.reclaim_expired`` returns the
-tasks to pending), a lost or wrong name index and a stale id counter (both
+tasks to pending), tasks left ``in_progress`` by a dead owner before their
+lease ran out (``dead-owner``: owned by ``lead``, or by a teammate the roster
+says is not alive, while no lead holds the root: the run or chat that held
+them is gone, killed, or stopped by a full disk; the fix gives each back,
+counted as interrupted, unless a lead started meanwhile), a lost or wrong name index and a stale id counter (both
 caches, rebuilt from the task files). Never fixed automatically, because a
 person must choose: unparsable task files, dependencies on missing tasks,
 cycles and duplicate names.
@@ -223,6 +227,51 @@ def check_expired_leases(ctx: DoctorContext) -> list[Finding]:
     return out
 
 
+def check_dead_owners(ctx: DoctorContext) -> list[Finding]:
+    """In-progress tasks whose owner is gone while no lead runs (the expired ones: ``expired-lease``)."""
+    from ..team.lead import lead_info
+    from ..team.roster import LEAD, Team
+
+    held = [t for t in ctx.tasks if t.status == Status.in_progress and t.owner
+            and not (t.lease_expires is not None and t.lease_expires <= ctx.now)]
+    if not held or lead_info(ctx.root) is not None:
+        return []  # a lead runs: its tasks are its own business
+    roster = Team(ctx.root)
+    alive = {s.name: s.liveness in ("working", "idle") for s in roster.states()} if roster.config.exists() else {}
+    out = []
+    for t in held:
+        if t.owner != LEAD and alive.get(t.owner, True):
+            continue  # a person's claim (not a roster member), or a live teammate
+        label = f"#{t.id} ({t.name})" if t.name else f"#{t.id}"
+        who = "lead" if t.owner == LEAD else f"teammate {t.owner} (not alive)"
+        plan = f"the next `team run` of plan {t.plan} re-runs it; " if t.plan else ""
+        out.append(Finding(
+            "dead-owner",
+            f"task {label} is in_progress, owned by {who}, but no lead runs on this root "
+            "(the run that held it is gone)",
+            hint=f"{plan}`team doctor --fix` returns it to pending now",
+            path=ctx.rel(ctx.store.path(t.id)), fix=_giver_back(ctx, t.id, t.epoch, t.owner)))
+    return out
+
+
+def _giver_back(ctx: DoctorContext, tid: int, epoch: int, owner: str) -> Callable[[], str]:
+    def fix() -> str:
+        from ..core.errors import ConflictError
+        from ..team.lead import lead_info
+
+        if lead_info(ctx.root) is not None:
+            return f"#{tid} left as it is: a lead started on this root meanwhile"
+        try:
+            ctx.store.release(tid, epoch, reason=f"its owner {owner} is gone (no lead runs on this root); "
+                                                 "returned to pending by team doctor", actor="doctor",
+                              interrupted=True)
+        except ConflictError:
+            return f"#{tid} changed meanwhile; left as it is"
+        return f"returned #{tid} to pending"
+
+    return fix
+
+
 def _reclaimer(ctx: DoctorContext, tid: int) -> Callable[[], str]:
     def fix() -> str:
         back = ctx.store.reclaim_expired(actor="doctor", owner_filter=None)
@@ -393,6 +442,7 @@ CHECKS: list[Check] = [
     check_cycles,
     check_temp_files,
     check_expired_leases,
+    check_dead_owners,
     check_duplicate_names,
     check_name_index,
     check_counter,

@@ -433,8 +433,13 @@ class TaskFiles:
         self.pipeline = pipe
         try:
             yield pipe
-        finally:
+        except BaseException:
             try:
-                pipe.close()
+                pipe.close(reraise=False)  # an error is on its way already: do not chain the writer's onto it
             finally:
                 self.pipeline = None
+            raise
+        try:
+            pipe.close()
+        finally:
+            self.pipeline = None

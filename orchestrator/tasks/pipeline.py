@@ -121,11 +121,15 @@ class Pipeline:
         self._draining = 0  # threads waiting for the writer to be idle: no group delay then
 
     # -- lifecycle ---------------------------------------------------------------
-    def close(self) -> None:
-        """Write everything queued, stop the writer, let go of the flock."""
+    def close(self, reraise: bool = True) -> None:
+        """Write everything queued, stop the writer, let go of the flock; re-raise a writer
+        error unless ``reraise`` is False (the caller is raising one already)."""
         with self.mutex:
             try:
                 self._wait_idle()
+            except BaseException as e:
+                if reraise or e is not self.error:
+                    raise
             finally:
                 with self.cond:
                     self._closing = True
@@ -137,7 +141,8 @@ class Pipeline:
                     os.close(self._waiting_fd)
                     self._waiting_fd = -1
                 self._closed = True
-        self._raise_error()
+        if reraise:
+            self._raise_error()
 
     # -- sections ------------------------------------------------------------------
     @contextmanager
