@@ -4,6 +4,11 @@ A bare pid is not an identity: after a process dies its number is recycled.
 We pair a pid with its start time (``/proc/<pid>/stat`` field 22, clock ticks
 since boot) or with an environment marker the process inherited
 (``TEAM_JOB_ID=<id>``, see jobs/manager.py). Zombies count as dead.
+
+Also here: making this process a *subreaper* (``become_subreaper``:
+``PR_SET_CHILD_SUBREAPER``, so orphaned descendants are reparented to it,
+not to init), listing its children (``children``), and killing every process
+that carries a marker (``kill_marked``).
 """
 
 from __future__ import annotations
@@ -94,3 +99,89 @@ def kill(pid: int, sig: int = signal.SIGKILL) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``prctl``); False if the
+    kernel (or the platform) does not allow it."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def children(pid: int | None = None) -> set[int]:
+    """The children of ``pid`` (default: this process), all its threads'.
+
+    ``/proc/<pid>/task/<tid>/children`` (one small read per thread); without it, a scan of
+    every process's parent."""
+    pid = os.getpid() if pid is None else pid
+    found: set[int] = set()
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.update(int(word) for word in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended while we listed
+            return {p for p in pids() if _ppid(p) == pid}  # a kernel without CONFIG_PROC_CHILDREN
+    return found
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return int(data[data.rfind(b")") + 2 :].split()[1])
+
+
+def kill_marked(key: str, value: str, passes: int = 2) -> list[int]:
+    """SIGKILL every live process carrying ``key=value`` in its environment, and the group of
+    each that leads one; ``passes`` scans (a second catches what forked during the first).
+    Returns the pids killed. Costs a read of every process's environment per pass."""
+    killed: list[int] = []
+    entry = f"{key}={value}".encode()
+    for _ in range(passes):
+        found = []
+        for pid in pids():
+            if not _carries(pid, entry):
+                continue
+            st = stat(pid)
+            if st is None or st[0] in ("Z", "X"):
+                continue
+            found.append(pid)
+            if st[1] == pid:
+                killpg(pid, signal.SIGKILL)
+            kill(pid, signal.SIGKILL)
+        if not found:
+            break
+        killed += found
+    return killed
+
+
+def _carries(pid: int, entry: bytes) -> bool:
+    """``pid``'s initial environment holds the whole ``KEY=value`` entry (one read, no parsing)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    at = data.find(entry)
+    while at >= 0:
+        end = at + len(entry)
+        if (at == 0 or data[at - 1] == 0) and (end == len(data) or data[end] == 0):
+            return True
+        at = data.find(entry, at + 1)
+    return False

@@ -11,6 +11,8 @@
     files.py    JobFiles: log files and record writes, kept off the start path
     orphans.py  OrphanReaper: jobs this manager does not watch (killed elsewhere,
                 or orphaned by a dead manager), from the records and /proc
+    strays.py   Strays: what a job left outside its group (setsid, daemons), killed
+                when the job ends (the job server is their subreaper)
     server.py   ``team run``'s job server process (or the manager in-process)
 
 Who calls whom: ``JobManager.start`` → ``JobFiles.new_log``, ``spawn``,

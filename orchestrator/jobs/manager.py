@@ -40,6 +40,10 @@ the final record and notifies.
   ``-N`` for death by signal N.
 * When the job's main process exits, whatever it left running in its group
   (``cmd &`` without ``wait``) is SIGKILLed: a job owns nothing after it ends.
+  What left the group (``setsid cmd &``, a daemon) is found by what it
+  carries and killed too (strays.py): by the job server, which is their
+  subreaper, as they are reparented to it; in-process, by a scan for the
+  job's ``TEAM_JOB_ID`` once its notification went out.
 * On completion a ``Notification`` carrying a bounded head+tail of the log
   is queued for the owner (or handed to ``on_notify`` before the record is
   rewritten, to save the consumer that rename) and the record is rewritten
@@ -89,6 +93,7 @@ from .files import JobFiles
 from .orphans import OrphanReaper, Unrecorded
 from .records import JOB_ENV, MANAGER_ENV, JobRecord, JobRecords, JobStatus, Notification, read_tail
 from .spawn import Process, WatchedJob, exit_fd_of, spawn
+from .strays import Strays
 from .watcher import Watcher
 
 TIMEOUT_MARGIN = 1.0
@@ -160,7 +165,7 @@ class JobManager:
                  grace: float = 2.0,
                  on_notify: Callable[[Notification], None] | None = None,
                  manager: tuple[int, int | None] | None = None, spares: int = 0,
-                 deferred_records: bool = False, secrets: Secrets | None = None):
+                 deferred_records: bool = False, secrets: Secrets | None = None, subreaper: bool = False):
         """``on_notify``: called on the watcher thread with each notification
         instead of queueing it (for a single consumer that wants no extra hop;
         it must be quick and must not block). ``manager``: the ``(pid, start
@@ -169,7 +174,10 @@ class JobManager:
         ``spares``/``deferred_records``: keep log creation and record writes
         off the start path (files.py; the job server uses both). ``secrets``:
         scrubbed from the output tails kept in records and notifications
-        (default: the credentials in this process's environment)."""
+        (default: the credentials in this process's environment). ``subreaper``:
+        in ``serve``, make this process the subreaper of its jobs' orphans and
+        kill what a job leaves behind as it is reparented (strays.py: the job
+        server); otherwise leftovers are found by a scan for their marker."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
@@ -191,6 +199,8 @@ class JobManager:
         # serve(): the environment, read once (a server's environment does not change;
         # a threaded manager reads os.environ at each start)
         self._environ: dict[str, str] | None = None
+        self._subreaper = subreaper
+        self.strays: Strays | None = None  # serve() with subreaper=True
         atexit.register(_shutdown_at_exit, weakref.ref(self))
 
     # -- records --------------------------------------------------------------
@@ -283,6 +293,7 @@ class JobManager:
             forced_after=self.grace if job.forced else None)
         if self.on_notify is not None:
             self.on_notify(note)  # first: the record's rename is off the consumer's critical path
+        self._sweep(record.id)  # what the job left outside its group dies with it (strays.py)
 
         def recorded() -> None:  # the final record is on disk: kill() and shutdown() return with it
             with self._cond:
@@ -293,6 +304,23 @@ class JobManager:
             job.done.set()
 
         self.records.save(record, then=recorded)
+
+    def _sweep(self, job_id: str) -> None:
+        if self.strays is not None:
+            self.strays.sweep()
+        else:
+            procs.kill_marked(JOB_ENV, job_id)
+
+    def _running(self) -> tuple[set[int], set[str]]:
+        """Pids of the leaders not reaped yet, and their jobs' ids (``Strays.running``)."""
+        with self._cond:
+            live = [j for j in self._jobs.values() if not j.reaped]
+        return {j.proc.pid for j in live}, {j.record.id for j in live}
+
+    def stop_strays(self) -> None:
+        """The server is stopping: every stray dies now, marked or not (strays.py)."""
+        if self.strays is not None:
+            self.strays.stop_all()
 
     # -- the job server ---------------------------------------------------------
     def serve(self, fd: int, on_readable: Callable[[], bool]) -> None:
@@ -306,6 +334,8 @@ class JobManager:
         is ready (watcher.py).
         """
         self._environ = dict(os.environ)
+        if self._subreaper:
+            self.strays = Strays(self.watcher, self._running)
         self.watcher.serve(fd, on_readable, busy=self._busy)
 
     def _busy(self) -> bool:

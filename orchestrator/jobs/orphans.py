@@ -16,6 +16,8 @@ a restarted lead). The manager hands it what it does not watch:
   (the ``timeout`` wrapper, see manager.py). A manager is identified by pid +
   ``/proc`` start time, a job's processes by the ``TEAM_JOB_ID`` variable
   they inherit (core/procs.py), never by a bare pid that may have been reused.
+  Finalising kills, with the group, every process still carrying the job's
+  ``TEAM_JOB_ID`` (what left the group: ``setsid``, daemons).
   A job whose manager died before writing its first record (the job server
   writes records off its start path, ``files.py``) has no record to find:
   its processes are found by ``TEAM_JOB_ID`` and ``TEAM_JOB_MANAGER``
@@ -183,6 +185,7 @@ class OrphanReaper:
                     procs.killpg(current.pgid, signal.SIGKILL)
                 for pid in procs.group_members(current.pgid, JOB_ENV, current.id):
                     procs.kill(pid, signal.SIGKILL)
+            procs.kill_marked(JOB_ENV, current.id)  # what left its group (setsid, daemons)
             current.status = status
             current.finished_at = self.clock()
             current.tail = read_tail(self.root / current.log, self.tail_bytes, self.secrets)

@@ -30,9 +30,14 @@ matched to its attempt even when the job ends before ``start`` returns.
 The server, forked before the lead starts any thread, has the lead's modules
 imported already (no interpreter start-up: the fork costs ~3 ms). Its life:
 
+* The server is the *subreaper* of its jobs: whatever a job leaves behind
+  outside its process group (``setsid cmd &``, a daemon) is reparented to it
+  and killed when its job ends (strays.py), and every such process is
+  killed when the server stops; it exits only once none is left.
 * A killed lead takes its jobs with it: the server sees end of file on its
   request pipe (the kernel closes a dead process's fds), stops every job it
-  runs (TERM, grace, KILL) and records them ``lost``, then exits. The server
+  runs (TERM, grace, KILL) and records them ``lost``, kills what they left
+  behind, then exits. The server
   deliberately has no parent-death signal: one would race with that end of
   file (SIGKILL could land before or after the server began stopping its
   jobs, so the jobs lived or died by chance). Only a server that is itself
@@ -307,7 +312,7 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
         send({"op": "note", **n.model_dump()})
 
     manager = JobManager(root, on_notify=on_notify, manager=(lead_pid, procs.start_ticks(lead_pid)),
-                         spares=SPARE_LOGS, deferred_records=True)
+                         spares=SPARE_LOGS, deferred_records=True, subreaper=True)
     buf = bytearray()
 
     def on_requests() -> bool:
@@ -338,9 +343,11 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
         return True
 
     def _stop(reason: JobStatus) -> bool:
-        """Kill what runs (TERM, grace, KILL: the loop goes on until every job has ended)."""
+        """Kill what runs (TERM, grace, KILL: the loop goes on until every job has ended) and
+        every process a job left behind (strays.py: the loop goes on until none is left)."""
         for job_id in list(ids.values()):
             manager.begin_kill(job_id, reason)
+        manager.stop_strays()
         return False
 
     manager.serve(requests, on_requests)  # returns once the requests ended and no job is left

@@ -119,6 +119,18 @@ class Watcher:
         self._handlers[fd] = on_readable
         self._loop(epoll, busy)
 
+    def add_fd(self, fd: int, on_readable: Callable[[], bool]) -> None:
+        """Put ``fd`` in the loop: ``on_readable()`` runs when it is readable, and once it returns
+        False the fd leaves the loop (on the loop's thread, or before ``serve``)."""
+        epoll = self._epoll or self._open()
+        self._handlers[fd] = on_readable
+        epoll.register(fd, select.EPOLLIN)
+
+    def remove_fd(self, fd: int) -> None:
+        """Take ``fd`` out of the loop (its handler may do so, and return True, before closing it)."""
+        if self._handlers.pop(fd, None) is not None and self._epoll is not None:
+            self._epoll.unregister(fd)
+
     # -- the loop -------------------------------------------------------------------
     def _open(self) -> select.epoll:
         with self._open_lock:

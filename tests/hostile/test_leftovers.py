@@ -1,0 +1,143 @@
+"""No process a plan shell task starts outlives its task or the run (issue 16, item 4).
+
+Each test runs real plans whose tasks escape their process group
+(``setsid cmd &``, a daemon that double-forks, a wiped environment) and
+then looks for the escapees in ``/proc``: they are gone when their job
+ends, when the run ends, and when the lead is SIGKILLed (through its job
+server, or, in-process, through the next lead).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import run_team, team_env
+from util import wait_until
+
+from orchestrator.core import procs
+from orchestrator.jobs.manager import JobManager
+
+SERVERS = pytest.mark.parametrize("server", ["1", "0"], ids=["job-server", "in-process"])
+
+
+def sleeping(seconds: str) -> list[int]:
+    """Live processes running ``sleep SECONDS`` (numbers unique to each test)."""
+    out = []
+    for pid in procs.pids():
+        st = procs.stat(pid)
+        if st is not None and st[0] not in ("Z", "X") and procs.cmdline(pid) == f"sleep {seconds}":
+            out.append(pid)
+    return out
+
+
+@pytest.fixture
+def cleanup():
+    """Kill what a failing test leaves behind, so it does not outlive the test either."""
+    marks: list[str] = []
+    yield marks
+    for mark in marks:
+        for pid in sleeping(mark):
+            procs.kill(pid, signal.SIGKILL)
+
+
+@SERVERS
+def test_a_setsid_child_dies_with_its_job_while_the_run_goes_on(tmp_path, server, cleanup):
+    cleanup += ["1002", "1003", "1004"]
+    (tmp_path / "plan.yaml").write_text("""name: escape
+tasks:
+  - {id: setsid, run: 'setsid sleep 1002 &'}
+  - {id: daemon, run: "setsid sh -c 'sleep 1003 & exec sleep 1004' &"}
+  - {id: slow, run: 'sleep 3'}
+""")
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                            env=team_env(tmp_path, TEAM_JOB_SERVER=server), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        def escapes_ended():
+            recs = {r.command.split()[1] if r.command.startswith("setsid sh") else r.command: r
+                    for r in JobManager(tmp_path).list()}
+            return len(recs) == 3 and all(r.status == "completed" for c, r in recs.items() if "sleep 3" not in c)
+        wait_until(escapes_ended, timeout=20, what="the two escaping jobs to end")
+        wait_until(lambda: not sleeping("1002") and not sleeping("1003") and not sleeping("1004"), timeout=5,
+                   what="what they left behind to be killed with their jobs")
+        assert lead.poll() is None, "the run should still be going (slow runs for 3 s)"
+        _, err = lead.communicate(timeout=30)
+    finally:
+        if lead.poll() is None:
+            lead.kill()
+            lead.wait()
+    assert lead.returncode == 0, err
+
+
+@SERVERS
+def test_nothing_escapes_a_finished_run(tmp_path, server, cleanup):
+    cleanup += ["1005", "1006"]
+    (tmp_path / "plan.yaml").write_text("""name: done
+tasks:
+  - {id: a, run: 'setsid sleep 1005 &'}
+  - {id: b, run: 'nohup setsid sleep 1006 > /dev/null 2>&1 &', needs: [a]}
+""")
+    r = run_team(tmp_path, "run", "plan.yaml", TEAM_JOB_SERVER=server)
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: not sleeping("1005") and not sleeping("1006"), timeout=5, what="no escapee left")
+
+
+def test_an_unmarked_escapee_dies_when_the_run_ends(tmp_path, cleanup):
+    cleanup.append("1007")
+    (tmp_path / "plan.yaml").write_text("name: wiped\ntasks:\n  - {id: a, run: 'env -i setsid sleep 1007 &'}\n")
+    r = run_team(tmp_path, "run", "plan.yaml")
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: not sleeping("1007"), timeout=5, what="the run's end to kill it")
+
+
+@SERVERS
+def test_a_killed_lead_leaves_nothing_running(tmp_path, server, cleanup):
+    cleanup += ["1008", "1009"]
+    (tmp_path / "plan.yaml").write_text("""name: dead
+tasks:
+  - {id: a, run: 'setsid sleep 1008 & exec sleep 1009'}
+""")
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                            env=team_env(tmp_path, TEAM_JOB_SERVER=server), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: sleeping("1008") and sleeping("1009"), timeout=20, what="the job and its escapee")
+    finally:
+        lead.send_signal(signal.SIGKILL)
+        lead.wait()
+    if server == "0":  # no job server outlives an in-process lead: the next lead kills them
+        assert sleeping("1008") and sleeping("1009")
+        (tmp_path / "plan.yaml").write_text("name: dead\ntasks:\n  - {id: a, run: 'true'}\n")
+        r = run_team(tmp_path, "run", "plan.yaml")
+        assert r.returncode == 0, r.stderr
+    wait_until(lambda: not sleeping("1008") and not sleeping("1009"), timeout=10, what="nothing left running")
+
+
+def test_the_job_server_reaps_what_it_inherits(tmp_path, cleanup):
+    """A guard of the mechanism above (not an attack): a subreaper must reap the orphans it
+    adopts, or they pile up as zombies under the job server for the whole run."""
+    (tmp_path / "plan.yaml").write_text("""name: zombies
+workers: 4
+tasks:
+""" + "".join(f"  - {{id: t{i}, run: 'sh -c \"sleep 0.1 &\" & true'}}\n" for i in range(8)) + """  - id: last
+    run: 'sleep 1'
+    needs: [t0, t1, t2, t3, t4, t5, t6, t7]
+""")
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                            env=team_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        server = wait_until(lambda: next((c for c in procs.children(lead.pid)), None), timeout=20,
+                            what="the job server")
+        wait_until(lambda: any(r.command == "sleep 1" for r in JobManager(tmp_path).list()), timeout=20,
+                   what="the last task")
+        def zombies() -> list[int]:
+            return [pid for pid in procs.children(server) if (procs.stat(pid) or ("?",))[0] == "Z"]
+        wait_until(lambda: not zombies(), timeout=5, what="the job server to reap what it adopted")
+        assert lead.wait(timeout=30) == 0
+    finally:
+        if lead.poll() is None:
+            lead.kill()
+            lead.wait()
