@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from ..core.models import Status, Task
+from ..core.text import shown
 from ..tasks import graph, render
 from ..tasks.attempts import parse_status
 from ..tasks.store import TaskStore
@@ -89,33 +90,33 @@ def show_cmd(
 
     def ref_line(i: int) -> str:
         d = by_id.get(i)
-        return f"#{i} {d.subject} [{d.status.value}]" if d else f"#{i} [missing]"
+        return f"#{i} {shown(d.subject)} [{d.status.value}]" if d else f"#{i} [missing]"
 
     waiting = graph.open_blockers(task, by_id)
     state = task.status.value
     if task.status == Status.pending:
         state += f" (blocked by {waiting})" if waiting else " (ready)"
-    rows = [("status", state), ("owner", task.owner or "-")]
+    rows = [("status", state), ("owner", shown(task.owner) or "-")]
     if task.name:
-        rows.insert(0, ("name", task.name))
+        rows.insert(0, ("name", shown(task.name)))
     rows.append(("blocked by", ", ".join(ref_line(i) for i in task.blockedBy) or "-"))
     rows.append(("blocks", ", ".join(ref_line(i) for i in blocks) or "-"))
     for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "worktree", "result", "error", "log"):
         value = getattr(task, key)
         if value not in (None, "", 0) and not (key == "kind" and value == "manual"):
-            rows.append((key, str(value)))
-    out(f"#{task.id}: {task.subject}")
+            rows.append((key, shown(str(value))))
+    out(f"#{task.id}: {shown(task.subject)}")
     for key, value in rows:
         out(f"  {key + ':':<12} {value}")
     if task.description:
         out("  description:")
         for line in task.description.splitlines():
-            out(f"    {line}")
+            out(f"    {shown(line)}")
     if history:
         out("  history:")
         for e in history[-10:]:
             move = f" {e.get('from') or '-'} → {e.get('to')}" if "to" in e else ""
-            out(f"    {_ts(e.get('ts'))} {e.get('event')}{move} by {e.get('actor') or '?'}")
+            out(f"    {_ts(e.get('ts'))} {shown(str(e.get('event')))}{move} by {shown(str(e.get('actor') or '?'))}")
 
 
 def _ts(ts: Any) -> str:
