@@ -98,7 +98,8 @@ def chat_cmd(
         session.open()
         _loop(session, console, config.model)
     finally:
-        session.close()
+        for task in session.close():
+            console.line(f"(#{task.id} {task.subject}: claimed by a teammate and not finished; released to pending)")
         for client in clients.values():
             client.close()
 

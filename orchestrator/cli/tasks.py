@@ -204,7 +204,7 @@ def blocked_cmd(
     store = _store(root, ctx)
     tid = store.resolve(ref) if ref is not None else None
     tasks = store.all()
-    chains = graph.blocked_chains(tasks, tid)
+    chains = graph.blocked_chains(tasks, tid, now=store.clock())
     if as_json:
         print_json([_chain_json(c) for c in chains])
         return
