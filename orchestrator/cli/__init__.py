@@ -32,6 +32,7 @@ from typing import Annotated
 import typer
 
 from ..core.errors import Signalled, TeamError, ThreadDied, storage_error
+from ..core.text import shown
 from .common import silence
 
 app = typer.Typer(
@@ -95,7 +96,7 @@ def _dispatch(argv: list[str] | None) -> int:
     except TeamError as e:
         if isinstance(e, ThreadDied) and e.__cause__ is not None:
             traceback.print_exception(e.__cause__, file=sys.stderr)
-        sys.stderr.write(f"{type(e).__name__}: {e}\n")
+        sys.stderr.write(shown(f"{type(e).__name__}: {e}", lines=True) + "\n")
         return e.exit_code
     except Signalled as e:
         sys.stderr.write(e.word + "\n")

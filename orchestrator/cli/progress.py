@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ..core.text import shown
 from ..run.scheduler import RunResult
 from .common import write_guarded
 
@@ -87,7 +88,7 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     """One plain line for an event (None for events not worth a line)."""
     kind = ev["event"]
     stamp = f"[{time.monotonic() - t.t0:7.2f}s]"
-    who = f"#{ev.get('task')} {ev.get('name', '')}".rstrip()
+    who = f"#{ev.get('task')} {shown(str(ev.get('name', '')))}".rstrip()
     if kind == "run_started":
         return f"{stamp} run: {t.total} tasks, {t.before} already completed, {t.workers} workers"
     if kind == "started":
@@ -95,13 +96,13 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     if kind == "completed":
         return f"{stamp} done  {who} in {ev['duration']:.2f}s [{t.done}/{t.total}]"
     if kind == "failed":
-        return f"{stamp} FAIL  {who}: {ev['error']} (log: {ev.get('log')})"
+        return f"{stamp} FAIL  {who}: {shown(ev['error'])} (log: {ev.get('log')})"
     if kind == "retry":
-        return f"{stamp} retry {who}: {ev['error']}; again in {ev['delay']:.2f}s (log: {ev.get('log')})"
+        return f"{stamp} retry {who}: {shown(ev['error'])}; again in {ev['delay']:.2f}s (log: {ev.get('log')})"
     if kind == "cancelled":
-        return f"{stamp} skip  {who}: {ev['reason']}"
+        return f"{stamp} skip  {who}: {shown(ev['reason'])}"
     if kind == "stopping":
-        return f"{stamp} stopping: {ev['reason']}; waiting for {ev['running']} running task(s)"
+        return f"{stamp} stopping: {shown(ev['reason'])}; waiting for {ev['running']} running task(s)"
     if kind == "stale":
         return f"{stamp} stale completion of #{ev['task']} (epoch {ev['epoch']}) ignored"
     return None
@@ -182,7 +183,7 @@ class LiveProgress:
                 extra = f" (attempt {attempt})" if attempt > 1 else ""
                 row = Text("  ")
                 row.append("▶", style="cyan")
-                row.append(f" #{tid} {name}{extra}  {now - since:.1f}s")
+                row.append(f" #{tid} {shown(name)}{extra}  {now - since:.1f}s")
                 grid.add_row(row)
             if len(running) > 12:
                 grid.add_row(Text(f"  … and {len(running) - 12} more running"))
@@ -262,14 +263,15 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         chain = " → ".join(f"{c['name']} ({c['seconds']:.2f}s)" for c in s["critical_path"])
         lines.append(f"critical path as run: {chain}")
     if s["durations"]:
-        shown = s["durations"][:limit]
+        listed = s["durations"][:limit]
         more = f" (slowest {limit} of {len(s['durations'])})" if len(s["durations"]) > limit else ""
         lines.append(f"durations{more}:")
-        lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}{_earlier(d)}" for d in shown]
+        lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}{_earlier(d)}" for d in listed]
     for f in s["failed"]:
-        lines.append(f"FAILED #{f['task']} {f['name']}: {f['error']}\n  log: {f['log']}")
+        error = shown(f["error"], lines=True).replace("\n", "\n    ")  # continuation lines stay indented
+        lines.append(f"FAILED #{f['task']} {f['name']}: {error}\n  log: {f['log']}")
     for c in s["cancelled"][:limit]:
-        lines.append(f"cancelled #{c['task']} {c['name']}: {c['reason']}")
+        lines.append(f"cancelled #{c['task']} {c['name']}: {shown(c['reason'])}")
     if len(s["cancelled"]) > limit:
         lines.append(f"... and {len(s['cancelled']) - limit} more cancelled")
     pending = s["counts"].get("pending", 0) + s["counts"].get("retrying", 0)

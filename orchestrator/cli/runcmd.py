@@ -26,6 +26,7 @@ from typing import Annotated
 import typer
 
 from ..core.errors import Signalled
+from ..core.text import shown
 from .common import JsonOpt, RootOpt, out, root_of
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -66,7 +67,7 @@ def run_cmd(
         sink = progress.PlainProgress(sys.stdout)
 
     def note(text: str) -> None:
-        sink({"event": "note", "text": text}) if json_out else sys.stderr.write(text + "\n")
+        sink({"event": "note", "text": text}) if json_out else sys.stderr.write(shown(text, lines=True) + "\n")
 
     stop = RunStop()
 

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from ..core.models import Status, Task
+from ..core.text import shown
 from ..tasks import graph, render
 from ..tasks.attempts import parse_status
 from ..tasks.store import TaskStore
@@ -119,33 +120,33 @@ def show_cmd(
 
     def ref_line(i: int) -> str:
         d = by_id.get(i)
-        return f"#{i} {d.subject} [{d.status.value}]" if d else f"#{i} [missing]"
+        return f"#{i} {shown(d.subject)} [{d.status.value}]" if d else f"#{i} [missing]"
 
     waiting = graph.open_blockers(task, by_id)
     state = task.status.value
     if task.status == Status.pending:
         state += f" (blocked by {waiting})" if waiting else " (ready)"
-    rows = [("status", state), ("owner", task.owner or "-")]
+    rows = [("status", state), ("owner", shown(task.owner) or "-")]
     if task.name:
-        rows.insert(0, ("name", task.name))
+        rows.insert(0, ("name", shown(task.name)))
     rows.append(("blocked by", ", ".join(ref_line(i) for i in task.blockedBy) or "-"))
     rows.append(("blocks", ", ".join(ref_line(i) for i in blocks) or "-"))
     for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "worktree", "result", "error", "log"):
         value = getattr(task, key)
         if value not in (None, "", 0) and not (key == "kind" and value == "manual"):
-            rows.append((key, _attempts(task) if key == "attempts" else str(value)))
-    out(f"#{task.id}: {task.subject}")
+            rows.append((key, _attempts(task) if key == "attempts" else shown(str(value))))
+    out(f"#{task.id}: {shown(task.subject)}")
     for key, value in rows:
         out(f"  {key + ':':<12} {value}")
     if task.description:
         out("  description:")
         for line in task.description.splitlines():
-            out(f"    {line}")
+            out(f"    {shown(line)}")
     if history:
         out("  history:")
         for e in history[-10:]:
             move = f" {e.get('from') or '-'} → {e.get('to')}" if "to" in e else ""
-            out(f"    {_ts(e.get('ts'))} {e.get('event')}{move} by {e.get('actor') or '?'}")
+            out(f"    {_ts(e.get('ts'))} {shown(str(e.get('event')))}{move} by {shown(str(e.get('actor') or '?'))}")
     readable.done()
 
 
@@ -242,12 +243,12 @@ def blocked_cmd(
     store = _store(root, ctx)
     tid = store.resolve(ref) if ref is not None else None
     readable = Readable(store)
-    _blocked(readable.tasks, tid, as_json, unreadable=bool(readable.bad))
+    _blocked(readable.tasks, tid, as_json, unreadable=bool(readable.bad), now=store.clock())
     readable.done()
 
 
-def _blocked(tasks: list[Task], tid: int | None, as_json: bool, *, unreadable: bool) -> None:
-    chains = graph.blocked_chains(tasks, tid)
+def _blocked(tasks: list[Task], tid: int | None, as_json: bool, *, unreadable: bool, now: float) -> None:
+    chains = graph.blocked_chains(tasks, tid, now=now)
     if as_json:
         print_json([_chain_json(c) for c in chains])
         return

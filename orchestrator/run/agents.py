@@ -68,6 +68,7 @@ class AgentExecutor:
         config = LLMConfig.resolve(ctx.model, None)
         self.config = config
         self._closed = False
+        self.note = ctx.note
         self._clients: dict[str, LLMClient] = {}
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
@@ -115,7 +116,10 @@ class AgentExecutor:
         if self._closed:
             return
         self._closed = True
-        self.runtime.close()
+        for task in self.runtime.close():
+            if self.note is not None:
+                self.note(f"#{task.id} ({task.subject}) was claimed by a teammate during the run and not "
+                          f"finished: released to pending ({task.error})")
         for client in self._clients.values():
             client.close()
 
