@@ -40,7 +40,7 @@ class FakeModel:
         self.calls: list[list[dict]] = []
         self._lock = threading.Lock()
 
-    def complete(self, messages, tools=None, *, stream=True, on_text=None) -> Completion:
+    def complete(self, messages, tools=None, *, stream=True, on_text=None, deadline=None) -> Completion:
         with self._lock:
             self.calls.append(list(messages))
             n = len(self.calls)

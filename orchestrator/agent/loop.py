@@ -7,6 +7,7 @@ attempt, or a turn woken by messages) is::
 
     for step in 1..max_steps:
         cancelled?                      -> Interrupted
+        past the deadline?              -> TimedOut
         drain inbox + job notes         -> user messages (transcript, then ack)
         ContextWindow.prepare           -> projected request (maybe compacted)
         model.complete (stream)         -> assistant message (transcript first)
@@ -19,8 +20,12 @@ attempt, or a turn woken by messages) is::
 Control flow uses exceptions carrying messages: ``TaskDone`` (the agent
 marked its current task completed/failed through ``task_update``; the loop
 reports it, the *executor* writes the store with the claim's epoch),
-``LimitsExceeded`` (step limit), ``Interrupted`` (cancelled by the lead).
-``ModelError`` from the client (retries exhausted) ends the run as failed.
+``LimitsExceeded`` (step limit), ``Interrupted`` (cancelled by the lead),
+``TimedOut`` (the task's ``timeout``: a run given a ``deadline`` stops at the
+first step past it, its model calls give up at it, and no tool call waits
+past it, ``ToolContext.deadline``).
+``ModelError`` from the client (retries exhausted) ends the run as failed,
+or as timed out when the deadline has passed.
 Model mistakes never end a run: bad JSON, unknown tools and refused actions
 come back from the registry as error observations.
 
@@ -54,6 +59,7 @@ roster for ``team status``).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +101,10 @@ class Interrupted(AgentStop):
     """The run was cancelled from outside (the lead stopped it)."""
 
 
+class TimedOut(AgentStop):
+    """The run reached its deadline (the task's ``timeout``)."""
+
+
 @dataclass
 class Signals:
     """What the tools asked of the loop during a step (through ``ToolContext.loop``: ``Agent``)."""
@@ -111,7 +121,7 @@ class Signals:
 class LoopResult:
     """How one run of the agent loop ended (a task attempt or a turn woken by messages)."""
 
-    status: str  # completed | failed | idle | interrupted
+    status: str  # completed | failed | idle | interrupted | timeout
     result: str = ""
     error: str | None = None
     steps: int = 0
@@ -171,6 +181,7 @@ class Agent:
         self.signals = Signals()
         ctx.loop = self  # the tools' LoopControl (tools.services)
         self.cancelled = threading.Event()
+        self.deadline: float | None = None  # of the current run (its task's timeout), time.monotonic()
         self.usage = Usage()
         self.task_label: str | None = None
         self.system = {"role": "system", "content": build_system_prompt(
@@ -251,10 +262,13 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompt: str | None = None, *, task_label: str | None = None,
-            notes: Sequence[Notification] = (), max_steps: int | None = None) -> LoopResult:
-        """Run until a final answer, a finished task, idle, a limit or an error."""
+            notes: Sequence[Notification] = (), max_steps: int | None = None,
+            deadline: float | None = None) -> LoopResult:
+        """Run until a final answer, a finished task, idle, a limit, the ``deadline``
+        (``time.monotonic()``) or an error."""
         limit = max_steps if max_steps is not None else self.max_steps
         self.task_label = task_label
+        self.deadline = self.ctx.deadline = deadline
         self.signals.finish, self.signals.idle = None, False
         if prompt:
             self.add({"role": "user", "content": prompt})
@@ -264,6 +278,8 @@ class Agent:
             while True:
                 if self.cancelled.is_set():
                     raise Interrupted("stopped by the lead")
+                if self._past_deadline():
+                    raise TimedOut(f"after {steps} model call(s)")
                 if steps >= limit:
                     raise LimitsExceeded(f"step limit reached ({limit} model calls) without finishing")
                 self.drain(pending_notes)
@@ -289,8 +305,17 @@ class Agent:
             return LoopResult("failed", "", str(e), steps, usage)
         except Interrupted as e:
             return LoopResult("interrupted", "", str(e), steps, usage)
+        except TimedOut as e:
+            return LoopResult("timeout", "", str(e), steps, usage)
         except ModelError as e:
+            if self._past_deadline():  # the call gave up because the task's time ran out
+                return LoopResult("timeout", "", f"during model call {steps}, which gave up ({e})", steps, usage)
             return LoopResult("failed", "", f"ModelError: {e}", steps, usage)
+        finally:
+            self.ctx.deadline = None
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def _call_model(self):
         if self.signals.compact:
@@ -299,7 +324,7 @@ class Agent:
         prepared = self.window.prepare(self.messages, self.state(), self.tool_schemas)
         if prepared.compaction is not None:
             self._adopt(prepared.messages, prepared.compaction)
-        completion = self.model.complete(prepared.request, self.tool_schemas, stream=True)
+        completion = self.model.complete(prepared.request, self.tool_schemas, stream=True, deadline=self.deadline)
         self.usage += completion.usage
         if self.on_usage is not None:
             self.on_usage(self.usage)
@@ -338,4 +363,4 @@ class Agent:
         self.messages = [self.system, *body]
 
     def _summarize(self, span: list[dict]) -> str:
-        return self.model.complete(summary_request(span), None, stream=False).content or ""
+        return self.model.complete(summary_request(span), None, stream=False, deadline=self.deadline).content or ""

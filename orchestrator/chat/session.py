@@ -87,9 +87,9 @@ class _Streamed:
         self.inner, self.session = inner, session
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, *, stream: bool = True,
-                 on_text: Callable[[str], None] | None = None) -> Completion:
+                 on_text: Callable[[str], None] | None = None, deadline: float | None = None) -> Completion:
         sink = on_text or (self.session.on_text if stream else None)
-        done = self.inner.complete(messages, tools, stream=stream, on_text=sink)
+        done = self.inner.complete(messages, tools, stream=stream, on_text=sink, deadline=deadline)
         if stream and self.session.on_tool is not None:
             for tc in done.tool_calls:
                 self.session.on_tool(tc.name, tc.arguments)

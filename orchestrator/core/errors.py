@@ -15,7 +15,8 @@
     ├── LeadRunning                another lead holds the state root
     ├── ModelError                 the LLM service failed after retries (exit 1)
     ├── WorkFailed                 work ran and failed (exit 1)
-    └── ThreadDied                 a thread the process depends on died of an exception (exit 1)
+    ├── ThreadDied                 a thread the process depends on died of an exception (exit 1)
+    └── JobServerDied              team run's job server process died under it (exit 1)
 
     KeyboardInterrupt
     └── Signalled                  SIGINT, SIGTERM or SIGHUP asked the process to stop
@@ -137,6 +138,12 @@ class ThreadDied(TeamError):
                          "traceback above. Run again to resume.")
         self.thread = name
         self.error = error
+
+
+class JobServerDied(TeamError):
+    """The job server process of a run died (killed from outside, or a bug): the run stops."""
+
+    exit_code = 1
 
 
 class Signalled(KeyboardInterrupt):

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """Names of tasks (slugs), members and plans: no path separators, no spaces."""
+MAX_TASK_ID = 10**15
+"""The largest task id: a ref past it names no task (and no file name the OS would refuse)."""
 
 
 class Status(str, Enum):
@@ -50,7 +52,7 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="allow", use_enum_values=False)
 
-    id: int = Field(ge=1, description="Integer id, unique in the store, from 1.")
+    id: int = Field(ge=1, le=MAX_TASK_ID, description="Integer id, unique in the store, from 1.")
     subject: str = Field(description="One-line title.")
     description: str = Field("", description="Longer text: what done means.")
     status: Status = Field(Status.pending, description="pending|in_progress|completed|failed|cancelled.")

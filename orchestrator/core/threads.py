@@ -17,10 +17,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .errors import ThreadDied
+from .errors import TeamError, ThreadDied
 
-Crash = Callable[[ThreadDied], None]
-"""Hears that a thread died (called on the dying thread; must not block)."""
+Crash = Callable[[TeamError], None]
+"""Hears that something the process depends on died: a thread (``ThreadDied``), or a helper
+process (``JobServerDied``). Called on the dying thread; must not block."""
 
 
 def guarded(name: str, target: Callable[[], None], on_crash: Crash | None) -> Callable[[], None]:

@@ -74,6 +74,7 @@ import atexit
 import builtins
 import errno
 import functools
+import math
 import os
 import re
 import shutil
@@ -89,6 +90,7 @@ from ..core import procs
 from ..core.errors import UserError
 from ..core.paths import team_dir
 from ..core.redact import Secrets
+from ..core.threads import Crash
 from .files import JobFiles
 from .orphans import OrphanReaper, Unrecorded
 from .records import JOB_ENV, MANAGER_ENV, JobRecord, JobRecords, JobStatus, Notification, read_tail
@@ -98,6 +100,8 @@ from .watcher import Watcher
 
 TIMEOUT_MARGIN = 1.0
 """Seconds past ``timeout + grace`` before the ``timeout`` wrapper kills an unwatched job."""
+MAX_TIMEOUT = 30 * 86_400.0
+"""A longer job timeout is clamped to this (30 days): no number reaches epoll or ``timeout(1)`` unchecked."""
 
 
 @functools.cache
@@ -165,7 +169,8 @@ class JobManager:
                  grace: float = 2.0,
                  on_notify: Callable[[Notification], None] | None = None,
                  manager: tuple[int, int | None] | None = None, spares: int = 0,
-                 deferred_records: bool = False, secrets: Secrets | None = None, subreaper: bool = False):
+                 deferred_records: bool = False, secrets: Secrets | None = None, subreaper: bool = False,
+                 on_crash: Crash | None = None):
         """``on_notify``: called on the watcher thread with each notification
         instead of queueing it (for a single consumer that wants no extra hop;
         it must be quick and must not block). ``manager``: the ``(pid, start
@@ -177,7 +182,9 @@ class JobManager:
         (default: the credentials in this process's environment). ``subreaper``:
         in ``serve``, make this process the subreaper of its jobs' orphans and
         kill what a job leaves behind as it is reparented (strays.py: the job
-        server); otherwise leftovers are found by a scan for their marker."""
+        server); otherwise leftovers are found by a scan for their marker.
+        ``on_crash``: told if the watcher thread dies (core/threads.py); later
+        starts are refused with that error."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
@@ -188,7 +195,7 @@ class JobManager:
         self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
         self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
         self.records = JobRecords(self.dir, self.files)
-        self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace)
+        self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace, on_crash=on_crash)
         self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
                                     grace=grace, tail_bytes=tail_bytes, clock=clock, secrets=self.secrets)
         self._jobs: dict[str, WatchedJob] = {}  # until the final record is on disk
@@ -222,6 +229,11 @@ class JobManager:
         ``unset`` are removed from it (secrets a job must not see). ``ref``
         is handed back in the job's notification (the caller's name for it).
         """
+        self.watcher.check()  # a dead watcher would never report this job
+        if timeout is not None:
+            if not math.isfinite(timeout) or timeout <= 0:
+                raise UserError(f"job timeout must be a positive number of seconds, not {timeout!r}")
+            timeout = min(timeout, MAX_TIMEOUT)
         _check_os_text("job command", command)
         for name, value in (env or {}).items():
             _check_os_text(f"job environment variable name {name!r}", name)
@@ -395,10 +407,11 @@ class JobManager:
             return record
         return self.orphans.kill(record)
 
-    def reap_orphans(self) -> builtins.list[JobRecord]:
+    def reap_orphans(self, mine: bool = False) -> builtins.list[JobRecord]:
         """Mark ``lost`` every running job whose manager process is dead, killing its leftovers
-        (also jobs that have no record yet; see orphans.py)."""
-        return self.orphans.reap()
+        (also jobs that have no record yet; see orphans.py). ``mine``: also the jobs recorded with
+        this manager as theirs (a lead whose job server died under it)."""
+        return self.orphans.reap(mine)
 
     def unrecorded_orphans(self) -> builtins.list[Unrecorded]:
         """Live processes of jobs of this root that have no record and a dead manager (reported, not killed)."""

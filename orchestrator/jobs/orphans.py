@@ -135,8 +135,9 @@ class OrphanReaper:
             time.sleep(0.01)
         return True
 
-    def unrecorded(self) -> list[Unrecorded]:
-        """Live processes of jobs of this root that have no record and a dead manager (reported, not killed)."""
+    def unrecorded(self, mine: bool = False) -> list[Unrecorded]:
+        """Live processes of jobs of this root that have no record and a dead manager (reported, not
+        killed); ``mine``: also those whose manager is the one this reaper serves (its job server died)."""
         here = str(self.records.dir.absolute())
         found: dict[str, Unrecorded] = {}
         for pid in procs.pids():
@@ -146,7 +147,8 @@ class OrphanReaper:
                 continue  # not a job, or a job of another root
             mpid, ticks, _ = manager
             st = procs.stat(pid)
-            if st is None or st[0] in ("Z", "X") or procs.alive(mpid, ticks):
+            if st is None or st[0] in ("Z", "X") or (procs.alive(mpid, ticks)
+                                                     and not (mine and (mpid, ticks) == self.manager)):
                 continue  # gone, or its manager runs (and writes its record)
             if job_id not in found:
                 if self.records.exists(job_id):
@@ -155,9 +157,9 @@ class OrphanReaper:
             found[job_id].pids.append((pid, st[1], st[2]))
         return list(found.values())
 
-    def _reap_unrecorded(self) -> list[JobRecord]:
+    def _reap_unrecorded(self, mine: bool) -> list[JobRecord]:
         lost = []
-        for orphan in self.unrecorded():
+        for orphan in self.unrecorded(mine):
             with file_lock(self.records.dir / ".lock"):
                 if self.records.exists(orphan.job_id):
                     continue  # recorded meanwhile: the record pass handles it
@@ -192,18 +194,24 @@ class OrphanReaper:
             self.records.save(current)
             return current
 
-    def reap(self) -> list[JobRecord]:
+    def reap(self, mine: bool = False) -> list[JobRecord]:
         """Mark ``lost`` every running job whose manager process is dead, killing its leftovers.
 
         Also jobs of this root that have no record yet (their manager died
         between the start and the record): found by their ``TEAM_JOB_ID`` and
         ``TEAM_JOB_MANAGER`` variables, killed, and given a ``lost`` record.
+        ``mine``: also the jobs recorded with this reaper's own manager (a lead
+        whose job server died: nobody watches them any more).
         """
-        lost = self._reap_unrecorded()
+        lost = self._reap_unrecorded(mine)
         for record in self.records.list():
             if record.status != "running":
                 continue
             if (record.manager_pid, record.manager_start) == self.manager:
+                if mine:
+                    final = self._finalise(record, "lost")
+                    if final.status == "lost":
+                        lost.append(final)
                 continue
             if procs.alive(record.manager_pid, record.manager_start):
                 continue

@@ -69,8 +69,11 @@ name no environment can hold, a working directory that is gone: refused by
 that one job with an ``error`` reply; the server and every other job go on.
                     {"op": "bye", "errors": [records it could not write]}
 
-If the server dies unexpectedly, every attempt still out is reported as an
-error ("the job server died"); its jobs are reaped as orphans by the next lead.
+If the server dies unexpectedly (end of file without a ``bye``), the lead
+hears it as ``JobServerDied`` (``on_crash``: ``team run`` stops at once,
+rather than fail every later start), every attempt still out is reported as
+an error, and the lead kills the dead server's jobs from their records and
+markers (``JobManager.reap_orphans(mine=True)``, through the executor).
 """
 
 from __future__ import annotations
@@ -84,8 +87,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core import procs
-from ..core.errors import TeamError
+from ..core import procs, threads
+from ..core.errors import JobServerDied, TeamError
+from ..core.threads import Crash
 from .manager import JobManager
 from .records import JobStatus, Notification
 
@@ -102,9 +106,10 @@ class LocalJobs:
 
     blocking = True
     errors: list[str] = []  # job records it could not write: none, it writes them as jobs end
+    died = None  # (it cannot die under us: it is us)
 
-    def __init__(self, root: Path, on_note: OnNote, on_error: OnError):
-        self.manager = JobManager(root, on_notify=lambda n: on_note(n.ref or "", n))
+    def __init__(self, root: Path, on_note: OnNote, on_error: OnError, on_crash: Crash | None = None):
+        self.manager = JobManager(root, on_notify=lambda n: on_note(n.ref or "", n), on_crash=on_crash)
         self._ids: dict[str, str] = {}  # ref -> job id
         self._lock = threading.Lock()
 
@@ -149,8 +154,11 @@ class JobServer:
 
     blocking = False
 
-    def __init__(self, pid: int, requests: int, replies: int, on_note: OnNote, on_error: OnError):
+    def __init__(self, pid: int, requests: int, replies: int, on_note: OnNote, on_error: OnError,
+                 on_crash: Crash | None = None):
         self.pid = pid
+        self.on_crash = on_crash
+        self.died: JobServerDied | None = None  # set when the server went away without its bye
         self._requests = requests
         self._on_note, self._on_error = on_note, on_error
         self._write_lock = threading.Lock()
@@ -160,9 +168,7 @@ class JobServer:
         self.errors: list[str] = []  # job records the server could not write (sent with its bye)
         self._closing = False  # close() began (it runs once)
         self._closed = False  # the request pipe is closed
-        self._reader = threading.Thread(target=self._read, args=(replies,), name="team-job-server-reader",
-                                        daemon=True)
-        self._reader.start()
+        self._reader = threads.start("team-job-server-reader", lambda: self._read(replies), on_crash=on_crash)
 
     # -- starting the server --------------------------------------------------
     @classmethod
@@ -172,8 +178,9 @@ class JobServer:
                 and threading.active_count() == 1 and threading.current_thread() is threading.main_thread())
 
     @classmethod
-    def fork(cls, root: Path, on_note: OnNote, on_error: OnError) -> JobServer:
-        """Fork the server (call only when ``usable()``)."""
+    def fork(cls, root: Path, on_note: OnNote, on_error: OnError, on_crash: Crash | None = None) -> JobServer:
+        """Fork the server (call only when ``usable()``). ``on_crash``: told when the server dies
+        under us (``JobServerDied``) or the reader thread does (``ThreadDied``)."""
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         lead_pid = os.getpid()
@@ -187,7 +194,7 @@ class JobServer:
                 os._exit(code)
         os.close(req_r)
         os.close(rep_w)
-        return cls(pid, req_w, rep_r, on_note, on_error)
+        return cls(pid, req_w, rep_r, on_note, on_error, on_crash)
 
     # -- requests ---------------------------------------------------------------
     def _send(self, msg: dict[str, Any]) -> None:
@@ -265,11 +272,29 @@ class JobServer:
                     self._on_error(ref, msg.get("error") or "the job could not start")
         finally:
             os.close(fd)
+            if not self._bye.is_set():  # end of file without a bye: the server died under us
+                self.died = JobServerDied(
+                    f"the job server (pid {self.pid}) died ({_how_it_ended(self.pid)}); the run stopped, and "
+                    "the jobs it ran are killed and recorded lost. Run again to resume")
+                if self.on_crash is not None:
+                    self.on_crash(self.died)  # first: the run stops before it hears of the lost attempts
             with self._out_lock:
                 lost, self._out = sorted(self._out), set()
             for ref in lost:
                 self._on_error(ref, "the job server died; the job may still run (the next lead reaps it)")
             self._bye.set()
+
+
+def _how_it_ended(pid: int) -> str:
+    """``killed by signal 9 (SIGKILL)`` or ``exit code 1``: the dead server, reaped here."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return "already reaped"
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return f"killed by signal {-code} ({signal.Signals(-code).name})"
+    return f"exit code {code}"
 
 
 # -- the server process ---------------------------------------------------------------

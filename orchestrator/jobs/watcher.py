@@ -12,7 +12,10 @@ the job's leftovers are killed and its leader reaped
 
 * Threaded (the default): the first ``watch`` opens the epoll and starts
   one watcher thread; watches from any thread wake it through a pipe when
-  they add a deadline or deferred file work.
+  they add a deadline or deferred file work. If that thread dies of an
+  exception (a bug), its owner hears it (``on_crash``: ``team run`` stops)
+  and every later ``watch`` raises that ``ThreadDied`` instead of starting
+  a job nobody would report.
 * ``serve(fd, on_readable, busy)``: the loop runs on the caller's thread
   with one more fd in it — the job server's request pipe — so that process
   is a single thread: requests, exits and timeouts are handled as they
@@ -43,9 +46,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from ..core import threads
+from ..core.errors import TeamError, ThreadDied
+from ..core.threads import Crash
 from .records import JobStatus
 from .spawn import WatchedJob
 
+MAX_WAIT = 3600.0
+"""The loop never asks epoll to wait longer than this (it wakes and looks again): a deadline
+however far (or absurd) cannot overflow ``epoll.poll``."""
 QUIET_AFTER_START = 0.001
 """Seconds after a start before deferred file work (``files.py``) may run: a job that ends at
 once is reported first, and its first record is then superseded by its final one."""
@@ -69,10 +78,15 @@ class Watcher:
     block. ``grace``: seconds between SIGTERM and SIGKILL.
     """
 
-    def __init__(self, *, on_exit: Callable[[WatchedJob, int], None], work: DeferredWork, grace: float):
+    def __init__(self, *, on_exit: Callable[[WatchedJob, int], None], work: DeferredWork, grace: float,
+                 on_crash: Crash | None = None):
+        """``on_crash``: told if the watcher thread dies of an exception (core/threads.py); from
+        then on ``watch`` refuses new jobs with that error rather than leave them unwatched."""
         self.on_exit = on_exit
         self.work = work
         self.grace = grace
+        self.on_crash = on_crash
+        self.dead: ThreadDied | None = None  # why the watcher thread died, if it did
         self._epoll: select.epoll | None = None
         self._wake_r = self._wake_w = -1
         self._open_lock = threading.Lock()  # the first watch opens the epoll, once
@@ -86,6 +100,7 @@ class Watcher:
     # -- what the owner calls -------------------------------------------------------
     def watch(self, job: WatchedJob, timeout: float | None) -> None:
         """Watch ``job``'s exit fd; with a ``timeout``, terminate it after that many seconds."""
+        self.check()
         now = time.monotonic()
         self._quiet_until = now + QUIET_AFTER_START
         if timeout is not None:
@@ -96,6 +111,11 @@ class Watcher:
         epoll.register(job.exit_fd, select.EPOLLIN)
         if (timeout is not None or self.work.pending()) and not self._serving:
             self._wake()  # a new deadline, or deferred file work for the watcher thread
+
+    def check(self) -> None:
+        """Raise ``ThreadDied`` if the watcher thread died: a job started now would never be reported."""
+        if self.dead is not None:
+            raise ThreadDied(self.dead.thread, self.dead.error)
 
     def terminate(self, job: WatchedJob, reason: JobStatus) -> None:
         """SIGTERM the job's group now and SIGKILL it after the grace (the loop does); no waiting.
@@ -141,9 +161,14 @@ class Watcher:
                 epoll.register(self._wake_r, select.EPOLLIN)
                 self._epoll = epoll
                 if not self._serving:
-                    threading.Thread(target=self._loop, args=(epoll, None), name="team-job-watcher",
-                                     daemon=True).start()
+                    threads.start("team-job-watcher", lambda: self._loop(epoll, None), on_crash=self._died)
             return self._epoll
+
+    def _died(self, error: TeamError) -> None:
+        assert isinstance(error, ThreadDied)  # (core.threads hands a thread's death over as one)
+        self.dead = error
+        if self.on_crash is not None:
+            self.on_crash(error)
 
     def _wake(self) -> None:
         try:
@@ -165,7 +190,7 @@ class Watcher:
                 break
             now = time.monotonic()
             deadlines = [j.deadline for j in self._timed.values() if j.deadline is not None]
-            wait = -1.0 if not deadlines else max(0.0, min(deadlines) - now)
+            wait = -1.0 if not deadlines else min(max(0.0, min(deadlines) - now), MAX_WAIT)
             idle = self.work.pending()
             if idle:  # deferred file work waits for a quiet moment (files.py)
                 quiet = max(0.0, self._quiet_until - now)

@@ -22,6 +22,11 @@ Retry policy (ours; the SDK's own retries are off, ``max_retries=0``)::
     other 4xx ──► ModelError at once (401/403/404 name the setting to fix)
 
 Every wait is reported to ``on_retry`` as a ``RetryEvent`` before sleeping.
+With a ``deadline`` (an agent task's ``timeout``) no request outlives it:
+each attempt's HTTP timeout is the time left (if shorter than the
+configured one), a retry that would start past it is not made, and the call
+then fails with ``ModelError`` ("... the task's time ran out"), so a slow or
+silent server cannot keep a task running past its limit.
 ``sleep``, ``rng`` and ``clock`` are injected so tests observe the delays.
 Server quirks, handled without counting as retries: a server that rejects
 ``stream_options`` (usage in the stream) gets the request again without it;
@@ -134,8 +139,10 @@ class LLMClient:
         on_text: Callable[[str], None] | None = None,
         on_retry: Callable[[RetryEvent], None] | None = None,
         tool_choice: str | dict | None = None,
+        deadline: float | None = None,
     ) -> Completion:
         """One chat completion, retried per the module's policy; raises ``ModelError``.
+        ``deadline``: ``time.monotonic()`` it must not run past (module docstring).
 
         With ``tools``, ``tool_choice`` defaults to ``"auto"`` and is always sent:
         OpenAI assumes it, but llama.cpp's chatml-function-calling ignores the
@@ -154,6 +161,13 @@ class LLMClient:
         while True:
             attempt += 1
             emitted: list[bool] = [False]
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ModelError(f"no answer from {cfg.endpoint} (model {cfg.model}) before the task's time "
+                                     f"ran out (attempt {attempt} not made)")
+                if left < cfg.timeout:
+                    params["timeout"] = left  # this request may not outlive the task (the SDK's per-request option)
             try:
                 if stream:
                     return self._stream_once(params, include_usage, on_text, emitted)
@@ -168,7 +182,7 @@ class LLMClient:
                     continue
                 failure = _Failure("stream ended before the response was complete", None, True, detail=str(exc))
             except Exception as exc:
-                classified = self._classify(exc)
+                classified = self._classify(exc, params.get("timeout", cfg.timeout))
                 if classified is None:
                     raise  # not a model-service failure: our own bug, crash loudly
                 failure = classified
@@ -187,6 +201,9 @@ class LLMClient:
             if attempt >= attempts:
                 raise ModelError(self._message(f"model service failed after {attempt} attempts", failure)) from None
             delay = self._delay(attempt, failure.retry_after)
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                raise ModelError(self._message(f"model service failed after {attempt} attempts and the task's "
+                                               "time ran out before another", failure)) from None
             if on_retry is not None:
                 on_retry(RetryEvent(attempt, attempts, delay, failure.reason, failure.status, emitted[0]))
             self._sleep(delay)
@@ -286,7 +303,7 @@ class LLMClient:
 
     # -- failures ----------------------------------------------------------
 
-    def _classify(self, exc: Exception) -> _Failure | None:
+    def _classify(self, exc: Exception, timeout: float) -> _Failure | None:
         """What went wrong, or None when ``exc`` is not a model-service failure."""
         import openai
 
@@ -304,7 +321,7 @@ class LLMClient:
                 _detail(exc),
             )
         if isinstance(exc, openai.APITimeoutError):
-            return _Failure(f"timed out after {self.config.timeout:g} s", None, True)
+            return _Failure(f"timed out after {timeout:.3g} s", None, True)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__
             kind = type(cause).__name__ if cause is not None else ""

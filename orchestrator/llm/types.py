@@ -141,7 +141,9 @@ class RetryEvent:
 
 
 class ChatModel(Protocol):
-    """What the agent loop needs from a model."""
+    """What the agent loop needs from a model. ``deadline``: ``time.monotonic()`` by which the
+    answer must have come (an agent task's ``timeout``); past it the call gives up with a
+    ``ModelError`` rather than keep the task running."""
 
     def complete(
         self,
@@ -150,6 +152,7 @@ class ChatModel(Protocol):
         *,
         stream: bool = True,
         on_text: Callable[[str], None] | None = None,
+        deadline: float | None = None,
     ) -> Completion: ...
 
 

@@ -24,8 +24,12 @@ Loc = tuple[Any, ...]
 """Where a value sits in the plan document: keys and list indexes from the top."""
 
 
+MAX_SECONDS = 30 * 86_400.0
+"""The longest ``timeout`` (and the largest ``estimate``) a plan may give: 30 days."""
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # `.inf` and `.nan` are no numbers here
 
 
 def _env_values(value: Any) -> Any:
@@ -48,9 +52,10 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
 class Defaults(_Strict):
     """Values every task inherits unless it sets its own."""
 
-    timeout: float | None = Field(None, gt=0, description="Seconds before an attempt is killed.")
-    retries: int = Field(0, ge=0, description="Extra attempts after a failure.")
-    retry_delay: float = Field(1.0, ge=0, description="Seconds before the first retry; doubles each time.")
+    timeout: float | None = Field(None, gt=0, le=MAX_SECONDS, description="Seconds before an attempt is killed.")
+    retries: int = Field(0, ge=0, le=1000, description="Extra attempts after a failure.")
+    retry_delay: float = Field(1.0, ge=0, le=86_400, description="Seconds before the first retry; doubles each "
+                                                                 "time, up to an hour.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
 
@@ -76,10 +81,10 @@ class PlanTask(_Strict):
     description: str = Field("", description="What done means.")
     assignee: str | None = Field(None, description="Teammate an agent task goes to.")
     role: str | None = Field(None, description="Role an agent task wants.")
-    estimate: float | None = Field(None, gt=0, description="Expected seconds (weights the critical path).")
-    timeout: float | None = Field(None, gt=0, description="Seconds before an attempt is killed.")
-    retries: int | None = Field(None, ge=0, description="Extra attempts after a failure.")
-    retry_delay: float | None = Field(None, ge=0, description="Seconds before the first retry.")
+    estimate: float | None = Field(None, gt=0, le=MAX_SECONDS, description="Expected seconds (weights the critical path).")
+    timeout: float | None = Field(None, gt=0, le=MAX_SECONDS, description="Seconds before an attempt is killed.")
+    retries: int | None = Field(None, ge=0, le=1000, description="Extra attempts after a failure.")
+    retry_delay: float | None = Field(None, ge=0, le=86_400, description="Seconds before the first retry.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation.")

@@ -15,6 +15,12 @@ When the teammate's run ends, its ``LoopResult`` becomes the ``Outcome``:
 
     completed    the agent marked the task completed, or gave a final answer
     failed       marked failed, step limit, model service down after retries
+    timeout      the task's ``timeout`` ran out: the agent is stopped there (its
+                 loop, its model calls and its tool calls all end at the
+                 deadline; teammate.py), and the error says so ("timed out
+                 after 300s; the agent was stopped during model call 12");
+                 one that has not stopped ``TIMEOUT_GRACE`` seconds later is
+                 abandoned: the timeout is reported and the attempt cancelled
     killed       cancelled by the scheduler or the run shutting down
 
 with the result text and the attempt's token usage, which the scheduler
@@ -34,6 +40,7 @@ attempt, default 40).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,7 +55,11 @@ from ..roles.roles import Role
 from ..runtime.runtime import TeamRuntime
 from .executor import DoneCallback, ExecutorContext, Outcome
 
-STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed"}
+STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed",
+          "timeout": "timeout"}
+TIMEOUT_GRACE = 10.0
+"""Seconds past an agent task's ``timeout`` before the executor reports it timed out itself,
+should the agent not have stopped (a model call that ignores its deadline)."""
 
 
 def max_steps_from_env(env: Mapping[str, str] = os.environ) -> int:
@@ -72,6 +83,7 @@ class AgentExecutor:
         self._clients: dict[str, LLMClient] = {}
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
+                                   on_crash=ctx.stop.fail,
                                    autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0")
         try:
             for name, role in ctx.team:
@@ -89,17 +101,40 @@ class AgentExecutor:
 
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         started = time.monotonic()
+        deadline = started + task.timeout if task.timeout else None
+        reported = threading.Lock()  # the teammate's report and the backstop's: whichever comes first
 
         def report(r: LoopResult) -> None:
+            if not reported.acquire(blocking=False):
+                return  # the backstop reported this attempt already: its late end is ignored
+            if backstop is not None:
+                backstop.cancel()
             status = STATUS.get(r.status, "failed")
             error = r.error if status != "completed" else None
-            if status == "failed" and not error:
+            if status == "timeout":
+                error = f"timed out after {task.timeout:g}s; the agent was stopped {r.error}"
+            elif status == "failed" and not error:
                 error = f"the agent ended with {r.status!r}"
             done(Outcome(task.id, epoch, status, duration=time.monotonic() - started, error=error, log=r.log,
                          result=r.result or None, usage=r.usage.model_dump() if r.usage.calls else None))
 
+        def abandon() -> None:
+            """The agent did not stop by its deadline + the grace: report the timeout, cancel the attempt."""
+            if not reported.acquire(blocking=False):
+                return
+            self.runtime.cancel(task.id)
+            done(Outcome(task.id, epoch, "timeout", duration=time.monotonic() - started,
+                         error=f"timed out after {task.timeout:g}s; the agent did not stop within the "
+                               f"{TIMEOUT_GRACE:g}s grace and was abandoned (its late answer is ignored)"))
+
+        backstop = None
+        if deadline is not None:
+            backstop = threading.Timer(deadline - started + TIMEOUT_GRACE, abandon)
+            backstop.daemon = True
+            backstop.start()
         # With worktree isolation the task's cwd is inside its own worktree: the agent works there.
-        self.runtime.assign(task, epoch, report, workspace=Path(task.cwd) if task.worktree and task.cwd else None)
+        self.runtime.assign(task, epoch, report, workspace=Path(task.cwd) if task.worktree and task.cwd else None,
+                            deadline=deadline)
 
     def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
         self.start(task, epoch, done)

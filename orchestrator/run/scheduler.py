@@ -29,7 +29,7 @@ and watched by a forked job server (``jobserver``), so a start costs the
 lead one request line.
 
 A failed attempt with retries left goes back to ``pending`` (``release``)
-and waits ``retry_delay * 2**(n-1)`` seconds. A final failure cancels
+and waits ``retry_delay * 2**(n-1)`` seconds (at most ``MAX_RETRY_DELAY``). A final failure cancels
 everything downstream ("needs #4 (build), which failed"); without
 ``keep_going`` it also stops new starts while running tasks finish. When
 nothing runs, nothing is ready or delayed and work is left, the run reports
@@ -79,6 +79,8 @@ from ..tasks.store import TaskStore
 from .executor import Executor, Outcome
 from .stop import RunStop
 
+MAX_RETRY_DELAY = 3600.0
+"""The backoff doubles per failure up to this (an hour)."""
 Emit = Callable[[dict[str, Any]], None]
 Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
 _WAKE = Outcome(-1, -1, "wake")  # put on the event queue by the RunStop; never handled
@@ -268,7 +270,7 @@ class Scheduler:
             reason = out.describe()
             run.error, run.failures = reason, n
             if n <= task.retries and not self.stopped:
-                delay = self.opts.retry_delay.get(out.task_id, 1.0) * 2 ** (n - 1)
+                delay = min(self.opts.retry_delay.get(out.task_id, 1.0) * 2.0 ** min(n - 1, 30), MAX_RETRY_DELAY)
                 released = self.store.release(out.task_id, out.epoch,
                                               reason=f"attempt {task.attempts} {reason}; retrying",
                                               actor=self.opts.owner, failures=n, log=out.log,

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..core import threads
 from ..core.errors import TeamError
 from ..core.models import Task
 from ..core.redact import secret_names
@@ -80,15 +81,15 @@ class ShellExecutor:
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
         self._secret_env = secret_names(os.environ)  # the lead's environment does not change in a run
+        # A thread of ours, or the job server, that dies stops the run (run/stop.py), never leaves it deaf.
         if JobServer.usable():
-            self.backend: JobServer | LocalJobs = JobServer.fork(ctx.root, self._on_note, self._on_error)
+            self.backend: JobServer | LocalJobs = JobServer.fork(ctx.root, self._on_note, self._on_error,
+                                                                 on_crash=ctx.stop.fail)
         else:
-            self.backend = LocalJobs(ctx.root, self._on_note, self._on_error)
+            self.backend = LocalJobs(ctx.root, self._on_note, self._on_error, on_crash=ctx.stop.fail)
         self._starts: queue.SimpleQueue[tuple[Task, int, DoneCallback] | None] = queue.SimpleQueue()
-        self._starters = [threading.Thread(target=self._starter, name=f"team-shell-starter-{i}", daemon=True)
+        self._starters = [threads.start(f"team-shell-starter-{i}", self._starter, on_crash=ctx.stop.fail)
                           for i in range(self.STARTERS if self.backend.blocking else 0)]
-        for t in self._starters:
-            t.start()
 
     def reap_orphans(self) -> list[JobRecord]:
         """Kill and mark ``lost`` jobs left by a dead lead (called before re-running)."""
@@ -175,6 +176,8 @@ class ShellExecutor:
         for t in self._starters:  # a start in flight registers (and is killed) before we shut down
             t.join(timeout=10)
         self.backend.close()
+        if self.backend.died is not None:  # its jobs run on, watched by nobody: kill them, record them lost
+            self.records.reap_orphans(mine=True)
         errors = self.backend.errors
         # A run stopped by a failed write (a full disk) says so in one line; lost records are part of it.
         if errors and self.ctx.note is not None and not isinstance(self.ctx.stop.error, OSError):

@@ -61,9 +61,11 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
+from ..core import threads
 from ..core.errors import UserError
 from ..core.models import Status, Task
 from ..core.paths import tasks_dir, team_dir
+from ..core.threads import Crash
 from ..jobs.manager import JobManager
 from ..llm.types import ChatModel
 from ..roles.roles import Role, check_tools, get_role
@@ -90,7 +92,10 @@ class TeamRuntime:
                  team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
                  store: TaskStore | None = None, autoclaim: bool = False, claim_lease: float = 60.0,
-                 claim_rescan: float = 5.0):
+                 claim_rescan: float = 5.0, on_crash: Crash | None = None):
+        """``on_crash``: told when a thread of the team dies of an exception (its heartbeats, the
+        control server, a teammate, the job watcher): ``team run`` stops (core/threads.py)."""
+        self.on_crash = on_crash
         self.root = Path(root).absolute()
         self.workspace = Path(workspace or root).absolute()
         if store is not None and store.dir.resolve() != tasks_dir(self.root).resolve():
@@ -101,7 +106,7 @@ class TeamRuntime:
         self.bus = Bus(self.root, team=self.team, poll_interval=0.01)
         self.store = store if store is not None else TaskStore(self.root)
         self._own_jobs = jobs is None
-        self.jobs = jobs or JobManager(self.root)
+        self.jobs = jobs or JobManager(self.root, on_crash=on_crash)
         self.registry = agent_registry()
         self.subagents = SubagentRunner(
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
@@ -121,9 +126,7 @@ class TeamRuntime:
         if not self.team.config.exists():
             self.team.set_team_name(team_name)
         self.reclaim_leases()
-        self._hb = threading.Thread(target=self._heartbeats, args=(heartbeat_every,), name="team-heartbeats",
-                                    daemon=True)
-        self._hb.start()
+        self._hb = threads.start("team-heartbeats", lambda: self._heartbeats(heartbeat_every), on_crash=on_crash)
 
     def tool_context(self, name: str, *, subagent: bool = False) -> ToolContext:
         d = team_dir(self.root)
@@ -156,7 +159,7 @@ class TeamRuntime:
             plan_mode = plan_mode or r.plan_mode
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode)
-            mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name),
+            mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name), on_crash=self.on_crash,
                             services=self._services, plan_mode=plan_mode)
             self.mates[name] = mate
             self.team.heartbeat(name)
@@ -168,16 +171,18 @@ class TeamRuntime:
         mate = self.spawn(name, role, prompt)
         return f"spawned {mate.name} ({mate.role.name}); message it with send_message"
 
-    def assign(self, task: Task, epoch: int, done: Done, *, workspace: Path | None = None) -> None:
+    def assign(self, task: Task, epoch: int, done: Done, *, workspace: Path | None = None,
+               deadline: float | None = None) -> None:
         """Queue a task attempt on the right teammate; failures to place it go to ``done``.
 
-        ``workspace``: where this attempt's tools work (its git worktree), else the runtime's."""
+        ``workspace``: where this attempt's tools work (its git worktree), else the runtime's;
+        ``deadline``: ``time.monotonic()`` at which the attempt times out (teammate.py)."""
         try:
             mate = self._choose(task)
         except UserError as e:
             done(LoopResult("failed", "", f"cannot start task #{task.id}: {e}"))
             return
-        mate.enqueue(Assignment(task, epoch, done, workspace))
+        mate.enqueue(Assignment(task, epoch, done, workspace, deadline))
 
     def _choose(self, task: Task) -> Teammate:
         with self._lock:
@@ -268,7 +273,7 @@ class TeamRuntime:
                               plan_mode=bool(args.get("plan_mode")))
             return {"name": mate.name, "role": mate.role.name, "pid": os.getpid()}
 
-        self._control = ControlServer(self.root, handle, ["spawn"]).start()
+        self._control = ControlServer(self.root, handle, ["spawn"], on_crash=self.on_crash).start()
 
     def _heartbeats(self, every: float) -> None:
         while not self._stop.wait(every):

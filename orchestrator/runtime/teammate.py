@@ -33,7 +33,9 @@ own conversation and transcript::
 * A task attempt: the teammate records ``task`` in its transcript, sets
   ``ctx.task_id`` (so ``task_update`` on it ends the attempt), runs the loop
   with the task prompt, and hands the ``LoopResult`` to the assignment's
-  ``done``. The idle tool inside a task means "wait for messages": the
+  ``done``. An assignment with a ``deadline`` (the task's ``timeout``) ends
+  there as ``timeout``: the loop stops at it, its model calls give up at it,
+  and waiting for messages inside the task does too. The idle tool inside a task means "wait for messages": the
   teammate waits, then continues the same attempt within the same step budget.
 * Worktree isolation: an ``Assignment`` may carry a ``workspace`` (the task's
   worktree); the tools work there for that attempt.
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Container
 from dataclasses import dataclass
@@ -59,8 +62,10 @@ from typing import Any, Protocol
 
 from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
+from ..core import threads
 from ..core.errors import ConflictError
 from ..core.models import Member, Message, Task
+from ..core.threads import Crash
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
@@ -86,6 +91,8 @@ class Assignment:
     done: Done
     workspace: Path | None = None
     """Where the attempt works (its worktree), else the teammate's workspace."""
+    deadline: float | None = None
+    """``time.monotonic()`` at which the attempt's time (its task's ``timeout``) runs out."""
 
 
 def task_prompt(task: Task, resumed: bool) -> str:
@@ -155,7 +162,7 @@ class Teammate:
     """One named agent thread (see the module docstring); its work queue is safe from any thread."""
 
     def __init__(self, name: str, role: Role, model: ChatModel, prompt: str | None, *, ctx: ToolContext,
-                 services: TeamServices, plan_mode: bool = False):
+                 services: TeamServices, plan_mode: bool = False, on_crash: Crash | None = None):
         self.name, self.role, self.ctx, self.services, self.first_prompt = name, role, ctx, services, prompt
         self._lock = threading.Lock()  # guards _queue, _busy, _current
         self._queue: deque[Assignment] = deque()
@@ -174,7 +181,8 @@ class Teammate:
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
                                              cancelled=self.agent.cancelled)
         ctx.handshakes = self.handshakes
-        self.thread = threading.Thread(target=self._main, name=f"teammate-{name}", daemon=True)
+        self.thread = threading.Thread(target=threads.guarded(f"teammate-{name}", self._main, on_crash),
+                                       name=f"teammate-{name}", daemon=True)
 
     # -- the work queue and the thread, from any thread ------------------------------
     def start(self) -> None:
@@ -293,11 +301,12 @@ class Teammate:
                 return notes
         return None
 
-    def _wait_for_messages(self) -> list[Notification] | None:
+    def _wait_for_messages(self, deadline: float | None = None) -> list[Notification] | None:
         """Idle inside a task: block until job notes or unread messages (``[]``); None once
-        stopped or the attempt is cancelled."""
+        stopped, the attempt is cancelled or its ``deadline`` passed."""
         self._set(status="idle")
-        while not self.stopping and not self.agent.cancelled.is_set():
+        while (not self.stopping and not self.agent.cancelled.is_set()
+               and (deadline is None or time.monotonic() < deadline)):
             notes = self._poll()
             if notes is not None:
                 return notes
@@ -345,13 +354,16 @@ class Teammate:
         total, steps = Usage(), 0
         while True:
             result = agent.run(prompt, task_label=label, notes=notes,
-                               max_steps=max(self.services.max_steps - steps, 0))
+                               max_steps=max(self.services.max_steps - steps, 0), deadline=a.deadline)
             total, steps, prompt = total + result.usage, steps + result.steps, None
             if result.status != "idle":
                 break
-            waited = self._wait_for_messages()  # idle inside a task: wait for messages, then go on
+            waited = self._wait_for_messages(a.deadline)  # idle inside a task: wait for messages, then go on
             if waited is None:
-                result = LoopResult("interrupted", "", "stopped while waiting for messages")
+                if a.deadline is not None and time.monotonic() >= a.deadline:
+                    result = LoopResult("timeout", "", f"while waiting for messages, after {steps} model call(s)")
+                else:
+                    result = LoopResult("interrupted", "", "stopped while waiting for messages")
                 break
             self._set(status="working")
             notes = waited

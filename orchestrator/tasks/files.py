@@ -50,7 +50,7 @@ from pydantic import ValidationError
 from ..core.errors import CorruptFile, NotWritable, UnknownRef
 from ..core.fsutil import append_line, atomic_write, file_lock, fsync_dir, parse_jsonl, read_jsonl
 from ..core.jsonutil import dumps
-from ..core.models import Status, Task
+from ..core.models import MAX_TASK_ID, Status, Task
 from ..core.paths import tasks_dir
 from ..core.redact import Secrets
 from .pipeline import Pipeline, WriteBatch
@@ -183,6 +183,8 @@ class TaskFiles:
         return task
 
     def read(self, task_id: int) -> Task:
+        if not 1 <= task_id <= MAX_TASK_ID:
+            raise UnknownRef(f"no task #{task_id}; `team task list` shows the tasks")
         try:
             return self.load(task_id)
         except FileNotFoundError:
@@ -232,7 +234,7 @@ class TaskFiles:
     def resolve(self, ref: int | str) -> int:
         """Numeric id (``4``, ``#4``) or task name -> id; UnknownRef otherwise."""
         if isinstance(ref, int):
-            if self.path(ref).exists():
+            if 1 <= ref <= MAX_TASK_ID and self.path(ref).exists():
                 return ref
             raise UnknownRef(f"no task #{ref}; `team task list` shows the tasks")
         text = str(ref).strip()

@@ -30,10 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core import threads
 from ..core.errors import TeamError, UserError, WorkFailed
 from ..core.fsutil import append_line, atomic_write, file_lock, parse_jsonl
 from ..core.jsonutil import dumps
 from ..core.paths import team_dir
+from ..core.threads import Crash
 from .lead import lead_info
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -81,17 +83,18 @@ def request(root: Path, op: str, args: dict[str, Any], *, timeout: float = 15.0)
 class ControlServer:
     """The lead's side: a thread handling requests with ``handler(op, args) -> reply``."""
 
-    def __init__(self, root: Path, handler: Handler, ops: list[str], *, poll: float = 0.1):
+    def __init__(self, root: Path, handler: Handler, ops: list[str], *, poll: float = 0.1,
+                 on_crash: Crash | None = None):
+        """``on_crash``: told if the serving thread dies (core/threads.py), rather than go deaf."""
         self.p = _paths(root)
-        self.handler, self.ops, self.poll = handler, ops, poll
+        self.handler, self.ops, self.poll, self.on_crash = handler, ops, poll, on_crash
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> ControlServer:
         self.p["replies"].mkdir(parents=True, exist_ok=True)
         atomic_write(self.p["marker"], dumps({"pid": os.getpid(), "ops": self.ops}))
-        self._thread = threading.Thread(target=self._loop, name="team-control", daemon=True)
-        self._thread.start()
+        self._thread = threads.start("team-control", self._loop, on_crash=self.on_crash)
         return self
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ from ``ctx.need_*``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,10 +81,16 @@ class Refused(ToolError):
         self.stage = stage
 
 
-class Args(BaseModel):
-    """Base of every argument model: unknown fields are refused."""
+MAX_SECONDS = 86_400.0
+"""The longest wait a model may ask a tool for (a day): a timeout past it is refused at validation."""
 
-    model_config = ConfigDict(extra="forbid")
+
+class Args(BaseModel):
+    """Base of every argument model: unknown fields are refused, and so are numbers that are not
+    finite (``1e999`` parses as infinity); every numeric field declares its bounds, so no number a
+    model sends reaches the OS unchecked (a ``1e300`` timeout once killed the job watcher)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass
@@ -221,6 +228,9 @@ class ToolContext:
     """Lease (seconds) of a ``claim_task`` claim: every claim expires unless someone renews it."""
     shell_timeout: float = 120.0
     """Default and ceiling come from here: bash's ``timeout`` may not exceed 5x it."""
+    deadline: float | None = None
+    """``time.monotonic()`` at which the current task attempt runs out of time (its ``timeout``);
+    set by the teammate, and no tool call waits past it."""
     bus: MessageBus | None = None
     jobs: JobRunner | None = None
     spawner: Spawner | None = None
@@ -236,6 +246,12 @@ class ToolContext:
         self.workspace = Path(self.workspace).resolve()
         self.root = Path(self.root).resolve()
         self.outputs_dir = Path(self.outputs_dir).resolve()
+
+    def time_left(self) -> float:
+        """Seconds until ``deadline`` (never negative; a day when there is none)."""
+        if self.deadline is None:
+            return MAX_SECONDS
+        return max(0.0, self.deadline - time.monotonic())
 
     # -- services: each missing one is an error observation naming it --------------
     def need_bus(self) -> MessageBus:

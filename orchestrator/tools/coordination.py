@@ -26,7 +26,7 @@ from pydantic import Field
 
 from ..core.redact import secret_names
 from ..roles.skills import load_skill as _load_skill
-from .base import Args, Call, ToolError, tool
+from .base import MAX_SECONDS, Args, Call, ToolError, tool
 from .tasks import task_update as _store_task_update
 
 SUBAGENT_RESULT_CHARS = 4000
@@ -75,7 +75,7 @@ def read_inbox(call: Call) -> str:
 # ---------------------------------------------------------------- background jobs
 class BackgroundArgs(Args):
     command: str = Field(description="Shell command to run in the background, in the workspace.")
-    timeout: float | None = Field(None, gt=0, description="Seconds before the job is killed.")
+    timeout: float | None = Field(None, gt=0, le=MAX_SECONDS, description="Seconds before the job is killed.")
 
 
 @tool("background_run", args=BackgroundArgs, risk="execute", budget=1000, command="command")

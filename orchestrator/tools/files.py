@@ -59,7 +59,7 @@ def _lineno(text: str, index: int) -> int:
 # ---------------------------------------------------------------------- read_file
 class ReadArgs(Args):
     path: str = Field(description="File path, relative to the workspace.")
-    offset: int = Field(1, ge=1, description="First line to show (1-based).")
+    offset: int = Field(1, ge=1, le=100_000_000, description="First line to show (1-based).")
     limit: int = Field(DEFAULT_LIMIT, ge=1, le=10_000, description="Most lines to show.")
 
 

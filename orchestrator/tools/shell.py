@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pydantic import Field
 
 from ..core.redact import secret_names
-from .base import Args, Call, ToolError, ToolOutput, tool
+from .base import MAX_SECONDS, Args, Call, ToolError, ToolOutput, tool
 from .bound import bound_file, output_path
 
 BASH_BUDGET = 16_000
@@ -45,7 +45,7 @@ def clean_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 class BashArgs(Args):
     command: str = Field(description="The shell command (bash) to run in the workspace.")
     timeout: float | None = Field(
-        None, gt=0, description="Seconds before the command is killed (default 120)."
+        None, gt=0, le=MAX_SECONDS, description="Seconds before the command is killed (default 120)."
     )
 
 
@@ -65,7 +65,7 @@ def bash(call: Call) -> ToolOutput:
     Destructive commands are refused by policy."""
     ctx, a = call.ctx, call.args
     limit = ctx.shell_timeout * 5
-    timeout = min(a.timeout or ctx.shell_timeout, limit)
+    timeout = max(0.001, min(a.timeout or ctx.shell_timeout, limit, ctx.time_left()))  # not past the task's time
     out_path = output_path(ctx.outputs_dir, "bash", call.call_id, ".log")
     with open(out_path, "wb") as sink:
         try:

@@ -13,18 +13,18 @@ does (``tasks.render.list_line``: ``[>] #2: subject (owner)``,
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from ..core.errors import ConflictError
 from ..core.jsonutil import dumps
-from ..core.models import Status
+from ..core.models import MAX_TASK_ID, Status
 from ..tasks import graph
 from ..tasks.render import list_line
 from .base import Args, Call, ToolError, tool
 
-Ref = int | str
+Ref = Annotated[int, Field(ge=1, le=MAX_TASK_ID)] | str
 StatusName = Literal["pending", "in_progress", "completed", "failed", "cancelled"]
 REF_HELP = "Task id (3 or '#3') or task name."
 
