@@ -90,6 +90,8 @@ class Task(BaseModel):
     log: str | None = Field(None, description="Path of the full output log, relative to the root.")
     worktree: str | None = Field(None, description="git worktree path used by the task.")
     branch: str | None = Field(None, description="git branch holding the task's work.")
+    merge_commit: str | None = Field(None, description="The commit that merged the task's branch into the "
+                                                      "plan's integration branch (worktree isolation).")
     usage: dict[str, Any] = Field(default_factory=dict, description="Token usage of agent tasks.")
 
     @property

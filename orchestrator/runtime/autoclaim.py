@@ -129,7 +129,7 @@ class AutoClaimer:
         self.ledger.ended(task.id)
         try:
             if r.status == "interrupted":
-                self.store.release(task.id, task.epoch, reason=f"{member}: {r.error}", actor=member)
+                self.store.release(task.id, task.epoch, reason=f"{member}: {r.error}", actor=member, interrupted=True)
                 return
             ok = r.status == "completed"
             self.store.finish(task.id, task.epoch, "completed" if ok else "failed", result=r.result or None,

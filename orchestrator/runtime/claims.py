@@ -72,7 +72,8 @@ class ClaimLedger:
                 task = self.store.read(tid)
                 if task.status != Status.in_progress or task.epoch != epoch:
                     continue  # finished, or someone else's attempt now
-                released.append(self.store.release(tid, epoch, reason=f"{owner} {why}", actor=owner))
+                released.append(self.store.release(tid, epoch, reason=f"{owner} {why}", actor=owner,
+                                                   interrupted=True))  # stopped, not failed: no retry used
             except (ConflictError, UnknownRef):
                 continue
         return released

@@ -12,8 +12,8 @@ Safe to fix: leftover temp files (removed; in ``.tasks/`` under the store
 lock, so no write is in flight; elsewhere only when older than
 ``TMP_MIN_AGE``), expired leases (``TaskStore.reclaim_expired`` returns the
 tasks to pending), tasks left ``in_progress`` by a dead owner before their
-lease ran out (``dead-owner``: owned by ``lead``, or by a teammate the roster
-says is not alive, while no lead holds the root: the run or chat that held
+lease ran out (``dead-owner``: owned by ``lead``, or by a teammate that ran in
+a lead and that the roster says is not alive, while no lead holds the root: the run or chat that held
 them is gone, killed, or stopped by a full disk; the fix gives each back,
 counted as interrupted, unless a lead started meanwhile), a lost or wrong name index and a stale id counter (both
 caches, rebuilt from the task files). Never fixed automatically, because a
@@ -237,11 +237,13 @@ def check_dead_owners(ctx: DoctorContext) -> list[Finding]:
     if not held or lead_info(ctx.root) is not None:
         return []  # a lead runs: its tasks are its own business
     roster = Team(ctx.root)
-    alive = {s.name: s.liveness in ("working", "idle") for s in roster.states()} if roster.config.exists() else {}
+    # teammates that ran as threads of a lead (the runtime records their pid), and whether they live
+    alive = {s.name: s.liveness in ("working", "idle") for s in roster.states() if s.pid is not None} \
+        if roster.config.exists() else {}
     out = []
     for t in held:
         if t.owner != LEAD and alive.get(t.owner, True):
-            continue  # a person's claim (not a roster member), or a live teammate
+            continue  # a person's claim (a name, or a member that never ran in a lead), or a live teammate
         label = f"#{t.id} ({t.name})" if t.name else f"#{t.id}"
         who = "lead" if t.owner == LEAD else f"teammate {t.owner} (not alive)"
         plan = f"the next `team run` of plan {t.plan} re-runs it; " if t.plan else ""

@@ -85,20 +85,26 @@ tasks:
     def refused_then_valid(body: dict) -> Reply:
         tool = [m for m in body["messages"] if m.get("role") == "tool"][-1]["content"]
         assert "less than or equal to 86400" in tool, tool  # the model is told; nothing started
-        return Reply(tool_calls=[tool_call("background_run", {"command": "echo second-job", "timeout": 30})])
+        # the job waits for `go`, written by the next request: its notification comes while alice idles
+        return Reply(tool_calls=[tool_call("background_run", {
+            "command": "while [ ! -f go ]; do sleep 0.02; done; echo second-job", "timeout": 30})])
+
+    def idle(body: dict) -> Reply:
+        (tmp_path / "go").write_text("go")
+        return Reply(tool_calls=[tool_call("idle", {})])
 
     def sees_job(body: dict) -> Reply:
         assert "[background job " in text_of(body) and "second-job" in text_of(body)
         return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed", "result": "ok"})])
 
     script = {"alice": [Reply(tool_calls=[tool_call("background_run", {"command": "echo first", "timeout": 1e300})]),
-                        refused_then_valid, Reply(tool_calls=[tool_call("idle", {})]), sees_job]}
+                        refused_then_valid, idle, sees_job]}
     with ScriptedServer(script) as srv:
         r = run_team(tmp_path, "run", "plan.yaml", timeout=60, **llm_env(srv))
         assert r.returncode == 0, r.stdout + r.stderr
         srv.assert_complete()
     jobs = JobManager(tmp_path).list()
-    assert [(j.command, j.status) for j in jobs] == [("echo second-job", "completed")]
+    assert [(j.command.split("; ")[-1], j.status) for j in jobs] == [("echo second-job", "completed")]
 
 
 def test_an_agent_task_stops_at_its_timeout_and_says_why(tmp_path):
