@@ -28,9 +28,18 @@ def sleeping(seconds: str) -> list[int]:
     out = []
     for pid in procs.pids():
         st = procs.stat(pid)
-        if st is not None and st[0] not in ("Z", "X") and procs.cmdline(pid) == f"sleep {seconds}":
+        words = procs.cmdline(pid).split()
+        if st is not None and st[0] not in ("Z", "X") and words[1:] == [seconds] and words[0].endswith("sleep"):
             out.append(pid)
     return out
+
+
+def escape(seconds: str, how: str = "setsid") -> str:
+    """A command that leaves ``sleep SECONDS`` running outside its group, and ends only once it runs
+    (so a test cannot pass because the escapee never started)."""
+    up = f"up-{seconds}"
+    return (f"{how} sh -c 'touch {up}; exec sleep {seconds}' > /dev/null 2>&1 & "
+            f"while [ ! -e {up} ]; do sleep 0.01; done")
 
 
 @pytest.fixture
@@ -46,20 +55,20 @@ def cleanup():
 @SERVERS
 def test_a_setsid_child_dies_with_its_job_while_the_run_goes_on(tmp_path, server, cleanup):
     cleanup += ["1002", "1003", "1004"]
-    (tmp_path / "plan.yaml").write_text("""name: escape
+    (tmp_path / "plan.yaml").write_text(f"""name: escape
 tasks:
-  - {id: setsid, run: 'setsid sleep 1002 &'}
-  - {id: daemon, run: "setsid sh -c 'sleep 1003 & exec sleep 1004' &"}
-  - {id: slow, run: 'sleep 3'}
+  - {{id: setsid, run: "{escape('1002')}"}}
+  - id: daemon
+    run: "setsid sh -c 'sleep 1003 & touch up-1004; exec sleep 1004' & while [ ! -e up-1004 ]; do sleep 0.01; done"
+  - {{id: slow, run: 'sleep 3'}}
 """)
     lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
                             env=team_env(tmp_path, TEAM_JOB_SERVER=server), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         def escapes_ended():
-            recs = {r.command.split()[1] if r.command.startswith("setsid sh") else r.command: r
-                    for r in JobManager(tmp_path).list()}
-            return len(recs) == 3 and all(r.status == "completed" for c, r in recs.items() if "sleep 3" not in c)
+            recs = JobManager(tmp_path).list()
+            return len(recs) == 3 and all(r.status == "completed" for r in recs if r.command != "sleep 3")
         wait_until(escapes_ended, timeout=20, what="the two escaping jobs to end")
         wait_until(lambda: not sleeping("1002") and not sleeping("1003") and not sleeping("1004"), timeout=5,
                    what="what they left behind to be killed with their jobs")
@@ -75,10 +84,10 @@ tasks:
 @SERVERS
 def test_nothing_escapes_a_finished_run(tmp_path, server, cleanup):
     cleanup += ["1005", "1006"]
-    (tmp_path / "plan.yaml").write_text("""name: done
+    (tmp_path / "plan.yaml").write_text(f"""name: done
 tasks:
-  - {id: a, run: 'setsid sleep 1005 &'}
-  - {id: b, run: 'nohup setsid sleep 1006 > /dev/null 2>&1 &', needs: [a]}
+  - {{id: a, run: "{escape('1005')}"}}
+  - {{id: b, run: "{escape('1006', 'nohup setsid')}", needs: [a]}}
 """)
     r = run_team(tmp_path, "run", "plan.yaml", TEAM_JOB_SERVER=server)
     assert r.returncode == 0, r.stderr
@@ -87,7 +96,9 @@ tasks:
 
 def test_an_unmarked_escapee_dies_when_the_run_ends(tmp_path, cleanup):
     cleanup.append("1007")
-    (tmp_path / "plan.yaml").write_text("name: wiped\ntasks:\n  - {id: a, run: 'env -i setsid sleep 1007 &'}\n")
+    wiped = ("env -i \"$(command -v setsid)\" /bin/sh -c \"$(command -v touch) up; exec $(command -v sleep) 1007\" "
+             "> /dev/null 2>&1 & while [ ! -e up ]; do sleep 0.01; done")
+    (tmp_path / "plan.yaml").write_text(f"name: wiped\ntasks:\n  - id: a\n    run: '{wiped}'\n")
     r = run_team(tmp_path, "run", "plan.yaml")
     assert r.returncode == 0, r.stderr
     wait_until(lambda: not sleeping("1007"), timeout=5, what="the run's end to kill it")
