@@ -182,6 +182,15 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
     kinds = kinds_of(lp)
     stop = stop if stop is not None else RunStop()
     worktrees = preflight(lp, root, kinds)  # every refusal that needs no state comes before any state
+    with stop.deferred():  # a signal is taken at a safe point (stop.check(), the scheduler's turns)
+        result = _run(lp, root, kinds, worktrees, workers, keep_going, fresh, emit, note, stop)
+    stop.check()  # a signal during the last cleanup: the run's work is saved; say it was stopped
+    return result
+
+
+def _run(lp: LoadedPlan, root: Path, kinds: dict[str, list[str]], worktrees: Worktrees | None,
+         workers: int | None, keep_going: bool, fresh: bool, emit: Emit, note: Callable[[str], None],
+         stop: RunStop) -> RunResult:
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
@@ -196,10 +205,12 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
         if iso is not None:
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
         try:
+            stop.check()
             for ex in execs.values():
                 for job in ex.reap_orphans():
                     note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
             prep = materialise(store, lp, fresh=fresh, note=note)
+            stop.check()
             opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                               retry_delay=prep.retry_delay)
             result = Scheduler(store, prep.tasks, prep.priority, execs, opts, emit, stop=stop).run()

@@ -7,12 +7,17 @@ handed to the runner, which gives it to the scheduler and, through
 * ``request(signum)``, from a signal handler (SIGINT, SIGTERM, SIGHUP). While
   a scheduler loop is attached (``attach(wake)``) the signal only asks it to
   stop at its next turn: a safe point, where every claim the loop made is
-  known, so each one is given back. ``request`` then returns True. With no
-  loop attached (the run is still starting, or has ended) it returns False
-  and the caller raises ``Signalled`` where it is. Once a stop is under way
-  (a signal was taken, or the loop is aborting) a further signal is
-  absorbed: stopping is bounded (the jobs' grace) and must not be cut short
-  halfway, leaving claims that nobody gives back.
+  known, so each one is given back. Around the loop, the runner holds
+  signals back too (``deferred()``: while it takes the lock, builds the
+  executors, materialises the plan, and closes everything after) and looks
+  at them at its own safe points (``check``): an exception raised at an
+  arbitrary instant can leave a library half-way through (a thread pool
+  whose new worker is never told to stop, so the interpreter waits for it
+  at exit, for ever). ``request`` then returns True. Outside both it
+  returns False and the caller raises ``Signalled`` where it is. Once a
+  stop is under way (a signal was taken, or the loop is aborting) a further
+  signal is absorbed: stopping is bounded (the jobs' grace) and must not be
+  cut short halfway, leaving claims that nobody gives back.
 * ``fail(error)``, from any thread: something the run cannot go on without
   broke (a thread of ours died, the store's writer hit a full disk). The
   loop wakes and raises ``error`` at its next turn, and the run stops the
@@ -31,7 +36,8 @@ sets attributes and calls ``wake``, which must be reentrant
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ..core.errors import Signalled
 
@@ -44,6 +50,7 @@ class RunStop:
         self.error: BaseException | None = None  # the failure that stops the run
         self._wake: Callable[[], None] | None = None
         self._stopping = False  # the loop is giving its claims back: signals are absorbed
+        self._deferring = 0  # inside deferred(): signals wait for the next check()
 
     # -- the loop's side -------------------------------------------------------
     def attach(self, wake: Callable[[], None]) -> None:
@@ -51,6 +58,15 @@ class RunStop:
         self._wake = wake
         if self.signum is not None or self.error is not None:
             wake()
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold signals back for the block: they are raised by the next ``check`` (the runner's)."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
 
     def stopping(self) -> None:
         """The loop is stopping (giving its claims back): absorb further signals."""
@@ -75,11 +91,12 @@ class RunStop:
         if self._stopping:
             return True
         wake = self._wake
-        if wake is None:
+        if wake is None and not self._deferring:
             return False
         if self.signum is None:
             self.signum = signum
-            wake()
+            if wake is not None:
+                wake()
         return True
 
     def fail(self, error: BaseException) -> None:
