@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from ..core.errors import UserError
 from ..core.text import shown
 from .common import JsonOpt, RootOpt, out, root_of
 
@@ -30,6 +31,7 @@ def run_cmd(
     fresh: Annotated[bool, typer.Option("--fresh", help="Delete this plan's tasks and start over.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
+    board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
     json_out: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -40,6 +42,8 @@ def run_cmd(
 
     lp = load_plan(plan_file, model=model)
     state_root = root_of(root, ctx)
+    if dry_run and board:
+        raise UserError("--board shows a run as it goes: leave out --dry-run (or run `team board` on its own)")
     if dry_run:
         _dry_run(lp, state_root, workers, json_out)
         return
@@ -58,12 +62,20 @@ def run_cmd(
     def note(text: str) -> None:
         sink({"event": "note", "text": text}) if json_out else sys.stderr.write(shown(text, lines=True) + "\n")
 
+    web = None
+    if board:  # a child process serving the root; started before the run forks its job server
+        from ..board.launch import BoardProcess
+
+        web = BoardProcess(state_root).start()
+        note(f"board: {web.url} (stops with the run; `team board` serves it again)")
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh,
                           emit=sink, note=note)
     finally:
         sink.close()
+        if web is not None:
+            web.stop()
     summary = progress.summarise(result, workers or lp.plan.workers, state_root)
     tokens = usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
     if tokens is not None:
