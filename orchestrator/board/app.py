@@ -8,7 +8,8 @@ header)::
     GET  /static/{file}          board.js, board.css: no data in them
     GET  /api/snapshot           the whole picture (feed.py), JSON
     GET  /api/events             server-sent events: ``snapshot``, then ``delta``s
-                                 (and ``problem``s), ``: ping`` every PING seconds
+                                 (and ``problem``s), ``: ping`` every PING seconds,
+                                 ``end`` when the board stops (hub.py)
     GET  /api/task/{id}          one task's details (details.py)
     POST /api/task/{id}/retry    } only with --allow-actions, from 127.0.0.1,
     POST /api/task/{id}/cancel   } with the token as the X-Board-Token header

@@ -16,8 +16,10 @@ A page's server-sent-event stream (app.py) is one subscriber:
 
 Stopping: ``stop_when()`` is checked every tick (the server is shutting
 down, or the process that started the board is gone); when it holds, or on
-``close``, every stream ends, so the server's shutdown never waits on an
-open page. A tick that fails on the disk (``OSError``: a permission, a full
+``close``, the hub takes one last look (so a page sees how a run ended, even
+when the board stops with it), says goodbye (an ``end`` event carrying
+``farewell()``: the page keeps the last state and stops reconnecting), and
+ends every stream, so the server's shutdown never waits on an open page. A tick that fails on the disk (``OSError``: a permission, a full
 disk) is reported to the pages as a ``problem`` and retried; any other
 exception is a bug: the hub stops, keeps it in ``failure``, and the board
 exits with it.
@@ -47,8 +49,10 @@ class Hub:
     """Ticks ``feed`` on a thread and fans its deltas out (see the module docstring)."""
 
     def __init__(self, feed: Feed, *, interval: float = 0.05, stop_when: Callable[[], bool] = lambda: False,
-                 on_stop: Callable[[], None] = lambda: None):
+                 on_stop: Callable[[], None] = lambda: None,
+                 farewell: Callable[[], str] = lambda: "the board was stopped"):
         self.feed = feed
+        self.farewell = farewell
         self.interval = interval
         self.stop_when = stop_when
         self.on_stop = on_stop
@@ -118,6 +122,9 @@ class Hub:
             self.failure = e
         finally:
             self._stop.set()
+            if self.failure is None:
+                self._tick()  # the last look
+                self._publish("end", {"version": self.feed.version, "reason": self.farewell()})
             self._end_all()
             self.on_stop()
 

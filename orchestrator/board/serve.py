@@ -69,6 +69,11 @@ class _Stopper:
         if self.server is not None:
             self.server.should_exit = True
 
+    def farewell(self) -> str:
+        if self.parent is not None:
+            return "the run it served has ended (`team board` serves this root again)"
+        return "`team board` was stopped"
+
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals.append(signum)
         if self.stopping() and self.server is not None:
@@ -78,23 +83,27 @@ class _Stopper:
 
 def serve(opts: BoardOptions, sock: socket.socket, on_ready: Callable[[], None] = lambda: None) -> int | None:
     """Serve the board on ``sock`` (see the module docstring); the signal that stopped it, if any."""
-    feed = Feed(opts.root, budget=opts.budget, actions=opts.allow_actions)
-    feed.tick()
     stopper = _Stopper(opts.parent)
-    hub = Hub(feed, interval=opts.interval, stop_when=stopper.stop_when, on_stop=stopper.stop)
-    app = BoardApp(feed, hub, opts.token, Actions(opts.root) if opts.allow_actions else None,
-                   lifespan_start=on_ready).build()
-    config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, date_header=False,
-                            lifespan="on", timeout_graceful_shutdown=2)
-    server = stopper.server = _Server(config)
     main = threading.current_thread() is threading.main_thread()
     saved = {sig: signal.signal(sig, stopper.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    hub: Hub | None = None
     try:
-        server.run(sockets=[sock])
+        feed = Feed(opts.root, budget=opts.budget, actions=opts.allow_actions)
+        feed.tick()
+        hub = Hub(feed, interval=opts.interval, stop_when=stopper.stop_when, on_stop=stopper.stop,
+                  farewell=stopper.farewell)
+        app = BoardApp(feed, hub, opts.token, Actions(opts.root) if opts.allow_actions else None,
+                       lifespan_start=on_ready).build()
+        config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
+                                date_header=False, lifespan="on", timeout_graceful_shutdown=2)
+        server = stopper.server = _Server(config)
+        if not stopper.signals:  # a Ctrl-C during the first look: do not start serving
+            server.run(sockets=[sock])
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-        hub.close()
-    if hub.failure is not None:
+        if hub is not None:
+            hub.close()
+    if hub is not None and hub.failure is not None:
         raise hub.failure
     return stopper.signals[0] if stopper.signals else None

@@ -19,6 +19,7 @@
   const S = {
     version: 0, skew: 0, actions: false, tasks: new Map(), cards: new Map(), folds: new Map(), heads: new Map(),
     expanded: new Set(), selected: null, chain: new Set(), critical: [], members: [], detailsTimer: null,
+    leadAlive: false, progress: null,
   };
   window.boardStats = { loadedAt: performance.now(), firstRender: null, deltas: 0, lastDeltaMs: null };
 
@@ -46,6 +47,12 @@
     es.addEventListener("snapshot", (e) => applySnapshot(JSON.parse(e.data)));
     es.addEventListener("delta", (e) => applyDelta(JSON.parse(e.data)));
     es.addEventListener("problem", (e) => showProblem(JSON.parse(e.data).problem));
+    es.addEventListener("end", (e) => {
+      es.close();  // the server is going away: keep the last state, do not reconnect
+      showProblem("The board stopped: " + JSON.parse(e.data).reason + ". This page shows the last state.");
+      $("live").textContent = "stopped";
+      $("live").className = "pill";
+    });
     es.onopen = () => setLive(true);
     es.onerror = () => setLive(false);
   }
@@ -82,6 +89,7 @@
     if (window.boardStats.firstRender === null) {
       window.boardStats.firstRender = performance.now();
       document.body.dataset.ready = "1";
+      showWork();
     }
     if (S.selected !== null) loadDetails(S.selected);
   }
@@ -111,7 +119,7 @@
       if (card) { card.remove(); S.cards.delete(id); }
     }
     if (d.lead) renderLead(d.lead);
-    if (d.progress) renderProgress(d.progress);
+    if (d.progress || d.lead) renderProgress(d.progress || S.progress);
     if (d.members) { S.members = d.members; renderMembers(); }
     if (d.spend) renderSpend(d.spend);
     if (d.jobs) renderJobs(d.jobs);
@@ -131,6 +139,7 @@
   // ------------------------------------------------------------------ header
   function renderLead(lead) {
     const e = $("lead");
+    S.leadAlive = lead.alive;
     if (lead.alive) {
       e.textContent = "lead: running" + (lead.pid ? " (pid " + lead.pid + ")" : "") +
         (lead.plan ? " · plan " + lead.plan : "") + (lead.mode ? " · " + lead.mode : "");
@@ -143,6 +152,7 @@
 
   function renderProgress(p) {
     if (!p) return;
+    S.progress = p;
     const c = p.counts, total = Math.max(1, p.total);
     const bar = $("bar");
     bar.replaceChildren();
@@ -157,8 +167,8 @@
     if (c.failed) bits.push(c.failed + " failed");
     if (c.cancelled) bits.push(c.cancelled + " cancelled");
     if (c.pending) bits.push(c.pending + " pending (" + p.ready + " ready, " + p.blocked + " blocked)");
-    if (p.first_start && p.left) bits.push(dur(now() - p.first_start) + " elapsed");
-    if (p.eta !== null && p.eta !== undefined) bits.push("ETA ~" + dur(p.eta));
+    if (S.leadAlive && p.first_start && p.left) bits.push(dur(now() - p.first_start) + " elapsed");
+    if (S.leadAlive && p.eta !== null && p.eta !== undefined) bits.push("ETA ~" + dur(p.eta));
     $("progress-text").textContent = bits.join(" · ");
     S.critical = p.critical || [];
     $("critical-text").textContent = S.critical.length
@@ -319,6 +329,15 @@
     $("e-all").setAttribute("d", all.join(""));
     $("e-chain").setAttribute("d", chain.join(""));
     $("e-crit").setAttribute("d", crit.join(""));
+  }
+
+  // on opening: scroll to the first wave with work left, if it is out of sight
+  function showWork() {
+    let first = null;
+    for (const t of S.tasks.values()) if (t.status !== "completed" && (first === null || t.col < first)) first = t.col;
+    const pane = $("graph-pane");
+    const x = first === null ? 0 : first * COL_W;
+    if (x + CARD_W > pane.clientWidth) pane.scrollLeft = Math.max(0, x - COL_W / 2);
   }
 
   // the chain of the selected task: itself and every open blocker, transitively
