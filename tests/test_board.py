@@ -146,6 +146,50 @@ def details_chain(feed: Feed, tid: int) -> str:
     return task_details(feed.root, feed.tasks(), feed.jobs(), tid, time.time(), feed.show).chain
 
 
+def test_spend_roster_and_an_agent_tasks_transcript_summary(tmp_path):
+    store = TaskStore(tmp_path)
+    store.create("Port module a", kind="agent", prompt="port it", assignee="alice")
+    store.update(1, status=Status.completed, owner="alice",
+                 usage={"prompt_tokens": 1200, "completion_tokens": 300, "cached_tokens": 0, "cost": 0.25, "calls": 3})
+    team = Team(tmp_path)
+    team.add("alice", "coder", status="working")
+    team.update("alice", usage={"prompt_tokens": 2000, "completion_tokens": 500, "cached_tokens": 0, "cost": 0.5,
+                                "calls": 5})
+    team.heartbeat("alice")
+    transcript = tmp_path / ".team" / "transcripts" / "alice.jsonl"
+    transcript.parent.mkdir(parents=True)
+    lines = [{"kind": "task", "task": 7, "epoch": 1}, {"kind": "message", "msg": {"role": "assistant", "content": "old"}},
+             {"kind": "task", "task": 1, "epoch": 1},
+             {"kind": "message", "msg": {"role": "user", "content": "port it"}},
+             {"kind": "message", "msg": {"role": "assistant", "content": None, "tool_calls": [
+                 {"id": "c1", "type": "function", "function": {"name": "edit_file", "arguments": "{}"}},
+                 {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}},
+             {"kind": "message", "msg": {"role": "tool", "tool_call_id": "c1", "content": "ok"}},
+             {"kind": "message", "msg": {"role": "assistant", "content": f"done; key was {SECRET}"}}]
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    feed = Feed(tmp_path, secrets=Secrets([SECRET]), budget=2.0)
+    feed.tick()
+    snap = feed.snapshot()
+    assert snap["spend"] == {"prompt_tokens": 2000, "completion_tokens": 500, "calls": 5, "cost": 0.5, "budget": 2.0}
+    (alice,) = snap["members"]
+    assert (alice["name"], alice["liveness"], alice["tokens"], alice["cost"]) == ("alice", "working", 2500, 0.5)
+    assert snap["tasks"][0]["cost"] == 0.25 and snap["tasks"][0]["tokens"] == 1500
+    details = task_details(tmp_path, feed.tasks(), feed.jobs(), 1, time.time(), feed.show)
+    assert details.transcript is not None
+    assert details.transcript.model_dump() == {"member": "alice", "messages": 4, "tools": {"edit_file": 1, "bash": 1},
+                                               "last": "done; key was [REDACTED]"}
+    assert ("cost", "$0.2500") in details.rows
+
+
+def test_commands_other_than_board_do_not_load_the_web_stack(tmp_path):
+    code = ("import sys; from orchestrator.cli import main; main(['task', 'list']); "
+            "print(sorted(m for m in ('starlette', 'uvicorn', 'orchestrator.board') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=team_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "[]"
+
+
 def test_a_log_path_outside_the_state_root_is_not_read(tmp_path):
     root = tmp_path / "root"
     root.mkdir()

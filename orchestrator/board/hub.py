@@ -64,9 +64,9 @@ class Hub:
         self._problem: str | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start ticking; deltas go to subscribers on ``loop``."""
+        """Start ticking; deltas go to subscribers on ``loop``. The owner takes the feed's first
+        look before (serve.py), so the first page gets a full snapshot and a problem shows early."""
         self._loop = loop
-        self.feed.tick()  # the first look (everything) before any page connects
         self._thread = threading.Thread(target=self._run, name="team-board-feed", daemon=True)
         self._thread.start()
 

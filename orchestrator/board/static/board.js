@@ -470,6 +470,12 @@
   }
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
 
+  function tabLabel(tab, name, count, what) {
+    const b = document.querySelector('#tabs [data-tab="' + tab + '"]');
+    b.textContent = name + (count ? " (" + count + ")" : "");
+    b.title = count ? what : "";
+  }
+
   function renderMembers() {
     const body = $("roster").tBodies[0];
     body.replaceChildren();
@@ -492,7 +498,7 @@
     to.replaceChildren(el("option", null, "lead"), ...S.members.map((m) => el("option", null, m.name)));
     if ([...to.options].some((o) => o.value === keep)) to.value = keep;
     const working = S.members.filter((m) => m.liveness === "working").length;
-    document.querySelector('#tabs [data-tab="team"]').textContent = "Team" + (S.members.length ? " (" + working + "/" + S.members.length + " working)" : "");
+    tabLabel("team", "Team", S.members.length ? working + "/" + S.members.length : "", working + " of " + S.members.length + " working");
   }
 
   $("send").addEventListener("submit", async (e) => {
@@ -521,7 +527,7 @@
       body.append(tr);
     }
     const running = jobs.filter((j) => j.status === "running").length;
-    document.querySelector('#tabs [data-tab="jobs"]').textContent = "Jobs" + (running ? " (" + running + " running)" : "");
+    tabLabel("jobs", "Jobs", running ? String(running) : "", running + " running");
   }
 
   const FEED_MAX = 300;
@@ -540,7 +546,7 @@
       return li;
     });
     const n = $("messages").children.length;
-    document.querySelector('#tabs [data-tab="inbox"]').textContent = "Inboxes" + (n ? " (" + n + ")" : "");
+    tabLabel("inbox", "Inboxes", n ? String(n) : "", n + " recent messages");
   }
   function activityItem(a) {
     const li = el("li");
