@@ -27,7 +27,6 @@ from ..core.models import TERMINAL, Status
 from ..jobs.manager import JobManager
 from ..tasks.store import TaskStore
 from ..team.inbox import Bus
-from ..team.lead import read_info
 from .watch import lead_holder
 
 ACTOR = "board"
@@ -46,7 +45,7 @@ class Actions:
         lead = lead_holder(self.root)
         if lead is None:
             return None
-        plan = lead.info.get("plan") or read_info(self.root / ".team" / "lead.json").get("plan")
+        plan = lead.info.get("plan")
         return plan if isinstance(plan, str) else ""
 
     def retry(self, tid: int) -> str:

@@ -59,6 +59,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {"board.js": "text/javascript", "board.css": "text/css"}
 PING = 15.0
 """Seconds between keep-alive comments on an idle event stream."""
+RETRY_MS = 1000
+"""How soon a page's EventSource reconnects after the stream ends."""
 LOOPBACK = ("127.0.0.1", "localhost")
 HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -173,7 +175,7 @@ class BoardApp:
     async def _stream(self) -> AsyncIterator[str]:
         snap, queue = self.hub.subscribe()
         try:
-            yield sse("snapshot", encode(snap))
+            yield f"retry: {RETRY_MS}\n" + sse("snapshot", encode(snap))
             while True:
                 try:
                     item = await asyncio.wait_for(queue.get(), timeout=PING)

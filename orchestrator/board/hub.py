@@ -76,10 +76,6 @@ class Hub:
             self._thread.join(timeout=5)
         self._end_all()
 
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
     # ------------------------------------------------------------------ subscribers (loop thread)
     def subscribe(self) -> tuple[dict[str, Any], asyncio.Queue[Item]]:
         queue: asyncio.Queue[Item] = asyncio.Queue()

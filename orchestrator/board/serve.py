@@ -25,6 +25,7 @@ from types import FrameType
 
 import uvicorn
 
+from ..core.redact import Secrets
 from .actions import Actions
 from .app import BoardApp
 from .feed import Feed
@@ -81,14 +82,20 @@ class _Stopper:
         self.stop()
 
 
-def serve(opts: BoardOptions, sock: socket.socket, on_ready: Callable[[], None] = lambda: None) -> int | None:
-    """Serve the board on ``sock`` (see the module docstring); the signal that stopped it, if any."""
+def serve(opts: BoardOptions, sock: socket.socket, *, announce: Callable[[], None] = lambda: None,
+          on_ready: Callable[[], None] = lambda: None) -> int | None:
+    """Serve the board on ``sock`` (see the module docstring); the signal that stopped it, if any.
+
+    ``announce()`` runs once the signals are ours (print the URL there: a Ctrl-C from a user who
+    has seen it is then always handled here); ``on_ready()`` once the server is up."""
     stopper = _Stopper(opts.parent)
     main = threading.current_thread() is threading.main_thread()
     saved = {sig: signal.signal(sig, stopper.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     hub: Hub | None = None
     try:
-        feed = Feed(opts.root, budget=opts.budget, actions=opts.allow_actions)
+        announce()
+        secrets = Secrets.from_environ().add(opts.token)  # the page never shows its own token either
+        feed = Feed(opts.root, secrets=secrets, budget=opts.budget, actions=opts.allow_actions)
         feed.tick()
         hub = Hub(feed, interval=opts.interval, stop_when=stopper.stop_when, on_stop=stopper.stop,
                   farewell=stopper.farewell)

@@ -61,15 +61,6 @@ class Shown:
         out = shown(self.secrets.scrub(text or ""), lines=True)
         return out if len(out) <= limit else out[: limit - 1] + "…"
 
-    def value(self, obj: Any) -> Any:
-        """Every string inside a JSON-like value scrubbed and escaped."""
-        if isinstance(obj, str):
-            return self.block(obj)
-        if isinstance(obj, dict):
-            return {self.line(str(k)): self.value(v) for k, v in obj.items()}
-        if isinstance(obj, list | tuple):
-            return [self.value(v) for v in obj]
-        return obj
 
 
 # ---------------------------------------------------------------------- records sent to the page
@@ -187,7 +178,7 @@ def task_state(task: Task, by_id: dict[int, Task]) -> str:
         return "running"
     if task.status == Status.pending:
         return "blocked" if graph.open_blockers(task, by_id) else "ready"
-    return task.status.value
+    return str(task.status)
 
 
 def critical(tasks: Sequence[Task]) -> tuple[list[int], str]:

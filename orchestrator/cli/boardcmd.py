@@ -52,7 +52,11 @@ def board_cmd(
     else:
         sock = launch.bind(port)
         token = launch.new_token()
-        url = launch.url_of(sock, token)
+    url = launch.url_of(sock, token)
+
+    def announce() -> None:
+        if fd is not None:
+            return  # `team run --board` printed the URL
         out(f"board: {url}")
         mode = "retry, cancel and send allowed from this page" if allow_actions else "read-only"
         out(f"serving {shown(str(state_root))} ({mode}); Ctrl-C stops it")
@@ -71,7 +75,7 @@ def board_cmd(
             threading.Thread(target=show, name="team-board-open", daemon=True).start()
 
     opts = BoardOptions(root=state_root, token=token, allow_actions=allow_actions, budget=budget, parent=parent)
-    stopped_by = serve(opts, sock, ready)
+    stopped_by = serve(opts, sock, announce=announce, on_ready=ready)
     if stopped_by is None or parent is not None:
         return  # the parent is gone, or it asked: nothing to report
     err(f"board stopped ({signal.Signals(stopped_by).name})")
