@@ -29,6 +29,7 @@ from orchestrator.board.views import Shown
 from orchestrator.board.watch import lead_holder
 from orchestrator.core.models import Status
 from orchestrator.core.redact import Secrets
+from orchestrator.jobs.manager import JobManager
 from orchestrator.tasks.store import TaskStore
 from orchestrator.team.inbox import Bus
 from orchestrator.team.lead import LeadLock
@@ -405,3 +406,27 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_cancel_from_the_board_stops_a_running_task_of_a_run(tmp_path):
+    """The attempt is fenced in the store, its job killed; the run ends instead of waiting on it."""
+    gate = tmp_path / "gate"
+    (tmp_path / "plan.yaml").write_text(SLOW_PLAN.format(gate=gate))
+    run = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                           env=team_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with board_process(tmp_path, "--allow-actions") as url:
+            base, token = split(url)
+            wait_until(lambda: _running(base, token), timeout=20, what="the run to start #1")
+            status, body = request(f"{base}/api/task/1/cancel", method="POST", headers={"X-Board-Token": token})
+            assert status == 200 and "is cancelled: its running attempt is fenced" in body["said"]
+            assert "killed job" in body["said"]
+            assert run.wait(timeout=30) == 1
+    finally:
+        gate.touch()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert TaskStore(tmp_path).read(1).status == Status.cancelled
+    assert "stale completion of #1" in run.stdout.read()
+    assert [(j.task, j.status) for j in JobManager(tmp_path).list()] == [(1, "killed")]
