@@ -170,6 +170,7 @@ def test_a_200_task_plan_renders_and_is_kept_as_a_screenshot(browser, tmp_path):
         assert "<img src=x" in text_of(browser, '.card[data-id="96"]')
         assert browser.execute_script("return document.querySelectorAll('#nodes img').length") == 0
         assert "pwned" not in browser.title
+        assert browser.execute_script("return getComputedStyle(document.getElementById('send')).display") == "none"
         path = tmp_path / "board-200-tasks.png"
         assert browser.get_screenshot_as_file(str(path))
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -188,6 +189,7 @@ def test_actions_from_the_page_and_a_request_without_the_token_is_refused(browse
     with board_process(tmp_path, "--allow-actions") as url:
         open_board(browser, url)
         assert card_state(browser, 1) == "failed"
+        assert browser.execute_script("return getComputedStyle(document.getElementById('send')).display") == "grid"
         refused = browser.execute_async_script("""
             const done = arguments[arguments.length - 1];
             Promise.all([
