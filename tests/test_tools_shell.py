@@ -198,7 +198,9 @@ def test_secrets_are_not_in_the_shell_environment(h, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
     monkeypatch.setenv("HARMLESS_SETTING", "visible")
     out = h.ok("bash", {"command": "env"})
-    assert "visible" in out
+    # only the allow-list of core/environ.py is inherited (and TEAM_AGENT is set)
+    assert "\nPATH=" in out and "\nTEAM_AGENT=alice\n" in out
+    assert "HARMLESS_SETTING" not in out and "OPENAI_API_KEY" not in out and "GITHUB_TOKEN" not in out
     assert "sk-test-very-secret" not in out and "ghp-secret" not in out
     assert all("sk-test-very-secret" not in line for line in h.ctx.call_log.read_text().splitlines())
 

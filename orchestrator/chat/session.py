@@ -23,7 +23,8 @@ State on disk:
     .team/transcripts/lead.jsonl      the lead's conversation (agent/loop.py / agent/transcript.py)
     .team/transcripts/lead-sessions/  earlier sessions' transcripts (a new session moves the last one here)
     .team/chat.json                   {"goal", "teammates", "usage"} -- goal and teammates of the
-                                      last session; usage: the lead's token totals (status/usage.py reads it)
+                                      last session; usage: the lead's token totals (status/usage.py reads it);
+                                      scrubbed of secrets (core/redact.py)
 
 ``resume=True`` continues the last session: the lead's transcript, the goal,
 and the teammates it had (respawned; each resumes from its own transcript).
@@ -49,6 +50,7 @@ from ..core.fsutil import atomic_write
 from ..core.jsonutil import dumps
 from ..core.models import Message, Status, Task
 from ..core.paths import team_dir
+from ..core.redact import Secrets
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
 from ..roles.roles import Role, check_tools, get_role
@@ -147,6 +149,7 @@ class ChatSession:
         self.root = Path(root).absolute()
         self.workspace = Path(workspace or root).absolute()
         self.model_for, self.resume, self.budget, self.max_steps = model_for, resume, budget, max_steps
+        self.secrets = Secrets.from_environ()  # never in chat.json (a goal may quote one)
         self.on_text, self.on_tool, self.heartbeat_every = on_text, on_tool, heartbeat_every
         self.notes: list[str] = []
         """What opening the session wants the user to know (resumed turns, teammates back)."""
@@ -250,7 +253,7 @@ class ChatSession:
         mates = list(dict.fromkeys([*self._teammates, *self.rt.mates]))
         data = {"goal": {"text": self.goal.text, "status": self.goal.status} if self.goal.text else None,
                 "teammates": mates, "usage": (self.base_usage + self.agent.usage).model_dump()}
-        atomic_write(team_dir(self.root) / usage.CHAT_STATE, dumps(data))
+        atomic_write(team_dir(self.root) / usage.CHAT_STATE, self.secrets.scrub(dumps(data)))
 
     def pending(self) -> str | None:
         """A notice about unread messages for the lead, or None."""

@@ -30,7 +30,8 @@ notification. Without either option every call writes on the caller's
 thread and nothing is ever pending. Safe across threads.
 
 Records are read through ``records.JobRecords``, which writes them through
-``save`` here (a ``JobFiles`` is its ``RecordWriter``).
+``save`` here (a ``JobFiles`` is its ``RecordWriter``). ``save`` scrubs the
+serialised record of the manager's secrets (a command may quote one).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core import procs
+from ..core.redact import Secrets
 from .records import JOB_ENV, JobRecord
 
 STALE_AFTER = 10.0
@@ -53,8 +55,10 @@ STALE_AFTER = 10.0
 class JobFiles:
     """Log files and records of one manager's jobs under ``dir`` (see the module docstring)."""
 
-    def __init__(self, dir: Path, *, spares: int = 0, deferred: bool = False):
+    def __init__(self, dir: Path, *, spares: int = 0, deferred: bool = False, secrets: Secrets | None = None):
+        """``secrets``: scrubbed from every record written (a command may quote one)."""
         self.dir = dir
+        self.secrets = Secrets() if secrets is None else secrets
         self.spares = spares
         self.deferred = deferred
         self._ready = False
@@ -116,7 +120,7 @@ class JobFiles:
     # -- records -------------------------------------------------------------------
     def save(self, record: JobRecord, then: Callable[[], None] | None = None) -> None:
         """Write ``record`` now, or queue it when deferred; ``then`` runs once it is on disk."""
-        data = record.model_dump_json(exclude_none=True).encode()
+        data = self.secrets.scrub_bytes(record.model_dump_json(exclude_none=True).encode())
         if not self.deferred:
             self._write(record.id, data)
             if then is not None:
