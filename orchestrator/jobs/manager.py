@@ -5,7 +5,9 @@ A job is ``/bin/sh -c COMMAND`` in a new session (so its own process group,
 the log file descriptor: output never passes through Python, so a job
 printing 50 MB costs no memory and leaves the whole log on disk. Like make,
 a COMMAND of plain words naming a program on PATH (``pytest -q``) is exec'd
-without the shell, one exec less per job (``command_argv``). Every job's environment is the
+without the shell, one exec less per job (``command_argv``). An agent's job
+runs inside its sandbox: ``start(prefix=...)`` puts ``bwrap ... --`` before
+``/bin/sh -c COMMAND`` (core/sandbox.py). Every job's environment is the
 allow-list of core/environ.py plus what the caller declares (``env``): no
 credential of this process reaches a job unless the caller names it.
 
@@ -80,7 +82,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..core import procs
@@ -205,14 +207,16 @@ class JobManager:
     # -- start --------------------------------------------------------------
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
               env: Mapping[str, str] | None = None, timeout: float | None = None,
-              task: int | None = None, ref: str | None = None) -> JobRecord:
+              task: int | None = None, ref: str | None = None, prefix: Sequence[str] = ()) -> JobRecord:
         """Start ``command`` in the background; returns once it has been exec'd.
 
         The job's environment is the one policy of core/environ.py: the
         allow-listed variables of this process's environment, then ``env``
         (what the plan declares, the ``TEAM_*`` variables of the caller),
         then the job markers. ``ref`` is handed back in the job's
-        notification (the caller's name for it).
+        notification (the caller's name for it). ``prefix`` goes before the
+        command's argv (an agent's sandbox, core/sandbox.py): the job is
+        then always ``PREFIX /bin/sh -c COMMAND``.
         """
         if cwd is not None and not Path(cwd).is_dir():
             raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
@@ -222,8 +226,8 @@ class JobManager:
         child_env[MANAGER_ENV] = self._manager_env
         # $PWD names the job's directory, as a shell (or make) would set it.
         child_env["PWD"] = str(Path(cwd).absolute()) if cwd is not None else os.getcwd()
-        shell_argv = ["/bin/sh", "-c", command]
-        argv = command_argv(command, child_env.get("PATH", ""))
+        shell_argv = [*prefix, "/bin/sh", "-c", command]
+        argv = shell_argv if prefix else command_argv(command, child_env.get("PATH", ""))
         timeout_prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
 
         def spawn_job() -> Process:

@@ -1,17 +1,26 @@
-"""The bash tool: one shell command in the workspace, with a timeout.
+"""The bash tool: one shell command in the workspace, inside the OS sandbox, with a timeout.
 
 By the time the handler runs, the shell policy (shellpolicy.py) has accepted the
-command and plan mode has been checked. The command runs as ``bash -c`` in
-``ctx.workspace``, in its own process group (so a timeout kills the command
-and everything it started), with stdin closed and stdout+stderr interleaved
-into a pipe that this call drains through the secrets scrubber
+command and plan mode has been checked. The policy only explains refusals;
+the guarantee is the sandbox (core/sandbox.py): the command runs as
+``bwrap … -- bash -c COMMAND`` with the workspace writable, ``.tasks``,
+``.team``, ``.git`` and the rest of the filesystem read-only, a private
+``/tmp``, no network unless the agent's role allows it (``ctx.network``),
+and its own PID namespace, so nothing it starts — ``setsid cmd &``
+included — outlives the call. When the sandbox cannot be set up the call is
+refused (stage ``sandbox``) with the fix; a session that opted out
+(``sandbox: off``, ``TEAM_SANDBOX=off``) runs ``bash -c`` directly.
+
+The command runs in ``ctx.workspace``, in its own process group (a timeout
+kills it and everything it started), with stdin closed and stdout+stderr
+interleaved into a pipe that this call drains through the secrets scrubber
 (core/redact.py ``Scrubber``) into a file under ``ctx.outputs_dir``: the
 bytes of a secret the command prints never reach the disk, and a 10 MB
 output costs no memory. The observation is ``exit code: N`` (or the timeout)
 followed by the output, cut to the budget with head + tail; when cut, the
 file stays and the marker names it, otherwise it is removed. Processes the
-command left running in the background are killed with its group when it
-exits (long-running work belongs in ``background_run``).
+command left in the background die with it (the sandbox), or are killed
+with its group (no sandbox); long-running work belongs in ``background_run``.
 
 The environment is the one every task and agent process gets
 (core/environ.py): the allow-listed variables of ours, plus ``TEAM_AGENT``
@@ -33,8 +42,9 @@ from typing import BinaryIO
 from pydantic import Field
 
 from ..core.environ import task_environment
+from ..core.errors import SandboxUnavailable
 from ..core.redact import Scrubber
-from .base import Args, Call, ToolContext, ToolError, ToolOutput, tool
+from .base import Args, Call, Refused, ToolContext, ToolError, ToolOutput, tool
 from .bound import bound_file, output_path
 
 BASH_BUDGET = 16_000
@@ -44,6 +54,11 @@ TICK = 0.05
 DRAIN = 1.0
 """Seconds to keep reading after the command ended, while something it left outside its
 group (``setsid cmd &`` without a sandbox) still holds its output open."""
+READ_ONLY_HINT = ("\n[sandbox: only the workspace and /tmp are writable; .tasks, .team and .git are read-only. "
+                  "Change tasks with the task tools; the lead owns git state.]")
+NETWORK_HINT = "\n[sandbox: this role has no network access (a role needs `network: true` in its front matter).]"
+_NETWORK_ERRORS = (b"Network is unreachable", b"Temporary failure in name resolution",
+                   b"Could not resolve host", b"Name or service not known")
 
 
 def agent_environment(ctx: ToolContext) -> dict[str, str]:
@@ -52,6 +67,14 @@ def agent_environment(ctx: ToolContext) -> dict[str, str]:
     if ctx.task_id is not None:
         env["TEAM_TASK_ID"] = str(ctx.task_id)
     return env
+
+
+def sandbox_prefix(ctx: ToolContext) -> list[str]:
+    """The argv that confines one of ``ctx``'s commands; a refusal naming the fix when impossible."""
+    try:
+        return ctx.sandbox.prefix(workspace=ctx.workspace, root=ctx.root, network=ctx.network)
+    except SandboxUnavailable as e:
+        raise Refused(f"{e} The command was not run.", "sandbox") from None
 
 
 class BashArgs(Args):
@@ -134,10 +157,12 @@ def _pump(proc: subprocess.Popen, fd: int, sink: BinaryIO, scrubber: Scrubber, t
 def bash(call: Call) -> ToolOutput:
     """Run a bash command in the workspace and return its exit code and output
     (stdout and stderr together; long output is cut to head and tail and saved in full).
-    Destructive commands are refused by policy."""
+    Destructive commands are refused by policy; the command runs in a sandbox where only
+    the workspace and /tmp are writable."""
     ctx, a = call.ctx, call.args
     limit = ctx.shell_timeout * 5
     timeout = min(a.timeout or ctx.shell_timeout, limit)
+    prefix = sandbox_prefix(ctx)
     out_path = output_path(ctx.outputs_dir, "bash", call.call_id, ".log")
     scrubber = ctx.secrets.stream()
     read_fd, write_fd = os.pipe()
@@ -145,7 +170,7 @@ def bash(call: Call) -> ToolOutput:
         with open(out_path, "wb") as sink:
             try:
                 proc = subprocess.Popen(
-                    ["bash", "-c", a.command],
+                    [*prefix, "bash", "-c", a.command],
                     cwd=ctx.workspace,
                     stdin=subprocess.DEVNULL,
                     stdout=write_fd,
@@ -167,7 +192,7 @@ def bash(call: Call) -> ToolOutput:
             sink.write(scrubber.close())
     finally:
         os.close(read_fd)
-    text, was_cut = bound_file(out_path, call.tool.budget - 100)
+    text, was_cut = bound_file(out_path, call.tool.budget - 300)
     if not was_cut:
         out_path.unlink()
     if timed_out:
@@ -177,12 +202,18 @@ def bash(call: Call) -> ToolOutput:
     else:
         head = f"exit code: {code}\n"
     body = text if text else "(no output)"
+    if prefix and code != 0:
+        raw = body.encode()
+        if b"Read-only file system" in raw:
+            body += READ_ONLY_HINT
+        if not ctx.network and any(e in raw for e in _NETWORK_ERRORS):
+            body += NETWORK_HINT
     return ToolOutput(
         head + body,
         is_error=timed_out,
         bounded=True,
         full_output=out_path if was_cut else None,
-        meta={"exit_code": code, "timed_out": timed_out},
+        meta={"exit_code": code, "timed_out": timed_out, "sandboxed": bool(prefix)},
     )
 
 
