@@ -210,3 +210,29 @@ def test_team_chat_runs_the_leads_commands_in_the_sandbox_unless_told_otherwise(
     assert " · team chat · sandbox off (TEAM_SANDBOX=off)\n" in status[1]
     r = run_team(root, "chat", input="go\n", **llm_env(srv, TEAM_SANDBOX="maybe"))
     assert (r.returncode, r.stderr) == (2, "UserError: TEAM_SANDBOX='maybe': use on or off\n")
+
+
+def test_without_bwrap_a_run_says_so_and_its_agents_commands_are_refused_with_the_fix(tmp_path):
+    root = repo(tmp_path)
+    (root / "plan.yaml").write_text("name: nobwrap\ntasks:\n  - id: work\n    prompt: Do it.\n")
+    bare = tmp_path / "bin"  # a PATH without bwrap (the lead itself needs nothing from PATH)
+    bare.mkdir()
+    seen: list[str] = []
+    status: list[str] = []
+
+    def answer(body: dict) -> Reply:
+        seen.append(tool_results(body)[-1])
+        status.append(run_team(root, "status").stdout)
+        return Reply(content="could not run it")
+
+    attack = Reply(tool_calls=[tool_call("bash", {"command": "touch ran"})])
+    with ScriptedServer({"coder-1": [attack, answer]}) as srv:
+        r = run_team(root, "run", "plan.yaml", **llm_env(srv, PATH=str(bare)))
+        srv.assert_complete()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("sandbox unavailable: bwrap (bubblewrap) is not installed (not found on PATH); agents' shell "
+            "commands will be refused. Install bubblewrap") in r.stderr
+    assert seen[0].startswith("agent shell commands run in an OS sandbox, and it cannot be set up here: bwrap")
+    assert "`sandbox: off` in the plan" in seen[0] and seen[0].endswith("The command was not run.")
+    assert not (root / "ran").exists()
+    assert " · sandbox unavailable: bwrap (bubblewrap) is not installed" in status[0].splitlines()[0]
