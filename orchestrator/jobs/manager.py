@@ -99,7 +99,7 @@ from .records import (
     JobRecords,
     JobStatus,
     Notification,
-    finish_log,
+    read_tail,
 )
 from .spawn import Process, WatchedJob, exit_fd_of, spawn
 from .watcher import Watcher
@@ -268,7 +268,8 @@ class JobManager:
         record.status = status
         record.exit_code = code
         record.finished_at = self.clock()
-        record.tail = finish_log(self.root / record.log, self.tail_bytes, self.secrets)
+        record.tail = read_tail(self.root / record.log, self.tail_bytes, self.secrets)
+        self.files.scrub_log(self.root / record.log)  # now, or in a quiet moment (the job server)
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,
             tail=record.tail, log=record.log,

@@ -50,8 +50,8 @@ from .records import (
     JobRecord,
     JobRecords,
     JobStatus,
-    finish_log,
     job_leader_alive,
+    read_tail,
 )
 
 
@@ -163,11 +163,12 @@ class OrphanReaper:
                 command = procs.cmdline(leader) or "?"
                 _kill_job(orphan)
                 log = self.records.dir / f"{orphan.job_id}.log"
+                self.secrets.scrub_file(log)  # its job is dead: nothing writes the log any more
                 record = JobRecord(
                     id=orphan.job_id, command=command, owner="?", pid=leader, pgid=leader, status="lost",
                     started_at=self.clock(), finished_at=self.clock(), log=str(log.relative_to(self.root)),
                     manager_pid=orphan.manager_pid, manager_start=orphan.manager_start,
-                    tail=finish_log(log, self.tail_bytes, self.secrets))
+                    tail=read_tail(log, self.tail_bytes, self.secrets))
                 self.records.save(record)
                 lost.append(record)
         return lost
@@ -185,7 +186,8 @@ class OrphanReaper:
                     procs.kill(pid, signal.SIGKILL)
             current.status = status
             current.finished_at = self.clock()
-            current.tail = finish_log(self.root / current.log, self.tail_bytes, self.secrets)
+            self.secrets.scrub_file(self.root / current.log)  # its job is dead: nothing writes the log any more
+            current.tail = read_tail(self.root / current.log, self.tail_bytes, self.secrets)
             self.records.save(current)
             return current
 

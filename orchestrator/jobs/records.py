@@ -2,11 +2,11 @@
 
 ``.team/jobs/<id>.json`` holds a ``JobRecord`` (written with an atomic
 rename, no fsync: the task store is the durable truth); ``.team/jobs/<id>.log``
-holds the job's whole output. When a job ends its log is scrubbed of the
-secrets the manager knows (the job wrote it directly, so this happens once
-it is done: ``finish_log``), its record gets a bounded head+tail of that log
-and the owner is queued a ``Notification`` carrying the same. Records are
-scrubbed as they are written (files.py).
+holds the job's whole output. When a job ends its record gets a bounded
+head+tail of that log, scrubbed of secrets (``read_tail``), and the owner is
+queued a ``Notification`` carrying the same. The log itself, which the job
+wrote directly, is scrubbed once the job is done with it, and records as
+they are written (files.py).
 
 ``JobRecords`` is the one way to the records of a jobs directory: ``get``
 and ``list`` read them from any process, ``save`` hands a record to a
@@ -152,11 +152,9 @@ def shown_status(record: JobRecord) -> str:
     return record.status
 
 
-def finish_log(path: Path, limit: int, secrets: Secrets) -> str:
-    """Once the job is done with its log: scrub ``secrets`` out of the file (rewritten only if it
-    holds one), then return the whole of it if it fits in ``limit`` bytes, else its head and
-    tail, scrubbed too (it goes into notifications, records and task results)."""
-    secrets.scrub_file(path)
+def read_tail(path: Path, limit: int, secrets: Secrets) -> str:
+    """The whole file if it fits in ``limit`` bytes, else its head and tail;
+    ``secrets`` scrubbed (it goes into notifications, records and task results)."""
     return secrets.scrub(_read_tail(path, limit))
 
 

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 
-from conftest import run_team
+from conftest import REPO, run_team
+from util import wait_until
 
 from hostile.attacks import BASE_URL_PASSWORD, SECRETS, bwrap_installed, secrets_on_disk
+from orchestrator.core.redact import Secrets
+from orchestrator.jobs.manager import JobManager
 from orchestrator.llm.script import Reply, tool_call
 from orchestrator.llm.scripted import ScriptedServer
 
@@ -136,4 +143,35 @@ def test_shell_tasks_get_the_allow_list_and_leave_no_secret_anywhere(tmp_path):
     digest = hashlib.sha256(SECRETS["GITHUB_TOKEN"].encode()).hexdigest()
     assert (tmp_path / tasks["declared"]["log"]).read_text() == f"token=[REDACTED]\n{digest}  -\n"
     assert "key=[REDACTED]" in json.dumps(tasks["declared-failing"])
+    assert secrets_on_disk(tmp_path) == []
+
+
+KILLED_LEAD = """
+import os, sys, time
+from orchestrator.jobs.manager import JobManager
+r = JobManager(sys.argv[1]).start('echo "token=$GITHUB_TOKEN"; exec sleep 300',
+                                  env={"GITHUB_TOKEN": os.environ["GITHUB_TOKEN"]})
+print(r.id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_log_of_a_job_whose_lead_was_killed_is_scrubbed_when_it_is_reaped(tmp_path):
+    """A job writes its own log: a secret it printed is there while it runs. If its lead is
+    SIGKILLed, the next lead that reaps the job (`lost`) scrubs the log."""
+    env = {**os.environ, **secret_env(), "PYTHONPATH": str(REPO)}
+    lead = subprocess.Popen([sys.executable, "-c", KILLED_LEAD, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        job_id = lead.stdout.readline().strip()
+        log = tmp_path / ".team" / "jobs" / f"{job_id}.log"
+        wait_until(lambda: log.exists() and b"token=" in log.read_bytes(), timeout=10, what="the job's output")
+    finally:
+        lead.send_signal(signal.SIGKILL)
+        lead.wait()
+    assert SECRETS["GITHUB_TOKEN"].encode() in log.read_bytes()  # written by the job itself, as it ran
+    reaper = JobManager(tmp_path, secrets=Secrets.from_environ(env))  # the next lead, same environment
+    lost = reaper.reap_orphans()
+    assert [(r.id, r.status) for r in lost] == [(job_id, "lost")]
+    assert log.read_text() == "token=[REDACTED]\n" and lost[0].tail == "token=[REDACTED]\n"
     assert secrets_on_disk(tmp_path) == []
