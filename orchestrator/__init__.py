@@ -6,7 +6,8 @@ The package is a set of subpackages, one concept each; imports point one way
     cli → {run, chat, status, board} → runtime → agent → tools
         → {tasks, team, jobs, git, llm, plan, roles} → core
 
-    core/     errors, records, paths, crash-safe files, processes, secrets
+    core/     errors, records, paths, crash-safe files, processes, secrets, the environment
+              policy and the sandbox of agent commands
     tasks/    the durable task store and graph queries (.tasks/)
     team/     roster, inboxes, the lead lock and control channel, protocols (.team/)
     jobs/     background shell jobs

@@ -4,6 +4,9 @@ Order of a run (``run_plan``):
 
 1. The plan was validated whole (``plan.load.load_plan``) before anything is written.
 2. Take the lead lock (``lead.LeadLock``): a second lead exits 2 naming us.
+   A plan with agent tasks records its sandbox there (``on``, ``off (...)``
+   or ``unavailable: ...``; core/sandbox.py) for ``team status``, and tells
+   the user at the start when it is not on.
 3. Build the executors the plan needs (``build_executors``: shell first, so
    its job server forks while this process has one thread) and reap orphaned
    jobs of a dead lead (they are killed and marked ``lost``) so nothing from
@@ -40,6 +43,7 @@ Order of a run (``run_plan``):
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +51,7 @@ from typing import Any
 
 from ..core.errors import PlanError
 from ..core.models import Status, Task
+from ..core.sandbox import Sandbox
 from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
@@ -170,14 +175,21 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
              fresh: bool = False, emit: Emit, note: Callable[[str], None]) -> RunResult:
     """Everything ``team run`` does after parsing its options (see the module docstring)."""
     kinds = kinds_of(lp)
-    with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
+    sandbox = Sandbox.choose(lp.plan.sandbox, os.environ, plan_file=str(lp.path))
+    agents = "agent" in kinds
+    # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
+    info = {"sandbox": sandbox.state()} if agents else {}
+    with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
+        if agents and (said := sandbox.note()) is not None:
+            note(said)
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
         ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model,
                               workspace=(lp.base / cwd).resolve() if cwd else lp.base,
                               team=[(m.name, m.role) for m in lp.plan.team],
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
-                              store=store)  # one store object: the scheduler's pipeline serves the teammates too
+                              store=store,  # one store object: the scheduler's pipeline serves the teammates too
+                              sandbox=sandbox)
         iso = _isolation(lp, root, fresh)
         execs = build_executors(set(kinds), ctx)
         if iso is not None:
