@@ -40,19 +40,26 @@ Order of a run (``run_plan``):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import difflib
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import PlanError
+from ..core.errors import PlanError, UserError
+from ..core.fsutil import atomic_write
 from ..core.models import Status, Task
+from ..core.paths import team_dir
+from ..git.land import Land
+from ..git.worktrees import Start, Worktrees
 from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
 from .isolation import Isolation
+from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 
@@ -83,14 +90,15 @@ _MUTABLE = ("subject", "description", "command", "prompt", "role", "assignee", "
             "retries", "env", "cwd", "isolation")
 
 
-def materialise(store: TaskStore, lp: LoadedPlan, *, fresh: bool = False, owner: str = "lead",
+def tasks_of(store: TaskStore, plan: str) -> list[Task]:
+    """The store's tasks of ``plan``."""
+    return [t for t in store.all() if t.plan == plan] if store.exists() else []
+
+
+def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                 note: Callable[[str], None] = lambda s: None) -> Materialised:
     plan = lp.plan
-    existing = [t for t in store.all() if t.plan == plan.name] if store.exists() else []
-    if fresh and existing:
-        store.delete_many([t.id for t in existing], actor=owner, reason=f"team run --fresh {plan.name}")
-        note(f"--fresh: removed {len(existing)} task(s) of plan {plan.name}")
-        existing = []
+    existing = tasks_of(store, plan.name)
     if existing and len(existing) < len(plan.tasks) and all(t.attempts == 0 for t in existing):
         # A lead died while creating the tasks (create_many is not one atomic write): nothing ran yet.
         store.delete_many([t.id for t in existing], actor=owner, reason="incomplete materialisation")
@@ -167,31 +175,58 @@ def kinds_of(lp: LoadedPlan) -> dict[str, list[str]]:
 
 
 def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_going: bool = False,
-             fresh: bool = False, emit: Emit, note: Callable[[str], None]) -> RunResult:
+             fresh: bool = False, redo: Iterable[str] = (), include_uncommitted: bool = False,
+             emit: Emit, note: Callable[[str], None]) -> RunResult:
     """Everything ``team run`` does after parsing its options (see the module docstring)."""
     kinds = kinds_of(lp)
+    redo = check_redo(lp, redo)
+    rerun = f"team run {lp.path}"
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
         store = TaskStore(root)
+        wt = worktrees_for(lp, root)
+        if wt is not None and Land(wt).pending() is not None:
+            raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
+                            f"{lp.plan.name}` to finish it before running the plan again")
         cwd = lp.plan.defaults.cwd
         ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model,
                               workspace=(lp.base / cwd).resolve() if cwd else lp.base,
                               team=[(m.name, m.role) for m in lp.plan.team],
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
                               store=store)  # one store object: the scheduler's pipeline serves the teammates too
-        iso = _isolation(lp, root, fresh)
         execs = build_executors(set(kinds), ctx)
-        if iso is not None:
-            execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
+        iso: Isolation | None = None
         try:
             for ex in execs.values():
                 for job in ex.reap_orphans():
                     note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
-            prep = materialise(store, lp, fresh=fresh, note=note)
+            start_fresh(store, lp, wt, fresh=fresh, note=note)
+            if wt is not None and _landed(store, lp):
+                note(f"plan {lp.plan.name} was landed into your branch by `team land` "
+                     f"(commit {_landed(store, lp)[:10]}): nothing to run (--fresh starts over)")
+                wt = None
+            if wt is not None:
+                _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
+            asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
+            for text in asked.notes:
+                note(text)
+            prep = materialise(store, lp, note=note)
+            for text in reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun).notes:
+                note(text)
+            tasks = [store.read(t.id) for t in prep.tasks]
+            if wt is not None:
+                for text in kept_work_notes(tasks, wt, rerun):
+                    note(text)
+                iso = Isolation(wt, rerun=rerun, emit=emit)
+                execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
             opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                               retry_delay=prep.retry_delay)
-            result = Scheduler(store, prep.tasks, prep.priority, execs, opts, emit).run()
-            if iso is not None:
+            result = Scheduler(store, tasks, prep.priority, execs, opts, emit).run()
+            if iso is not None and wt is not None:
                 iso.close()
+                missing = missing_merges(store, tasks, wt)
+                if missing:
+                    result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
+                                         f"task store records: run the plan again to redo them")
                 summary = iso.finish()
                 result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
             return result
@@ -200,6 +235,85 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
                 ex.close()
             if iso is not None:
                 iso.close()
+
+
+def check_redo(lp: LoadedPlan, redo: Iterable[str]) -> list[str]:
+    """``--redo`` names: task ids of the plan (a store name ``plan.id`` is accepted too)."""
+    ids = [t.id for t in lp.plan.tasks]
+    out = []
+    for name in redo:
+        slug = name.removeprefix(f"{lp.plan.name}.")
+        if slug not in ids:
+            near = difflib.get_close_matches(slug, ids, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise UserError(f"--redo {name}: plan {lp.plan.name} has no task {slug!r}; {hint}its tasks: "
+                            f"{', '.join(ids)}")
+        out.append(slug)
+    return out
+
+
+def fresh_marker(root: Path, plan: str) -> Path:
+    """Exists while a ``--fresh`` start of ``plan`` is under way (it survives a kill)."""
+    return team_dir(root) / "fresh" / plan
+
+
+def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh: bool,
+                note: Callable[[str], None], owner: str = "lead") -> None:
+    """``--fresh``: the plan's branches, worktrees and tasks go, as one step for the user.
+
+    A marker is written first and removed last: a run killed in between leaves it,
+    and the next run (with or without ``--fresh``) finishes the fresh start instead
+    of finding old tasks marked completed over an emptied integration branch.
+    """
+    marker = fresh_marker(store.root, lp.plan.name)
+    if not fresh and not marker.exists():
+        return
+    if not fresh:
+        note(f"the last `team run --fresh` of plan {lp.plan.name} was interrupted: finishing the fresh start "
+             f"(every task runs again)")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(marker, f"{time.time()}\n")
+    if wt is not None:
+        for task in wt.task_branches():
+            kept = wt.kept(task)
+            if kept is not None and kept.commits:
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({kept.commits} commit(s) not merged; "
+                     f"`git branch {kept.branch} {kept.tip}` brings it back)")
+        wt.reset()
+    existing = tasks_of(store, lp.plan.name)
+    if existing:
+        store.delete_many([t.id for t in existing], actor=owner, reason=f"team run --fresh {lp.plan.name}")
+        note(f"--fresh: removed {len(existing)} task(s) of plan {lp.plan.name}")
+    marker.unlink()
+
+
+def _landed(store: TaskStore, lp: LoadedPlan) -> str:
+    """The commit ``team land`` took the plan in with, when every task of it was landed; else ""."""
+    tasks = tasks_of(store, lp.plan.name)
+    ids = {t.plan_task for t in tasks if t.status == Status.completed and t.landed}
+    if tasks and ids >= {t.id for t in lp.plan.tasks}:
+        return next(t.landed for t in tasks if t.landed) or ""
+    return ""
+
+
+def _started(start: Start, wt: Worktrees, include: bool, rerun: str, note: Callable[[str], None]) -> None:
+    """Say what the plan's base leaves out (or took in) when the integration branch was made now."""
+    if include and not start.created:
+        note(f"--include-uncommitted: ignored, plan {wt.plan} started earlier from "
+             f"{start.base.fork[:10] if start.base else 'its base'}; `{rerun} --fresh --include-uncommitted` "
+             f"starts over from your checkout as it is")
+    if not start.created or not start.uncommitted:
+        return
+    shown = ", ".join(start.uncommitted[:5]) + (f" and {len(start.uncommitted) - 5} more"
+                                                 if len(start.uncommitted) > 5 else "")
+    if start.base is not None and start.base.snapshot:
+        note(f"--include-uncommitted: your uncommitted changes ({shown}) are in the plan's base, commit "
+             f"{start.base.snapshot[:10]} on {start.base.commit[:10]}; your checkout keeps them uncommitted")
+    else:
+        base = start.base.commit[:10] if start.base else "HEAD"
+        note(f"warning: your checkout has uncommitted changes the tasks will not see ({shown}): they start "
+             f"from your last commit {base}. Commit them first, or start over with "
+             f"`{rerun} --fresh --include-uncommitted` to put them in the plan's base")
 
 
 def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor]:
@@ -225,10 +339,40 @@ def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor
     return built
 
 
-def _isolation(lp: LoadedPlan, root: Path, fresh: bool) -> Isolation | None:
-    """The plan's ``Isolation`` when any task wants a worktree; None (and no git call) otherwise."""
-    if lp.plan.isolation != "worktree" and not any(t.isolation == "worktree" for t in lp.plan.tasks):
+def worktrees_for(lp: LoadedPlan, root: Path) -> Worktrees | None:
+    """The plan's ``Worktrees`` when any task wants one (None, and no git call, otherwise);
+    a plan whose tasks would run outside the repository is refused here (``isolation_problems``)."""
+    if not isolated(lp):
         return None
-    from ..git.worktrees import Worktrees
+    wt = Worktrees(root, lp.plan.name)
+    problems = isolation_problems(lp, wt)
+    if problems:
+        raise PlanError("\n".join(problems))
+    return wt
 
-    return Isolation(Worktrees(root, lp.plan.name), fresh=fresh)
+
+def isolated(lp: LoadedPlan) -> bool:
+    return lp.plan.isolation == "worktree" or any(t.isolation == "worktree" for t in lp.plan.tasks)
+
+
+def isolation_problems(lp: LoadedPlan, wt: Worktrees) -> list[str]:
+    """Tasks with ``isolation: worktree`` whose folder is outside the repository holding the state root."""
+    top = wt.toplevel
+    out = []
+    for i, t in enumerate(lp.plan.tasks):
+        if (t.isolation or lp.plan.isolation) != "worktree":
+            continue
+        cwd = lp.task_cwd(t)
+        try:
+            cwd.resolve().relative_to(top)
+        except ValueError:
+            where = "cwd" if t.cwd else ("defaults.cwd" if lp.plan.defaults.cwd else None)
+            loc = ("tasks", i, "cwd") if t.cwd else (("defaults", "cwd") if where else ("tasks", i, "id"))
+            line = lp.lines.get(loc, lp.lines.get(("tasks", i), 1))
+            field = f"tasks[{i}].cwd" if t.cwd else ("defaults.cwd" if where else f"tasks[{i}]")
+            fix = (f"set `cwd:` to a folder inside {top}" if where else
+                   f"move {lp.path.name} into {top} (tasks run in the plan file's folder), or set `cwd:` "
+                   f"in the plan to a folder inside it")
+            out.append(f"{lp.path}:{line}: {field}: task {t.id!r} would run in {cwd}, outside the git repository "
+                       f"{top} that holds the state root; isolation: worktree runs tasks only inside it: {fix}")
+    return out

@@ -1,0 +1,117 @@
+"""Refactors a user can trust: no run exits 0 with less than the user asked for.
+
+Real git repositories, real codemods (``ruff``), the real ``team`` entry
+point; every result is compared with a serial run of the same tasks.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_team, team_env
+from gitutil import no_git_identity  # noqa: F401  (autouse fixture)
+from refactor_project import branches, codemod_tasks, git, make_project, plan_yaml, serial_tree, tree
+from util import wait_until
+
+
+def integration(plan: str) -> str:
+    return f"team/{plan}/integration"
+
+
+# ---------------------------------------------------------------- item 1: a killed --fresh
+def test_a_fresh_start_killed_after_the_branch_reset_is_finished_by_the_next_run(tmp_path):
+    """Killed after --fresh reset the integration branch but before the old tasks were
+    removed, the old code's next run said "nothing to run, all 5 tasks already
+    completed ... 0 commits ahead" and exited 0 with an empty result."""
+    tasks = codemod_tasks(4)
+    repo = make_project(tmp_path / "repo", plan_yaml("fr", tasks))
+    serial = serial_tree(repo, tasks, tmp_path / "serial")
+    first = run_team(repo, "run", "plan.yaml")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert tree(repo, integration("fr")) == serial
+
+    ref = repo / ".git/refs/heads/team/fr/integration"
+    old = ref.read_text()
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--fresh"], cwd=repo,
+                            env=team_env(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: not ref.exists() or ref.read_text() != old or lead.poll() is not None,
+               interval=0.0005, what="the integration branch to be reset")
+    lead.kill()
+    lead.wait()
+    assert not ref.exists() or ref.read_text() != old, "the kill came too late to test anything"
+
+    again = run_team(repo, "run", "plan.yaml")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert tree(repo, integration("fr")) == serial
+    assert "5 completed (of 5)" in again.stdout
+    assert "the last `team run --fresh` of plan fr was interrupted: finishing the fresh start" in again.stderr
+
+
+# ---------------------------------------------------------------- item 2: a re-run after a conflict
+WAIT_FOR_FMT = ("i=0; until git rev-parse -q --verify 'team/clash/integration^2' >/dev/null; "
+                "do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.05; done; ")
+CLASH_TASKS = [
+    {"id": "fmt", "run": f"{sys.executable} -m ruff format --no-cache -q settings.py"},
+    {"id": "bump", "run": WAIT_FOR_FMT + "sed -i 's/TIMEOUT=10/TIMEOUT=30/' settings.py"},
+    {"id": "other", "run": "echo ok > other.txt"},
+    {"id": "after-fmt", "needs": ["fmt"], "run": "echo after > after-fmt.txt"},
+    {"id": "after-bump", "needs": ["bump"], "run": "echo after > after-bump.txt"},
+]
+
+
+def clash_repo(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "repo", plan_yaml("clash", CLASH_TASKS, workers=3),
+                        {"settings.py": "TIMEOUT=10\nRETRIES=3\n"}, modules=0)
+
+
+def test_a_rerun_after_a_conflict_never_deletes_the_kept_branch(tmp_path):
+    """The old code's second run re-forked `bump` from the new tip, where its sed
+    matched nothing, deleted the kept branch and exited 0 with "5 completed":
+    TIMEOUT=30 was gone from everywhere."""
+    repo = clash_repo(tmp_path)
+    first = run_team(repo, "run", "plan.yaml", "--keep-going")
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert git(repo, "show", "team/clash/bump:settings.py") == "TIMEOUT=30\nRETRIES=3\n"
+    kept = git(repo, "rev-parse", "team/clash/bump").strip()
+
+    second = run_team(repo, "run", "plan.yaml")
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "5 completed" not in second.stdout
+    assert git(repo, "rev-parse", "team/clash/bump").strip() == kept  # the edit is still there
+    assert git(repo, "show", "team/clash/bump:settings.py") == "TIMEOUT=30\nRETRIES=3\n"
+    assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 10\nRETRIES = 3\n"
+    assert "#2 bump: merging the 1 commit(s) kept on team/clash/bump without running the task again; if they " \
+           "still conflict the task fails again" in second.stderr
+    wt = repo / ".team/worktrees/clash/bump"
+    assert (f"FAILED #2 bump: merge conflict: task 'bump' (team/clash/bump) conflicts with "
+            f"team/clash/integration in settings.py") in second.stdout
+    assert f"  to resolve it: cd {wt} && git merge team/clash/integration; fix settings.py; " in second.stdout
+    assert "  or drop the branch and run the task again on the current result: team run plan.yaml --redo bump" \
+        in second.stdout
+
+    # The printed commands resolve it; the next run merges the resolution without running `bump` again.
+    git(wt, "merge", "team/clash/integration", check=False)
+    (wt / "settings.py").write_text("TIMEOUT = 30\nRETRIES = 3\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "--no-edit", "-q")
+    third = run_team(repo, "run", "plan.yaml")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 30\nRETRIES = 3\n"
+    assert git(repo, "show", f"{integration('clash')}:after-bump.txt") == "after\n"
+    assert branches(repo) == ["main", integration("clash")]
+
+
+def test_redo_after_a_conflict_drops_the_kept_branch_only_because_the_user_said_so(tmp_path):
+    repo = clash_repo(tmp_path)
+    assert run_team(repo, "run", "plan.yaml", "--keep-going").returncode == 1
+    kept = git(repo, "rev-parse", "team/clash/bump").strip()
+    redo = run_team(repo, "run", "plan.yaml", "--redo", "bump")
+    assert redo.returncode == 0, redo.stdout + redo.stderr
+    assert (f"dropped the kept branch team/clash/bump of #2 bump at {kept[:10]} (1 commit(s) not merged; "
+            f"`git branch team/clash/bump {kept}` brings it back)") in redo.stderr
+    assert "5 completed (of 5)" in redo.stdout
+    # bump ran again on the formatted file, where its sed matches nothing: that is what the user asked for
+    assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 10\nRETRIES = 3\n"
+    assert git(repo, "cat-file", "-t", kept).strip() == "commit"  # still there to bring back
