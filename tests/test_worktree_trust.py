@@ -6,10 +6,16 @@ point; every result is compared with a serial run of the same tasks.
 
 from __future__ import annotations
 
+import json
+import random
+import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import run_team, team_env
 from gitutil import no_git_identity  # noqa: F401  (autouse fixture)
 from refactor_project import (
@@ -22,6 +28,8 @@ from refactor_project import (
     tree,
 )
 from util import wait_until
+
+from orchestrator.git.worktrees import Worktrees
 
 
 def integration(plan: str) -> str:
@@ -130,3 +138,64 @@ def test_redo_after_a_conflict_drops_the_kept_branch_only_because_the_user_said_
     # bump ran again on the formatted file, where its sed matches nothing: that is what the user asked for
     assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 10\nRETRIES = 3\n"
     assert git(repo, "cat-file", "-t", kept).strip() == "commit"  # still there to bring back
+
+
+# ---------------------------------------------------------------- SIGKILL during --fresh, --redo and merges
+def kill_rerun_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
+    """Each round starts `team run --fresh` or `team run --redo TASK` and SIGKILLs it: at a
+    random instant, or just after it reported a merge starting (`merging` in --json). Then
+    `team run` must exit 0 with the integration branch equal to a serial run's tree, each
+    task merged exactly once, nothing left behind; or exit non-zero naming what is missing
+    (it never did here)."""
+    rng = random.Random(seed)
+    tasks = codemod_tasks(6)
+    repo = make_project(tmp_path / "repo", plan_yaml("ch", tasks, workers=3), modules=6)
+    serial = serial_tree(repo, tasks, tmp_path / "serial")
+    t0 = time.monotonic()
+    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    took = time.monotonic() - t0
+    seen = {"fresh": 0, "redo": 0, "merging": 0}
+    for r in range(rounds):
+        how = rng.choice(["fresh", "redo"])
+        args = ["--fresh"] if how == "fresh" else ["--redo", rng.choice([t["id"] for t in tasks])]
+        lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--json", *args],
+                                cwd=repo, env=team_env(repo), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
+        at_merge = rng.random() < 0.5
+        if at_merge:
+            assert lead.stdout is not None
+            for line in lead.stdout:
+                if json.loads(line).get("event") == "merging":
+                    time.sleep(rng.uniform(0, 0.05))
+                    break
+        else:
+            time.sleep(rng.uniform(0, took))
+        lead.kill()
+        lead.wait()
+        if lead.stdout is not None:
+            lead.stdout.close()
+        killed = lead.returncode == -signal.SIGKILL
+        seen[how] += killed
+        seen["merging"] += killed and at_merge
+        after = run_team(repo, "run", "plan.yaml", timeout=120)
+        where = f"seed {seed} round {r}: killed {' '.join(args)} {'at a merge' if at_merge else 'at random'}"
+        assert after.returncode == 0, f"{where}\n{after.stdout}\n{after.stderr}"
+        assert tree(repo, integration("ch")) == serial, where
+        merged = Counter(Worktrees(repo, "ch").merged_tasks())
+        assert merged == Counter(t["id"] for t in tasks if t["id"] != "check"), f"{where}: {merged}"
+        assert branches(repo) == ["main", integration("ch")], where
+        assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1, where
+        assert git(repo, "status", "--porcelain") == "", where
+    return seen
+
+
+def test_kill_during_fresh_redo_and_merges_then_run_again_sampled(tmp_path):
+    seen = kill_rerun_rounds(tmp_path, rounds=4, seed=5)
+    assert sum(seen[k] for k in ("fresh", "redo")) >= 3
+
+
+@pytest.mark.chaos
+def test_kill_during_fresh_redo_and_merges_then_run_again_soak(tmp_path):
+    seen = kill_rerun_rounds(tmp_path, rounds=24, seed=int(time.time()))
+    print(seen)
+    assert seen["fresh"] + seen["redo"] >= 20 and seen["merging"] >= 5, seen

@@ -214,6 +214,7 @@ class Worktrees:
         out (or snapshotted) when the branch was made now.
         """
         with self.locked() as fd:
+            self._exclude()
             created = self.git.rev(self.integration) is None
             uncommitted = self.uncommitted() if created else []
             if created:
@@ -263,7 +264,8 @@ class Worktrees:
         env = {"GIT_INDEX_FILE": str(index)}
         try:
             self.git("read-tree", head, cwd=self.toplevel, env=env)
-            self.git("add", "-A", cwd=self.toplevel, env=env)
+            self.git("add", "-A", "--", ".", ":(exclude,glob)**/.team/**", ":(exclude,glob)**/.tasks/**",
+                     cwd=self.toplevel, env=env)
             tree = self.git("write-tree", cwd=self.toplevel, env=env).stdout.strip()
         finally:
             index.unlink(missing_ok=True)
@@ -376,6 +378,17 @@ class Worktrees:
             if kept is not None or self.path(task).exists() or self._removing(task).exists():
                 self.remove_task(task, fd)
             return kept
+
+    def drop_merged(self, task: str) -> bool:
+        """Delete the task's branch and worktree when everything on the branch is on integration
+        (a lead killed between a merge and the removal that follows it); whether it did."""
+        with self.locked() as fd:
+            self._finish_removal(task, fd)
+            tip = self.git.rev(self.branch(task))
+            if tip is None or not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
+                return False
+            self.remove_task(task, fd)
+            return True
 
     def merges(self) -> dict[str, str]:
         """Task slug -> its merge commit on integration (first parents, by trailer; the last one wins)."""

@@ -125,6 +125,7 @@ class Isolation:
                 return
         merged = self.merged_before.get(slug)
         if merged is not None:
+            self.wt.drop_merged(slug)  # the lead that merged it died before deleting the branch
             a.done(Outcome(task.id, a.epoch, "completed",
                            fields={"branch": self.wt.integration, "worktree": None, "merge_commit": merged},
                            result=f"already merged into {self.wt.integration} by an earlier attempt"))

@@ -181,9 +181,9 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
     kinds = kinds_of(lp)
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
+    wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
         store = TaskStore(root)
-        wt = worktrees_for(lp, root)
         if wt is not None and Land(wt).pending() is not None:
             raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
                             f"{lp.plan.name}` to finish it before running the plan again")
@@ -356,9 +356,10 @@ def isolated(lp: LoadedPlan) -> bool:
 
 
 def isolation_problems(lp: LoadedPlan, wt: Worktrees) -> list[str]:
-    """Tasks with ``isolation: worktree`` whose folder is outside the repository holding the state root."""
+    """``file:line: field: problem`` for tasks with ``isolation: worktree`` whose folder lies outside
+    the repository holding the state root (each would fail with "cwd ... outside the git repository")."""
     top = wt.toplevel
-    out = []
+    outside: dict[Path, list[tuple[int, PlanTask]]] = {}
     for i, t in enumerate(lp.plan.tasks):
         if (t.isolation or lp.plan.isolation) != "worktree":
             continue
@@ -366,13 +367,21 @@ def isolation_problems(lp: LoadedPlan, wt: Worktrees) -> list[str]:
         try:
             cwd.resolve().relative_to(top)
         except ValueError:
-            where = "cwd" if t.cwd else ("defaults.cwd" if lp.plan.defaults.cwd else None)
-            loc = ("tasks", i, "cwd") if t.cwd else (("defaults", "cwd") if where else ("tasks", i, "id"))
-            line = lp.lines.get(loc, lp.lines.get(("tasks", i), 1))
-            field = f"tasks[{i}].cwd" if t.cwd else ("defaults.cwd" if where else f"tasks[{i}]")
-            fix = (f"set `cwd:` to a folder inside {top}" if where else
-                   f"move {lp.path.name} into {top} (tasks run in the plan file's folder), or set `cwd:` "
-                   f"in the plan to a folder inside it")
-            out.append(f"{lp.path}:{line}: {field}: task {t.id!r} would run in {cwd}, outside the git repository "
-                       f"{top} that holds the state root; isolation: worktree runs tasks only inside it: {fix}")
+            outside.setdefault(cwd, []).append((i, t))
+    out = []
+    for cwd, tasks in outside.items():
+        ids = ", ".join(t.id for _, t in tasks)
+        i, first = tasks[0]
+        loc: tuple[str | int, ...]
+        if first.cwd:
+            loc, field, fix = ("tasks", i, "cwd"), f"tasks[{i}].cwd", f"set `cwd:` to a folder inside {top}"
+        elif lp.plan.defaults.cwd:
+            loc, field, fix = ("defaults", "cwd"), "defaults.cwd", f"set it to a folder inside {top}"
+        else:
+            loc, field = ("tasks",), "tasks"
+            fix = (f"move {lp.path.name} into {top} (tasks run in the plan file's folder), or set "
+                   f"`defaults.cwd` to a folder inside it")
+        line = lp.lines.get(loc, 1)
+        out.append(f"{lp.path}:{line}: {field}: {ids} would run in {cwd}, outside the git repository {top} "
+                   f"holding the state root, and isolation: worktree runs tasks only inside it: {fix}")
     return out
