@@ -242,6 +242,7 @@ def kill_land_rounds(tmp_path: Path, rounds: int, kills: int, seed: int) -> tupl
     serial = serial_tree(repo, tasks, tmp_path / "serial")
     (repo / "mine.txt").write_text("untracked, mine\n")
     done = critical = 0
+    doctored = False
     took = None
     intent = repo / ".team/worktrees" / PLAN / "land.json"
     for r in range(rounds):
@@ -270,6 +271,13 @@ def kill_land_rounds(tmp_path: Path, rounds: int, kills: int, seed: int) -> tupl
             done += land.returncode == -signal.SIGKILL
             moved = git(repo, "rev-parse", "HEAD").strip() != base
             critical += land.returncode == -signal.SIGKILL and intent.exists() and not had
+            if intent.exists() and not doctored:
+                doctored = True
+                doctor = run_team(repo, "doctor")
+                assert f"  problem [land-interrupted] a `team land` of plan {PLAN} was interrupted" in doctor.stdout
+                assert run_team(repo, "run", "plan.yaml").stderr == (
+                    f"UserError: a `team land` of plan {PLAN} was interrupted: run `team land {PLAN}` to finish it "
+                    f"before running the plan again\n")
             print(f"round {r} kill {k}: {'group' if whole else 'lead'} rc={land.returncode} "
                   f"intent={intent.exists()} moved={moved}")
         t0 = time.monotonic()

@@ -64,6 +64,11 @@ def test_a_fresh_start_killed_after_the_branch_reset_is_finished_by_the_next_run
     lead.kill()
     lead.wait()
     assert tip() != old, "the kill came too late to test anything"
+    doctor = run_team(repo, "doctor")  # the old code's doctor said OK here
+    assert doctor.returncode == 1
+    assert ("  problem [fresh-interrupted] a `team run --fresh` of plan fr was interrupted: its tasks and branches "
+            "may be half deleted\n          → run the plan again (`team run PLAN.yaml`): it finishes the fresh "
+            "start first\n") in doctor.stdout
 
     again = run_team(repo, "run", "plan.yaml")
     assert again.returncode == 0, again.stdout + again.stderr

@@ -100,9 +100,10 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     if kind == "completed":
         return f"{stamp} done  {who} in {ev['duration']:.2f}s [{t.done}/{t.total}]"
     if kind == "failed":
-        return f"{stamp} FAIL  {who}: {ev['error']} (log: {ev.get('log')})"
+        return f"{stamp} FAIL  {who}: {ev['error']}" + (f" (log: {ev['log']})" if ev.get("log") else "")
     if kind == "retry":
-        return f"{stamp} retry {who}: {ev['error']}; again in {ev['delay']:.2f}s (log: {ev.get('log')})"
+        return (f"{stamp} retry {who}: {ev['error']}; again in {ev['delay']:.2f}s"
+                + (f" (log: {ev['log']})" if ev.get("log") else ""))
     if kind == "cancelled":
         return f"{stamp} skip  {who}: {ev['reason']}"
     if kind == "stopping":
@@ -274,7 +275,7 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}"
                   + (f" ({d['attempts']} attempts)" if d["attempts"] > 1 else "") for d in shown]
     for f in s["failed"]:
-        lines.append(f"FAILED #{f['task']} {f['name']}: {f['error']}\n  log: {f['log']}")
+        lines.append(f"FAILED #{f['task']} {f['name']}: {f['error']}" + (f"\n  log: {f['log']}" if f["log"] else ""))
     for c in s["cancelled"][:limit]:
         lines.append(f"cancelled #{c['task']} {c['name']}: {c['reason']}")
     if len(s["cancelled"]) > limit:

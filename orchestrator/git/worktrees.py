@@ -42,6 +42,20 @@ add`` killed mid-checkout leaves it ``locked initializing``) or a stray dir;
 a ``.removing-<task>`` marker makes an interrupted removal finish next time.
 Leftovers nobody will come back for (``team doctor``) are found and removed by orphans.py,
 through this class's public methods.
+
+Kept work. When a task branch is made, its fork point is recorded
+(``.fork-<task>``); the commits after it are the task's own (``kept``). Such
+commits are never deleted unless the caller says so: ``prepare(fresh=True)``
+refuses without ``discard=True``; ``discard`` is the explicit way
+(``--redo``). Counting from the fork point, not from what integration lacks,
+matters after a rebuild (history.py): history taken out of integration is
+not the task's work.
+
+The plan's base. ``ensure_integration`` records where the integration branch
+started (``base.json``: the user's commit and branch) and, asked to
+(``--include-uncommitted``), forks it from a snapshot commit of the user's
+working tree made through a scratch index; ``uncommitted`` lists what a
+plain start leaves out. history.py and land.py read the base.
 """
 
 from __future__ import annotations

@@ -16,20 +16,27 @@ its ``needs``. Merges run on one thread in completion order (and under the
 worktree lock), off the scheduler's thread; prepares run on another.
 
 * The task's ``cwd`` (absolute, inside the repository) maps to the same
-  relative folder of its worktree; a ``cwd`` outside the repository fails the
-  task. Shell tasks also get ``TEAM_WORKTREE`` and ``TEAM_BRANCH``.
+  relative folder of its worktree (the runner refuses a plan whose tasks
+  would run outside the repository before anything runs). Shell tasks also
+  get ``TEAM_WORKTREE`` and ``TEAM_BRANCH``.
+* The merge phase: a finished attempt waits on the merge thread for its
+  turn, then merges; ``emit`` reports ``merge_queued`` (with how many are
+  ``ahead``) and ``merging``. The attempt keeps its worker slot until its
+  merge landed (the scheduler hears of it only then).
 * A failed attempt keeps its worktree and branch (the task records both). A
-  merge conflict fails the task with ``MergeConflict``'s message (the files),
-  branch and worktree kept.
-* Resume (the scheduler re-runs an attempt a dead lead had in flight):
+  merge conflict fails the task with ``MergeConflict``'s message (the files,
+  the commands to resolve it) plus how to drop the work (``--redo``); the
+  branch and worktree are kept.
+* Kept work is never dropped here. Per attempt (resumed or retried):
   a task whose merge commit is already on integration (found by its trailer
-  when the run starts) completes without running again, so nothing is
-  merged twice; a clean branch with commits not on integration is finished
-  work whose merge never happened: it is merged without re-running (if that
-  merge conflicts, the task re-forks from the integration tip and runs
-  again); any other leftover branch (a half-done attempt) is re-forked fresh.
-* ``--fresh`` (``fresh=True``) deletes every branch and worktree of the plan,
-  integration included, before anything runs.
+  when the run starts) completes without running again, and a branch left
+  over from that merge is deleted; a branch with commits of its own (after
+  its fork point: finished work whose merge never happened, a conflict, a
+  resolution by hand) is merged without re-running, and a conflict fails the
+  task again; if its worktree also has uncommitted changes the task fails,
+  saying so; a branch without commits of its own (an attempt cut short) is
+  re-forked fresh. Dropping kept work is ``reconcile``'s, on the user's word
+  (``--redo``, ``team task retry``) or ``--fresh``'s.
 * ``finish()`` drops the integration worktree (the branch stays, so the user
   may check it out) and returns ``Worktrees.summary()``.
 """

@@ -2,23 +2,35 @@
 
 Order of a run (``run_plan``):
 
-1. The plan was validated whole (``plan.load.load_plan``) before anything is written.
+1. The plan was validated whole (``plan.load.load_plan``) before anything is
+   written; with worktree isolation ``worktrees_for`` also refuses a plan
+   whose tasks would run outside the repository (``isolation_problems``),
+   still before anything is written; ``--redo`` names are checked too.
 2. Take the lead lock (``lead.LeadLock``): a second lead exits 2 naming us.
+   A ``team land`` of the plan that was interrupted must be finished first.
 3. Build the executors the plan needs (``build_executors``: shell first, so
    its job server forks while this process has one thread) and reap orphaned
    jobs of a dead lead (they are killed and marked ``lost``) so nothing from
    the old run keeps going.
-4. ``materialise``: the plan's tasks become store tasks. A store task
+4. ``start_fresh``: ``--fresh`` (or the marker of an interrupted one) deletes
+   the plan's branches, worktrees and tasks between writing a marker and
+   removing it, so a kill in between is finished by the next run.
+5. With worktree isolation: a plan whose every task was landed runs nothing;
+   otherwise the integration branch is made or repaired
+   (``Worktrees.ensure_integration``), warning about uncommitted changes it
+   leaves out, or snapshotting them with ``--include-uncommitted``.
+6. ``request_redo`` flags the ``--redo`` tasks and their dependents in the
+   store before anything else changes (reconcile.py).
+7. ``materialise``: the plan's tasks become store tasks. A store task
    belongs to the plan through its ``plan`` and ``plan_task`` fields and is
    named ``<plan>.<id>`` (so ``team task show demo.build`` works). The match
    is made once per run from one directory scan.
 
-   * ``--fresh`` deletes the plan's tasks first (other plans are untouched).
    * Some but not all tasks exist and none was ever claimed: the last lead
      died while creating them; they are deleted and created again.
    * Missing tasks are created in one ``create_many`` batch.
    * ``completed`` tasks stay done (even if their command changed: use
-     ``--fresh`` to redo them).
+     ``--redo`` or ``--fresh`` to redo them).
    * ``failed`` and ``cancelled`` tasks go back to ``pending`` with a fresh
      retry budget: a new run retries them.
    * ``in_progress`` tasks were being run by a lead that is now dead (we hold
@@ -30,11 +42,14 @@ Order of a run (``run_plan``):
      Changed ``needs`` of an existing task are refused: use ``--fresh``.
    * Tasks of this plan no longer in the file are cancelled ("removed from
      the plan").
-5. ``Scheduler.run``; with ``isolation: worktree`` the executors are wrapped
+8. ``reconcile``: the store and the integration branch are made to agree
+   (redo flags, a merge gone missing, a task reopened after its merge).
+9. ``Scheduler.run``; with ``isolation: worktree`` the executors are wrapped
    by ``isolation.Isolation`` (a worktree per task, merged back in completion
-   order) and the result carries ``worktrees``: the integration branch and
-   how to merge it (``Worktrees.summary``). The Worktrees are set up (and
-   ``--fresh`` resets them) before any task is written.
+   order), and after the run every merge the store records is checked to be
+   on the integration branch (``missing_merges``: else the run is
+   ``incomplete``, exit 1); the result carries ``worktrees``: the
+   integration branch and how to review and take it (``Worktrees.summary``).
 """
 
 from __future__ import annotations
