@@ -197,3 +197,19 @@ def test_redo_in_a_plan_without_isolation_reruns_the_task_and_its_dependents(tmp
     assert r.returncode == 0, r.stdout + r.stderr
     assert ran(ledger) == ["a", "b"]
     assert r.stderr == "--redo: running #1 a again, and what needs it: #2 b\n"
+
+
+def test_task_retry_of_plain_tasks_reopens_the_task_and_what_needs_it(tmp_path):
+    for args in (["task", "create", "build", "--name", "build"], ["task", "create", "test", "--blocked-by", "build"],
+                 ["task", "create", "other"]):
+        assert run_team(tmp_path, *args).returncode == 0
+    for ref in ("1", "2", "3"):
+        assert run_team(tmp_path, "task", "update", ref, "--status", "completed").returncode == 0
+    r = run_team(tmp_path, "task", "retry", "build")
+    assert (r.returncode, r.stdout) == (0, "Task #1: build [pending, will run again]; so will what needs it: #2\n")
+    listed = run_team(tmp_path, "task", "list").stdout
+    assert listed == "[ ] #1: build\n[ ] #2: test (blocked by: [1])\n[x] #3: other\n"
+    assert run_team(tmp_path, "task", "update", "1", "--status", "in_progress", "--owner", "ann").returncode == 0
+    busy = run_team(tmp_path, "task", "retry", "1")
+    assert (busy.returncode, busy.stderr) == (
+        2, "ConflictError: #1 (ann) is running: wait for the attempt to end (or stop the run), then retry\n")

@@ -133,3 +133,34 @@ def test_a_plan_file_outside_the_repository_is_refused_before_anything_runs(tmp_
     ok = run_team(repo, "plan", "check", str(plan))
     assert (ok.returncode, ok.stdout) == (0, f"{plan}: ok (3 tasks)\n")
     assert run_team(repo, "run", str(plan)).returncode == 0
+
+
+def test_the_live_view_shows_tasks_waiting_to_merge_and_merging():
+    """The terminal view (a rich Live, rendered here to text): a task whose command ended but
+    whose merge has not landed holds its worker slot and says where it is in the line."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.cli.progress import LiveProgress
+
+    console = Console(file=io.StringIO(), width=100, force_terminal=False)
+    view = LiveProgress(console, PLAN)
+    events = [{"event": "run_started", "total": 4, "workers": 3, "completed": 0},
+              *({"event": "started", "task": i, "name": f"t{i}", "attempt": 1} for i in (1, 2, 3)),
+              {"event": "merge_queued", "task": 1, "name": "t1", "ahead": 0},
+              {"event": "merging", "task": 1, "name": "t1"},
+              {"event": "merge_queued", "task": 2, "name": "t2", "ahead": 1}]
+    try:
+        for ev in events:
+            view(ev)
+        console.begin_capture()
+        console.print(view._render())
+        text = console.end_capture()
+    finally:
+        view.close()
+    lines = [line.rstrip() for line in text.splitlines()]
+    assert lines[1] == "running 1 · merging 2 · pending 1"
+    assert re.fullmatch(r"  ⇄ #1 t1  \d+\.\ds  merging", lines[2])
+    assert re.fullmatch(r"  ⇄ #2 t2  \d+\.\ds  waiting to merge \(1 ahead\)", lines[3])
+    assert re.fullmatch(r"  ▶ #3 t3  \d+\.\ds", lines[4])

@@ -110,7 +110,7 @@ def land_cmd(
         return
     intent = done.landing.intent
     into = intent.branch.removeprefix("refs/heads/")
-    again = " (finishing the land a killed `team land` left)" if done.landing.resumed else ""
+    again = (f" (finishing the --{intent.mode} land a killed `team land` left)" if done.landing.resumed else "")
     if done.landing.empty:
         out(f"plan {name} changed nothing: nothing to land into {into}{again}")
     else:

@@ -409,7 +409,8 @@ class Worktrees:
         if self.git.rev(self.integration) is None:
             return {}
         out = self.git("log", "--first-parent", "--merges", "--reverse",
-                        f"--format=%H%x1f%(trailers:key={TRAILER},valueonly)%x1e", self.integration).stdout
+                        f"--format=%H%x1f%(trailers:key={TRAILER},valueonly)%x1e", self.integration,
+                        *self._since()).stdout
         found: dict[str, str] = {}
         for record in out.split("\x1e"):
             sha, _, task = record.strip().partition("\x1f")
@@ -422,8 +423,14 @@ class Worktrees:
         if self.git.rev(self.integration) is None:
             return []
         out = self.git("log", "--first-parent", "--merges", "--reverse",
-                        f"--format=%(trailers:key={TRAILER},valueonly)%x00", self.integration).stdout
+                        f"--format=%(trailers:key={TRAILER},valueonly)%x00", self.integration,
+                        *self._since()).stdout
         return [t.strip() for t in out.split("\0") if t.strip()]
+
+    def _since(self) -> list[str]:
+        """``^BASE`` to stop a walk of integration's history where the plan started (when recorded)."""
+        base = self.base()
+        return [f"^{base.commit}"] if base is not None and self.git.rev(base.commit) == base.commit else []
 
     def task_branches(self) -> list[str]:
         """Slugs of the task branches that exist (work not merged, or in flight)."""
