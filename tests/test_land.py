@@ -306,3 +306,15 @@ def test_kill_during_land_then_land_again_sampled(tmp_path):
 def test_kill_during_land_then_land_again_soak(tmp_path):
     done, critical = kill_land_rounds(tmp_path, rounds=8, kills=4, seed=int(time.time()))
     assert done >= 20 and critical >= 3
+
+
+def test_land_refuses_merges_of_tasks_the_plan_no_longer_has(tmp_path):
+    repo, tasks, serial = ran_plan(tmp_path, tasks=codemod_tasks(4)[:-1])  # no `check` needing them all
+    (repo / "plan.yaml").write_text(plan_yaml(PLAN, [t for t in tasks if t["id"] != "mod-3"]))
+    assert run_team(repo, "run", "plan.yaml").returncode == 0  # mod-3 is cancelled: removed from the plan
+    before = _snapshot(repo)
+    r = run_team(repo, "land", "plan.yaml")  # the plan file says which tasks the plan has now
+    assert (r.returncode, r.stderr) == (2, (
+        f"UserError: {INTEG} holds the merges of mod-3, which plan {PLAN} no longer has: landing would bring them "
+        f"in. Put them back in the plan, or start over with `team run PLAN.yaml --fresh`\n"))
+    assert _snapshot(repo) == before

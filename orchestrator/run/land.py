@@ -82,6 +82,11 @@ def _refuse_unfinished(tasks: list[Task], wt: Worktrees, store: TaskStore, task_
         found = {t.plan_task for t in tasks}
         raise UserError(f"plan {wt.plan} has tasks that never ran: {', '.join(i for i in task_ids if i not in found)}; "
                         f"run it first (`team run PLAN.yaml`)")
+    extra = sorted(set(wt.merges()) - {slug(t) for t in tasks})
+    if extra:
+        raise UserError(f"{wt.integration} holds the merges of {', '.join(extra)}, which plan {wt.plan} no longer "
+                        f"has: landing would bring them in. Put them back in the plan, or start over with "
+                        f"`team run PLAN.yaml --fresh`")
     missing = missing_merges(store, tasks, wt)
     if missing:
         raise UserError(f"{wt.integration} lacks the merges of {', '.join(missing)}: run the plan again "
