@@ -47,7 +47,7 @@ from ..agent.transcript import Transcript, transcript_path
 from ..core.errors import LeadRunning, UserError
 from ..core.fsutil import atomic_write
 from ..core.jsonutil import dumps
-from ..core.models import Message, Status
+from ..core.models import Message, Status, Task
 from ..core.paths import team_dir
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
@@ -217,14 +217,17 @@ class ChatSession:
             except UserError as e:
                 self.notes.append(f"{name} could not be restarted: {e}")
 
-    def close(self) -> None:
+    def close(self) -> list[Task]:
+        """End the session; the tasks teammates had claimed and not finished, released to pending."""
+        released: list[Task] = []
         if self.rt is not None:
             self._save()
-            self.rt.close()
+            released = self.rt.close()
             self.rt = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+        return released
 
     def __enter__(self) -> ChatSession:
         return self.open()

@@ -24,6 +24,7 @@ from typing import Annotated
 import typer
 
 from ..core.errors import TeamError
+from ..core.text import shown
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         code = e.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except TeamError as e:
-        sys.stderr.write(f"{type(e).__name__}: {e}\n")
+        sys.stderr.write(shown(f"{type(e).__name__}: {e}", lines=True) + "\n")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")

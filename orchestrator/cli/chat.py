@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..llm.client import LLMClient
     from ..roles.roles import Role
 
+from ..core.text import shown
 from .common import RootOpt, root_of
 
 PROMPT = "you> "
@@ -39,6 +40,9 @@ class Console:
         self.stream, self.at_start = stream, True
 
     def text(self, chunk: str) -> None:
+        """Model text and lines of ours; control characters a model (or a teammate's message)
+        sent are shown as escapes, never passed to the terminal (core/text.py)."""
+        chunk = shown(chunk, lines=True)
         if chunk:
             self.stream.write(chunk)
             self.stream.flush()
@@ -94,7 +98,8 @@ def chat_cmd(
         session.open()
         _loop(session, console, config.model)
     finally:
-        session.close()
+        for task in session.close():
+            console.line(f"(#{task.id} {task.subject}: claimed by a teammate and not finished; released to pending)")
         for client in clients.values():
             client.close()
 

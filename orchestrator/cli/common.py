@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from ..core.paths import resolve_root
+from ..core.text import shown
 
 RootOpt = Annotated[
     Path | None,
@@ -33,12 +34,14 @@ def root_of(root: Path | None, ctx: typer.Context) -> Path:
 
 
 def out(text: str = "") -> None:
-    """Plain output line on stdout."""
-    sys.stdout.write(text + "\n")
+    """Plain output on stdout. Fields from users, plans and models are escaped where they are
+    formatted (core.text.shown); as a last guard no control character but newline and tab
+    reaches the terminal from here."""
+    sys.stdout.write(shown(text, lines=True) + "\n")
 
 
 def err(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    sys.stderr.write(shown(text, lines=True) + "\n")
 
 
 def print_json(obj: Any) -> None:

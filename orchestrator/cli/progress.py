@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ..core.text import shown
 from ..run.scheduler import RunResult
 
 STATES = ("completed", "running", "merging", "retrying", "pending", "failed", "cancelled")
@@ -88,11 +89,17 @@ class _Tracker:
         return mean * -(-left // max(1, self.workers))
 
 
+def _first_line(text: str | None) -> str:
+    """A (multi-line) error on one progress line: its first line; the summary shows it all."""
+    lines = (text or "").splitlines() or [""]
+    return shown(lines[0]) + (" …" if len(lines) > 1 else "")
+
+
 def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     """One plain line for an event (None for events not worth a line)."""
     kind = ev["event"]
     stamp = f"[{time.monotonic() - t.t0:7.2f}s]"
-    who = f"#{ev.get('task')} {ev.get('name', '')}".rstrip()
+    who = f"#{ev.get('task')} {shown(str(ev.get('name', '')))}".rstrip()
     if kind == "run_started":
         return f"{stamp} run: {t.total} tasks, {t.before} already completed, {t.workers} workers"
     if kind == "started":
@@ -100,14 +107,14 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     if kind == "completed":
         return f"{stamp} done  {who} in {ev['duration']:.2f}s [{t.done}/{t.total}]"
     if kind == "failed":
-        return f"{stamp} FAIL  {who}: {ev['error']}" + (f" (log: {ev['log']})" if ev.get("log") else "")
+        return f"{stamp} FAIL  {who}: {_first_line(ev['error'])}" + (f" (log: {ev['log']})" if ev.get("log") else "")
     if kind == "retry":
-        return (f"{stamp} retry {who}: {ev['error']}; again in {ev['delay']:.2f}s"
+        return (f"{stamp} retry {who}: {_first_line(ev['error'])}; again in {ev['delay']:.2f}s"
                 + (f" (log: {ev['log']})" if ev.get("log") else ""))
     if kind == "cancelled":
-        return f"{stamp} skip  {who}: {ev['reason']}"
+        return f"{stamp} skip  {who}: {shown(ev['reason'])}"
     if kind == "stopping":
-        return f"{stamp} stopping: {ev['reason']}; waiting for {ev['running']} running task(s)"
+        return f"{stamp} stopping: {shown(ev['reason'])}; waiting for {ev['running']} running task(s)"
     if kind == "stale":
         return f"{stamp} stale completion of #{ev['task']} (epoch {ev['epoch']}) ignored"
     if kind == "merge_queued":
@@ -201,7 +208,7 @@ class LiveProgress:
                 row = Text("  ")
                 merge = t.merge.get(tid)
                 row.append("⇄" if merge else "▶", style="magenta" if merge else "cyan")
-                row.append(f" #{tid} {name}{extra}  {now - since:.1f}s" + (f"  {merge}" if merge else ""))
+                row.append(f" #{tid} {shown(name)}{extra}  {now - since:.1f}s" + (f"  {merge}" if merge else ""))
                 grid.add_row(row)
             if len(running) > 12:
                 grid.add_row(Text(f"  … and {len(running) - 12} more running"))
@@ -269,15 +276,16 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         chain = " → ".join(f"{c['name']} ({c['seconds']:.2f}s)" for c in s["critical_path"])
         lines.append(f"critical path as run: {chain}")
     if s["durations"]:
-        shown = s["durations"][:limit]
+        listed = s["durations"][:limit]
         more = f" (slowest {limit} of {len(s['durations'])})" if len(s["durations"]) > limit else ""
         lines.append(f"durations{more}:")
         lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}"
-                  + (f" ({d['attempts']} attempts)" if d["attempts"] > 1 else "") for d in shown]
+                  + (f" ({d['attempts']} attempts)" if d["attempts"] > 1 else "") for d in listed]
     for f in s["failed"]:
-        lines.append(f"FAILED #{f['task']} {f['name']}: {f['error']}" + (f"\n  log: {f['log']}" if f["log"] else ""))
+        error = shown(f["error"], lines=True).replace("\n", "\n    ")  # continuation lines stay indented
+        lines.append(f"FAILED #{f['task']} {f['name']}: {error}" + (f"\n  log: {f['log']}" if f["log"] else ""))
     for c in s["cancelled"][:limit]:
-        lines.append(f"cancelled #{c['task']} {c['name']}: {c['reason']}")
+        lines.append(f"cancelled #{c['task']} {c['name']}: {shown(c['reason'])}")
     if len(s["cancelled"]) > limit:
         lines.append(f"... and {len(s['cancelled']) - limit} more cancelled")
     pending = s["counts"].get("pending", 0) + s["counts"].get("retrying", 0)

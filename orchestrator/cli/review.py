@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from ..core.errors import UserError
+from ..core.text import shown
 from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 PlanArg = Annotated[str, typer.Argument(help="Plan name, or the plan file.", show_default=False)]
@@ -48,18 +49,18 @@ def log_cmd(ctx: typer.Context, plan: PlanArg, as_json: JsonOpt = False, root: R
     base = f" since {log.base[:10]}" if log.base else ""
     out(f"plan {log.plan}: {log.branch}, {len(log.merged)} task(s) merged{base}")
     for step in log.steps:
-        out(f"        {step}")
+        out(f"        {shown(step)}")
     for n, e in enumerate(log.merged, 1):
         who = f"#{e.id} {e.task}" if e.id is not None else e.task
         out(f"  {n:>3}. {(e.merge or '')[:10]}  {who}  [{e.status}]  {len(e.commits)} commit(s), "
             f"{e.files} file(s)")
         for c in e.commits:
-            out(f"         {c}")
+            out(f"         {shown(c)}")
     if log.other:
         out("not merged:")
         for e in log.other:
             who = f"#{e.id} {e.task}" if e.id is not None else e.task
-            out(f"       {who}  [{e.status}]" + (f"  {e.note}" if e.note else ""))
+            out(f"       {who}  [{e.status}]" + (f"  {shown(e.note)}" if e.note else ""))
 
 
 def diff_cmd(
@@ -76,7 +77,7 @@ def diff_cmd(
              f"not merged: branch {history.wt.branch(change.task)}")
     out(f"# #{task.id} {change.task} (plan {task.plan}): {where}, {len(change.commits)} commit(s)")
     for c in change.commits:
-        out(f"#   {c}")
+        out(f"#   {shown(c)}")
     if change.dirty:
         out(f"# its worktree {history.wt.path(change.task)} also has uncommitted changes (not shown)")
     options = ["--stat"] if stat else []
@@ -118,7 +119,7 @@ def land_cmd(
             f"{intent.old[:10]}..{intent.new[:10]}{again}")
         for c in intent.commits:
             sha, _, subject = c.partition(" ")
-            out(f"  {sha[:10]} {subject}")
+            out(f"  {sha[:10]} {shown(subject)}")
     out(f"removed the plan's branches and worktrees (team/{name}/*)")
 
 

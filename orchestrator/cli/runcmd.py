@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from ..core.text import shown
 from .common import JsonOpt, RootOpt, err, out, root_of
 
 
@@ -59,7 +60,7 @@ def run_cmd(
         sink = progress.PlainProgress(sys.stdout)
 
     def note(text: str) -> None:
-        sink({"event": "note", "text": text}) if json_out else sys.stderr.write(text + "\n")
+        sink({"event": "note", "text": text}) if json_out else sys.stderr.write(shown(text, lines=True) + "\n")
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:

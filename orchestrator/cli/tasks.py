@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from ..core.models import Status, Task
+from ..core.text import shown
 from ..tasks import graph, render
 from ..tasks.attempts import parse_status
 from ..tasks.store import TaskStore
@@ -89,34 +90,34 @@ def show_cmd(
 
     def ref_line(i: int) -> str:
         d = by_id.get(i)
-        return f"#{i} {d.subject} [{d.status.value}]" if d else f"#{i} [missing]"
+        return f"#{i} {shown(d.subject)} [{d.status.value}]" if d else f"#{i} [missing]"
 
     waiting = graph.open_blockers(task, by_id)
     state = task.status.value
     if task.status == Status.pending:
         state += f" (blocked by {waiting})" if waiting else " (ready)"
-    rows = [("status", state), ("owner", task.owner or "-")]
+    rows = [("status", state), ("owner", shown(task.owner) or "-")]
     if task.name:
-        rows.insert(0, ("name", task.name))
+        rows.insert(0, ("name", shown(task.name)))
     rows.append(("blocked by", ", ".join(ref_line(i) for i in task.blockedBy) or "-"))
     rows.append(("blocks", ", ".join(ref_line(i) for i in blocks) or "-"))
     for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "branch",
                 "merge_commit", "landed", "worktree", "result", "error", "log"):
         value = getattr(task, key)
         if value not in (None, "", 0) and not (key == "kind" and value == "manual"):
-            rows.append(({"merge_commit": "merge"}.get(key, key), str(value)))
-    out(f"#{task.id}: {task.subject}")
+            rows.append(({"merge_commit": "merge"}.get(key, key), shown(str(value))))
+    out(f"#{task.id}: {shown(task.subject)}")
     for key, value in rows:
         out(f"  {key + ':':<12} {value}")
     if task.description:
         out("  description:")
         for line in task.description.splitlines():
-            out(f"    {line}")
+            out(f"    {shown(line)}")
     if history:
         out("  history:")
         for e in history[-10:]:
             move = f" {e.get('from') or '-'} → {e.get('to')}" if "to" in e else ""
-            out(f"    {_ts(e.get('ts'))} {e.get('event')}{move} by {e.get('actor') or '?'}")
+            out(f"    {_ts(e.get('ts'))} {shown(str(e.get('event')))}{move} by {shown(str(e.get('actor') or '?'))}")
 
 
 def _ts(ts: Any) -> str:
@@ -219,7 +220,7 @@ def retry_cmd(
         print_json([t.to_json() for t in done])
         return
     others = ", ".join(f"#{t.id}" for t in done[1:])
-    out(f"Task #{task.id}: {task.subject} [pending, will run again]" + (f"; so will what needs it: {others}"
+    out(f"Task #{task.id}: {shown(task.subject)} [pending, will run again]" + (f"; so will what needs it: {others}"
                                                                           if others else ""))
     if task.plan:
         how = (" Its merge and kept branch are dropped first." if task.isolation == "worktree" else "")
@@ -237,7 +238,7 @@ def blocked_cmd(
     store = _store(root, ctx)
     tid = store.resolve(ref) if ref is not None else None
     tasks = store.all()
-    chains = graph.blocked_chains(tasks, tid)
+    chains = graph.blocked_chains(tasks, tid, now=store.clock())
     if as_json:
         print_json([_chain_json(c) for c in chains])
         return

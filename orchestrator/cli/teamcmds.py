@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from ..core.models import MESSAGE_TYPES
+from ..core.text import shown
 from ..jobs.manager import JobManager
 from ..status import overview
 from ..team.inbox import Bus
@@ -59,7 +60,7 @@ def inbox_cmd(
     if as_json:
         print_json([m.to_json() for m in messages])
     elif not messages:
-        out(f"no unread messages for {name}")
+        out(f"no unread messages for {shown(name)}")
     else:
         out("\n".join(overview.message_line(m) for m in messages))
 
@@ -101,10 +102,10 @@ def jobs_show(
     out(overview.job_line(j, time.time()))
     out(f"  pid {j.pid} · pgid {j.pgid} · manager pid {j.manager_pid} · log {j.log}")
     if j.cwd:
-        out(f"  cwd {j.cwd}")
+        out(f"  cwd {shown(j.cwd)}")
     if j.tail:
         out("--- output (tail) ---")
-        out(j.tail.rstrip("\n"))
+        out(shown(j.tail.rstrip("\n"), lines=True))
 
 
 @jobs_app.command("kill")

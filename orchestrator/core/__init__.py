@@ -5,6 +5,7 @@
     paths.py    where state lives (--root, $TEAM_ROOT, the current directory)
     fsutil.py   crash-safe files: atomic_write, append_line, read_jsonl, file_lock
     jsonutil.py JSON text: dumps (records on disk), stable_json and canonical (byte-stable)
+    text.py     text from users, plans and models made safe to show (shown) and to store
     procs.py    process identity robust against pid reuse (/proc)
     redact.py   secrets that must never reach disk, and scrubbing them out
 """

@@ -67,6 +67,7 @@ class AgentExecutor:
     def __init__(self, ctx: ExecutorContext):
         config = LLMConfig.resolve(ctx.model, None)
         self.config = config
+        self.note = ctx.note
         self._clients: dict[str, LLMClient] = {}
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
@@ -110,7 +111,10 @@ class AgentExecutor:
         self.runtime.cancel(task_id)
 
     def close(self) -> None:
-        self.runtime.close()
+        for task in self.runtime.close():
+            if self.note is not None:
+                self.note(f"#{task.id} ({task.subject}) was claimed by a teammate during the run and not "
+                          f"finished: released to pending ({task.error})")
         for client in self._clients.values():
             client.close()
 

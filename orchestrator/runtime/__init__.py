@@ -4,6 +4,7 @@
     teammate.py   Teammate: one named agent thread and its work queue (own lock);
                   TeamServices and the Protocols it needs from outside
     handshakes.py a teammate's side of the shutdown and plan-approval protocols
+    claims.py     ClaimLedger: claims teammates make themselves, leased, renewed, never stranded
     subagents.py  the ``subagent`` tool's backend: a fresh agent per call
     autoclaim.py  idle teammates claiming ready work from the task graph
 

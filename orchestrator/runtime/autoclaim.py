@@ -24,7 +24,8 @@ someone else reclaimed it); an interrupted attempt is released to
 
 ``AutoClaimer.claim`` returns the claimed task with the callback that records
 its end (the runtime wraps both in an ``Assignment``); until then the claim
-is in ``claims`` and ``renew`` (the runtime's heartbeat) extends its lease.
+is in the runtime's ``ClaimLedger`` (claims.py), whose ``renew`` (the
+runtime's heartbeat) extends its lease.
 
 Scanning costs a directory read, so a teammate rescans only when the event
 log changed since its last scan (every create/claim/finish appends to it)
@@ -49,6 +50,7 @@ from ..core.errors import ConflictError, UnknownRef
 from ..core.models import Status, Task
 from ..tasks import graph
 from ..tasks.store import TaskStore
+from .claims import ClaimLedger
 
 if TYPE_CHECKING:
     from ..agent.loop import LoopResult
@@ -73,13 +75,14 @@ def candidates(tasks: Iterable[Task], member: str, role: str) -> list[Task]:
 class AutoClaimer:
     """One per team runtime; ``next_for(name, role)`` claims the next task or returns None."""
 
-    def __init__(self, store: TaskStore, *, lease: float = 60.0, rescan_every: float = 5.0,
+    def __init__(self, store: TaskStore, ledger: ClaimLedger, *, rescan_every: float = 5.0,
                  recover: Callable[[list[Task]], list[Task]] | None = None):
-        self.store, self.lease, self.rescan_every, self.recover = store, lease, rescan_every, recover
+        """``ledger``: where its claims are kept (leases renewed, released when the runtime closes)."""
+        self.store, self.ledger, self.rescan_every, self.recover = store, ledger, rescan_every, recover
+        self.lease = ledger.lease
         self._recovered_at = float("-inf")
         self._seen: dict[str, tuple[tuple[int, int] | None, float]] = {}
         self._lock = threading.Lock()
-        self.claims: dict[int, int] = {}  # claimed task -> epoch, until its end is recorded
 
     def _mark(self) -> tuple[int, int] | None:
         try:
@@ -119,20 +122,11 @@ class AutoClaimer:
         task = self.next_for(member, role)
         if task is None:
             return None
-        with self._lock:
-            self.claims[task.id] = task.epoch
+        self.ledger.claimed(task)
         return task, lambda r: self._finish(task, member, r)
 
-    def renew(self) -> None:
-        """Extend the leases of every claim still running (the runtime's heartbeat calls this)."""
-        with self._lock:
-            claims = dict(self.claims)
-        if claims:
-            self.store.renew_many(claims, self.lease)
-
     def _finish(self, task: Task, member: str, r: LoopResult) -> None:
-        with self._lock:
-            self.claims.pop(task.id, None)
+        self.ledger.ended(task.id)
         try:
             if r.status == "interrupted":
                 self.store.release(task.id, task.epoch, reason=f"{member}: {r.error}", actor=member)

@@ -76,6 +76,7 @@ from ..team.roster import LEAD, Team, check_name
 from ..tools import FileTruth, ToolContext
 from ..tools.coordination import agent_registry
 from .autoclaim import AutoClaimer
+from .claims import ClaimLedger
 from .subagents import SubagentRunner
 from .teammate import Assignment, Done, Teammate, TeamServices
 
@@ -106,7 +107,8 @@ class TeamRuntime:
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
             context=lambda name: self.tool_context(name, subagent=True), team_name=team_name,
             max_steps=subagent_steps)
-        self.claimer = AutoClaimer(self.store, lease=claim_lease, rescan_every=claim_rescan,
+        self.claims = ClaimLedger(self.store, lease=claim_lease)
+        self.claimer = AutoClaimer(self.store, self.claims, rescan_every=claim_rescan,
                                    recover=self.reclaim_leases) if autoclaim else None
         self._services = TeamServices(
             root=self.root, team_name=team_name, roster=self.team, bus=self.bus, jobs=self.jobs,
@@ -129,7 +131,8 @@ class TeamRuntime:
             workspace=self.workspace, root=self.root, agent=name, truth=FileTruth(), store=self.store,
             outputs_dir=d / "outputs" / name, call_log=d / "calls" / f"{name}.jsonl",
             bus=None if subagent else self.bus, jobs=None if subagent else self.jobs,
-            spawner=None if subagent else self, subagents=None if subagent else self.subagents)
+            spawner=None if subagent else self, subagents=None if subagent else self.subagents,
+            claims=self.claims, claim_lease=self.claims.lease)
 
     # -- teammates --------------------------------------------------------------
     def spawn(self, name: str, role: str = "coder", prompt: str | None = None, *,
@@ -271,11 +274,13 @@ class TeamRuntime:
         while not self._stop.wait(every):
             for mate in self._live():
                 self.team.heartbeat(mate.name)
-            if self.claimer is not None:
-                self.claimer.renew()
+            self.claims.renew()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop every teammate (running attempts end as interrupted) and the services."""
+    def close(self, timeout: float = 10.0) -> list[Task]:
+        """Stop every teammate (running attempts end as interrupted) and the services.
+
+        Returns the tasks teammates had claimed themselves (``claim_task``, autoclaim) and not
+        finished: they are released to pending (claims.py), so the caller can say so."""
         self._stop.set()
         if self._control is not None:
             self._control.close()
@@ -287,5 +292,7 @@ class TeamRuntime:
             m.join(timeout)
         for m in mates:
             m.drop("the run is shutting down")
+        released = self.claims.release_all("stopped before finishing it (its team was shut down)")
         if self._own_jobs:
             self.jobs.shutdown()
+        return released

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.models import Message, Status
+from ..core.text import shown
 from ..jobs.manager import JobManager
 from ..jobs.records import JobRecord, job_orphaned, shown_status
 from ..tasks import graph
@@ -38,14 +39,14 @@ def age(seconds: float | None) -> str:
 def message_line(m: Message) -> str:
     when = time.strftime("%H:%M:%S", time.localtime(m.timestamp))
     kind = "" if m.type == "message" else f" [{m.type}{' ' + m.request_id if m.request_id else ''}]"
-    return f"{when} {m.sender}{kind}: {m.content}"
+    return f"{when} {shown(m.sender)}{shown(kind)}: {shown(m.content)}"
 
 
 def job_line(j: JobRecord, now: float) -> str:
     code = "" if j.exit_code is None else f" (exit {j.exit_code})"
     took = age((j.finished_at or now) - j.started_at)
     task = f" task #{j.task}" if j.task else ""
-    return f"{j.id}  {shown_status(j) + code:<18} {j.owner:<8} {took:>5}{task}  {j.command}"
+    return f"{j.id}  {shown_status(j) + code:<18} {shown(j.owner):<8} {took:>5}{task}  {shown(j.command)}"
 
 
 def job_data(j: JobRecord) -> dict[str, Any]:
@@ -100,14 +101,15 @@ def member_lines(data: dict[str, Any]) -> list[str]:
         if m["unread"]:
             bits.append(f"{m['unread']} unread")
         if m["reason"] and m["liveness"] == "dead":
-            bits.append(m["reason"])
-        lines.append(f"  {m['name']:<{width}}  {m['role']:<10} {m['liveness']:<9} {' · '.join(dict.fromkeys(bits))}")
+            bits.append(shown(m["reason"]))
+        lines.append(f"  {m['name']:<{width}}  {shown(m['role']):<10} {m['liveness']:<9} "
+                     f"{' · '.join(dict.fromkeys(bits))}")
     return lines
 
 
 def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
     """``team status`` as text (the usage table only when some agent made calls)."""
-    lines = [f"team: {data['team_name']}   lead: {lead_text(data['lead'])}", *member_lines(data)]
+    lines = [f"team: {shown(data['team_name'])}   lead: {lead_text(data['lead'])}", *member_lines(data)]
     t = data["tasks"]
     if t["total"]:
         parts = [f"{t[s.value]} {s.value}" for s in Status if t[s.value]]
@@ -121,9 +123,9 @@ def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
     lines.append(f"jobs: {len(running)} running{f' ({orphans} orphaned)' if orphans else ''}, "
                  f"{data['jobs']['total']} in total")
     now = time.time()
-    lines += [f"  {j['id']}  {j['owner']}  "
+    lines += [f"  {j['id']}  {shown(j['owner'])}  "
               + (f"orphaned (manager pid {j['manager_pid']} is gone)  " if j.get("orphaned") else "")
-              + f"{age(now - j['started_at'])}  {j['command']}" for j in running]
+              + f"{age(now - j['started_at'])}  {shown(j['command'])}" for j in running]
     if with_usage:
         lines += usage.render(data["usage"])
     return lines
@@ -136,7 +138,7 @@ def task_lines(root: Path) -> list[str]:
     tasks, bad = TaskStore(root).scan()
     by_id = {t.id: t for t in tasks}
     lines = [list_line(t, by_id) for t in tasks] or ["no tasks yet"]
-    return lines + [f"unreadable: {path.name}: {why} (run `team doctor`)" for path, why in bad]
+    return lines + [f"unreadable: {path.name}: {shown(why)} (run `team doctor`)" for path, why in bad]
 
 
 def job_lines(root: Path, jobs: list[JobRecord] | None = None) -> list[str]:

@@ -24,12 +24,24 @@ from typing import Any
 
 from ..core.errors import ConflictError, CycleError, InvalidName, UnknownRef, UserError
 from ..core.models import NAME_RE, Status, Task
+from ..core.text import control_chars, shown
 from .attempts import apply_status, parse_status
 from .files import TaskFiles
 
 
 def format_cycle(ids: list[int]) -> str:
     return " → ".join(f"#{i}" for i in ids)
+
+
+def _check_subject(subject: object) -> None:
+    """A subject is text without control characters (newline and tab allowed): it is shown
+    on one line, and a control character could forge the lines around it (core/text.py)."""
+    if not isinstance(subject, str) or not subject.strip():
+        raise UserError("a task needs a subject: a one-line title")
+    bad = control_chars(subject, allow_lines=True)
+    if bad:
+        raise UserError(f'the subject "{shown(subject)}" holds control characters ({", ".join(bad)}); '
+                        "remove them")
 
 
 class TaskEdits:
@@ -103,6 +115,7 @@ class TaskEdits:
                 name = spec.get("name")
                 self._check_name(name, index)
                 self._check_owner(spec.get("owner"))
+                _check_subject(spec.get("subject"))
                 if name is not None:
                     if name in seen_names:
                         raise UserError(f"a task named {name!r} appears twice; names must be unique")
@@ -170,6 +183,8 @@ class TaskEdits:
         **fields: Any,
     ) -> Task:
         """Change a task by hand (or by a tool). Dependency edits are checked."""
+        if "subject" in fields:
+            _check_subject(fields["subject"])
         new_status = parse_status(status) if status is not None else None
         self._check_owner(owner)
         with self.files.locked():

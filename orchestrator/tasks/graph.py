@@ -143,13 +143,18 @@ class BlockedChain:
     truncated: bool = False  # more than MAX_PATHS paths exist
 
 
-def describe_root(tid: int, by_id: dict[int, Task]) -> Root:
+def describe_root(tid: int, by_id: dict[int, Task], now: float | None = None) -> Root:
+    """What root blocker ``tid`` is doing; with ``now``, a running task whose lease ran out says so
+    (its owner stopped renewing it: gone, or stuck)."""
     t = by_id.get(tid)
     if t is None:
         return Root(tid, None, "missing", "", f"missing → #{tid} does not exist (see `team doctor`)")
     st = t.status
     if st == Status.in_progress:
         state = f"running by {t.owner}" if t.owner else "running (no owner recorded)"
+        if now is not None and t.lease_expires is not None and t.lease_expires < now:
+            state += (f", but its lease expired {now - t.lease_expires:.0f}s ago (the owner is gone or stuck; "
+                      f"`team doctor --fix` gives it back)")
     elif st == Status.pending:
         state = "ready but not started" + (f" (assigned to {t.owner})" if t.owner else "")
     elif st == Status.failed:
@@ -228,7 +233,8 @@ def _expand(s: _Suffix) -> tuple[list[int], int]:
     return head + list(node[3] if node is not None else ()), length - PATH_HEAD - PATH_TAIL
 
 
-def blocked_chains(tasks: Sequence[Task], ref: int | None = None, max_paths: int = MAX_PATHS) -> list[BlockedChain]:
+def blocked_chains(tasks: Sequence[Task], ref: int | None = None, max_paths: int = MAX_PATHS,
+                   now: float | None = None) -> list[BlockedChain]:
     """Chains for every blocked task (or only for task ``ref``), by id.
 
     A task that is not blocked yields no chain (``ref`` given: an empty list).
@@ -257,7 +263,7 @@ def blocked_chains(tasks: Sequence[Task], ref: int | None = None, max_paths: int
                 roots[end] = (
                     Root(end, by_id[end].subject, by_id[end].status.value, by_id[end].owner, CYCLE_STATE)
                     if end in cyclic
-                    else describe_root(end, by_id)
+                    else describe_root(end, by_id, now)
                 )
         chain.truncated = len(suf[tid]) > max_paths
         chain.roots = sorted(roots.values(), key=lambda r: r.id)

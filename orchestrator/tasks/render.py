@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core.models import MARKERS, TERMINAL, Status, Task
+from ..core.text import shown
 from .graph import PATH_HEAD, BlockedChain, dependents, index, open_blockers
 
 
@@ -28,9 +29,9 @@ def format_ids(ids: Sequence[int]) -> str:
 
 def list_line(task: Task, by_id: dict[int, Task]) -> str:
     """The seed's line: ``[ ] #5: subject (blocked by: [3, 4])``."""
-    line = f"{MARKERS[task.status]} #{task.id}: {task.subject}"
+    line = f"{MARKERS[task.status]} #{task.id}: {shown(task.subject)}"
     if task.owner and task.status not in TERMINAL:  # who runs it, or who it is assigned to
-        line += f" ({task.owner})"
+        line += f" ({shown(task.owner)})"
     waiting = open_blockers(task, by_id)
     if waiting:
         line += f" (blocked by: {waiting})"
@@ -41,25 +42,25 @@ def render_chains(chains: Sequence[BlockedChain], tasks: Sequence[Task]) -> str:
     by_id = index(tasks)
     lines = []
     for c in chains:
-        lines.append(f"#{c.id} {c.subject} waits on:")
+        lines.append(f"#{c.id} {shown(c.subject)} waits on:")
         states = {r.id: r.state for r in c.roots}
         for p, skipped in zip(c.paths, c.elided, strict=True):
             root = by_id.get(p[-1])
-            name = f"#{p[-1]} {root.subject}" if root else f"#{p[-1]}"
-            shown = format_ids(p)
+            name = f"#{p[-1]} {shown(root.subject)}" if root else f"#{p[-1]}"
+            path_text = format_ids(p)
             if skipped:
                 head = format_ids(p[:PATH_HEAD])
-                shown = f"{head} → … {skipped} more … → {format_ids(p[PATH_HEAD:])}"
-            lines.append(f"  {shown}   {name}: {states[p[-1]]}")
+                path_text = f"{head} → … {skipped} more … → {format_ids(p[PATH_HEAD:])}"
+            lines.append(f"  {path_text}   {name}: {shown(states[p[-1]])}")
         if c.truncated:
             lines.append(f"  … more paths (showing the first {len(c.paths)})")
     return "\n".join(lines)
 
 
 def _node_label(t: Task) -> str:
-    label = f"#{t.id} {t.subject}"
+    label = f"#{t.id} {shown(t.subject)}"
     if t.owner:
-        label += f" ({t.owner})"
+        label += f" ({shown(t.owner)})"
     return label
 
 

@@ -42,7 +42,15 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     from ..tasks.store import TaskStore
     from .filetruth import FileTruth
-    from .services import Handshakes, JobRunner, LoopControl, MessageBus, Spawner, Subagents
+    from .services import (
+        ClaimTracker,
+        Handshakes,
+        JobRunner,
+        LoopControl,
+        MessageBus,
+        Spawner,
+        Subagents,
+    )
 
 T = TypeVar("T")
 
@@ -209,8 +217,8 @@ class ToolContext:
     mode: Mode = "normal"
     task_id: int | None = None
     """The task the agent is working on, if any."""
-    claim_lease: float | None = None
-    """Lease (seconds) for ``claim_task``; None claims without expiry."""
+    claim_lease: float = 60.0
+    """Lease (seconds) of a ``claim_task`` claim: every claim expires unless someone renews it."""
     shell_timeout: float = 120.0
     """Default and ceiling come from here: bash's ``timeout`` may not exceed 5x it."""
     bus: MessageBus | None = None
@@ -221,6 +229,8 @@ class ToolContext:
     """The agent loop running the calls (set by ``agent.loop.Agent``)."""
     handshakes: Handshakes | None = None
     """A teammate's side of the protocols (set by ``runtime.teammate.Teammate``)."""
+    claims: ClaimTracker | None = None
+    """Renews the agent's ``claim_task`` claims and releases them when it stops (the team runtime)."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()

@@ -12,6 +12,7 @@ a missing service into an error observation the model can read::
     subagents    Subagents     runtime.subagents.SubagentRunner   subagent (absent inside a subagent)
     loop         LoopControl   agent.loop.Agent                   idle, compact, read_inbox, task_update
     handshakes   Handshakes    runtime.handshakes.TeammateHandshakes  respond_shutdown, submit_plan
+    claims       ClaimTracker  runtime.claims.ClaimLedger         claim_task (its lease is renewed, never stranded)
 
 The Protocols name only what the tools call, so a test can hand a tool a
 small fake, and the type checker holds every provider to the same shape.
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from ..core.models import Message
+from ..core.models import Message, Task
 from ..jobs.records import JobRecord
 from ..team.protocols import Mailbox, Response
 
@@ -92,6 +93,12 @@ class LoopControl(Protocol):
     def inbox_text(self) -> str:
         """Unread messages as text (acknowledged once the tool result is in the transcript)."""
         ...
+
+
+class ClaimTracker(Protocol):
+    """Keeps an agent's claims alive (lease renewals) and releases them when the agent stops."""
+
+    def claimed(self, task: Task) -> None: ...
 
 
 class Handshakes(Protocol):

@@ -119,6 +119,8 @@ def claim_task(call: Call) -> str:
         task = ctx.store.claim(call.args.task, ctx.agent, lease=ctx.claim_lease, actor=ctx.agent)
     except ConflictError as e:
         raise ToolError(f"could not claim: {e}; task_list with ready=true shows claimable tasks") from None
+    if ctx.claims is not None:
+        ctx.claims.claimed(task)
     return f"claimed task #{task.id}: {task.subject} (attempt {task.attempts}); it is yours, in progress"
 
 
