@@ -132,9 +132,9 @@ def test_same_lines_conflict_fails_one_task_keeps_its_branch_and_keep_going_cont
     assert t[loser]["error"] == (
         f"merge conflict: task '{loser}' (team/clash/{loser}) conflicts with team/clash/integration in "
         f"settings.py; nothing was merged, the branch and its worktree {wt} are kept.\n"
-        f"  to resolve it: cd {wt} && git merge team/clash/integration; fix settings.py; git add -A && "
+        f"to resolve it: cd {wt} && git merge team/clash/integration; fix settings.py; git add -A && "
         f"git commit --no-edit; the next run merges your resolution without running the task again\n"
-        f"  or drop the branch and run the task again on the current result: team run plan.yaml --redo {loser}")
+        f"or drop the branch and run the task again on the current result: team run plan.yaml --redo {loser}")
     assert f"FAILED #{t[loser]['id']} {loser}: merge conflict: task '{loser}'" in r.stdout
     assert (t[loser]["branch"], t[loser]["worktree"]) == (f"team/clash/{loser}", str(wt))
     assert (wt / "settings.py").read_text() == f'v = "{loser}"\n'

@@ -129,7 +129,7 @@ def test_same_lines_conflict_names_the_file_and_keeps_the_branch(tmp_path):
     assert str(err) == (
         f"merge conflict: task 'second' (team/cf/second) conflicts with team/cf/integration in "
         f"shared.py; nothing was merged, the branch and its worktree {wt.path('second')} are kept.\n"
-        f"  to resolve it: cd {wt.path('second')} && git merge team/cf/integration; fix shared.py; "
+        f"to resolve it: cd {wt.path('second')} && git merge team/cf/integration; fix shared.py; "
         f"git add -A && git commit --no-edit; the next run merges your resolution without running the task again")
     assert git(repo, "rev-parse", wt.integration) == tip_before
     assert show(repo, "team/cf/second", "shared.py") == "VALUE = 3\n"

@@ -115,8 +115,8 @@ def test_a_rerun_after_a_conflict_never_deletes_the_kept_branch(tmp_path):
     wt = repo / ".team/worktrees/clash/bump"
     assert ("FAILED #2 bump: merge conflict: task 'bump' (team/clash/bump) conflicts with "
             "team/clash/integration in settings.py") in second.stdout
-    assert f"  to resolve it: cd {wt} && git merge team/clash/integration; fix settings.py; " in second.stdout
-    assert "  or drop the branch and run the task again on the current result: team run plan.yaml --redo bump" \
+    assert f"\n    to resolve it: cd {wt} && git merge team/clash/integration; fix settings.py; " in second.stdout
+    assert "\n    or drop the branch and run the task again on the current result: team run plan.yaml --redo bump" \
         in second.stdout
 
     # The printed commands resolve it; the next run merges the resolution without running `bump` again.

@@ -87,7 +87,7 @@ class MergeConflict(WorkFailed):
         super().__init__(
             f"merge conflict: task '{task}' ({branch}) conflicts with {integration} in "
             f"{', '.join(files)}; nothing was merged, the branch and its worktree {worktree} are kept.\n"
-            f"  to resolve it: cd {worktree} && git merge {integration}; fix {', '.join(files)}; "
+            f"to resolve it: cd {worktree} && git merge {integration}; fix {', '.join(files)}; "
             f"git add -A && git commit --no-edit; the next run merges your resolution without running "
             f"the task again")
         self.task, self.branch, self.files, self.worktree = task, branch, files, worktree

@@ -182,7 +182,7 @@ class Isolation:
                 self.wt.commit(slug, f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}")
             res = self.wt.merge(slug)
         except MergeConflict as e:
-            error = (f"{e}\n  or drop the branch and run the task again on the current result: "
+            error = (f"{e}\nor drop the branch and run the task again on the current result: "
                      f"{self.rerun} --redo {slug}")
             a.done(dataclasses.replace(out, status="failed", error=error,
                                        fields={**(out.fields or {}), **self._kept(a.task)}))
