@@ -147,8 +147,9 @@ def test_redo_after_a_conflict_drops_the_kept_branch_only_because_the_user_said_
 
 # ---------------------------------------------------------------- SIGKILL during --fresh, --redo and merges
 def kill_rerun_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
-    """Each round starts `team run --fresh` or `team run --redo TASK` and SIGKILLs it: at a
-    random instant, or just after it reported a merge starting (`merging` in --json). Then
+    """Each round starts `team run --fresh` or `team run --redo TASK` and SIGKILLs it: early (at
+    a random instant in its start), after a random number of its --json events, or just after
+    it reported a merge starting (`merging`). Then
     `team run` must exit 0 with the integration branch equal to a serial run's tree, each
     task merged exactly once, nothing left behind; or exit non-zero naming what is missing
     (it never did here)."""
@@ -166,15 +167,19 @@ def kill_rerun_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
         lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--json", *args],
                                 cwd=repo, env=team_env(repo), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True)
-        at_merge = rng.random() < 0.5
-        if at_merge:
-            assert lead.stdout is not None
+        when = rng.random()
+        at_merge = when >= 0.6
+        assert lead.stdout is not None
+        if when < 0.3:  # early: the fresh start's deletions, the rebuild, materialising
+            time.sleep(rng.uniform(0, min(took, 0.5)))
+        else:  # after the n-th event of the run, or just after a merge began
+            n = rng.randint(1, 8)
             for line in lead.stdout:
-                if json.loads(line).get("event") == "merging":
-                    time.sleep(rng.uniform(0, 0.05))
+                event = json.loads(line).get("event")
+                n -= 1
+                if (at_merge and event == "merging") or (not at_merge and n <= 0):
+                    time.sleep(rng.uniform(0, 0.03))
                     break
-        else:
-            time.sleep(rng.uniform(0, took))
         lead.kill()
         lead.wait()
         if lead.stdout is not None:
@@ -203,4 +208,4 @@ def test_kill_during_fresh_redo_and_merges_then_run_again_sampled(tmp_path):
 def test_kill_during_fresh_redo_and_merges_then_run_again_soak(tmp_path):
     seen = kill_rerun_rounds(tmp_path, rounds=24, seed=int(time.time()))
     print(seen)
-    assert seen["fresh"] + seen["redo"] >= 20 and seen["merging"] >= 5, seen
+    assert seen["fresh"] + seen["redo"] >= 20 and seen["merging"] >= 3, seen

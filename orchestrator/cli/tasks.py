@@ -214,6 +214,14 @@ def retry_cmd(
     task = store.get(ref)
     tasks = store.all()
     todo = [task.id] + [i for i in graph.downstream(tasks, [task.id]) if i != task.id]
+    by_id = {t.id: t for t in tasks}
+    landed = [by_id[i] for i in todo if by_id[i].landed]
+    if landed:
+        from ..core.errors import UserError
+
+        raise UserError(f"#{landed[0].id} was landed into your branch by `team land` (commit "
+                        f"{(landed[0].landed or '')[:10]}): it cannot run again; revert the landed commit yourself, "
+                        f"or start the plan over with `team run PLAN.yaml --fresh`")
     fields = {"redo": True} if task.plan else {}
     done = store.reopen(todo, actor="cli", reason=f"team task retry {ref}", **fields)
     if as_json:

@@ -149,7 +149,8 @@ class Land:
             raise LandRefused(f"your branch {name} does not contain {base.commit[:10]}, the commit plan {wt.plan} "
                               f"started from{started}: check out a branch that does, then `team land` again (or "
                               f"take the result by hand: `git cherry-pick -m 1 MERGE` per task)")
-        kept = [k for k in (wt.kept(t) for t in wt.task_branches()) if k is not None and k.commits]
+        kept = [k for k in (wt.kept(t) for t in wt.task_branches())
+                if k is not None and k.commits and not self.git.is_ancestor(k.tip, wt.integration)]
         if kept:
             raise LandRefused(f"branches with work not on {wt.integration}: "
                               f"{', '.join(k.branch for k in kept)}; merge them (`team run`) or drop them "
