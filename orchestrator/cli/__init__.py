@@ -8,6 +8,7 @@
     agentcmds.py  team spawn
     chat.py       team chat (the terminal side)
     doctor.py     team doctor
+    boardcmd.py   team board (the web board, imported when it runs)
     common.py     the --root and --json options, output helpers
 
 Every command module registers itself on ``app``. Errors: any ``TeamError``
@@ -46,9 +47,9 @@ def _global(
 
 
 def _register() -> None:
-    from . import agentcmds, chat, doctor, review, runcmd, tasks, teamcmds
+    from . import agentcmds, boardcmd, chat, doctor, review, runcmd, tasks, teamcmds
 
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds):
+    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd):
         module.register(app)
 
 

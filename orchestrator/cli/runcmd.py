@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from ..core.errors import UserError
 from ..core.text import shown
 from .common import JsonOpt, RootOpt, err, out, root_of
 
@@ -32,6 +33,7 @@ def run_cmd(
     include_uncommitted: Annotated[bool, typer.Option("--include-uncommitted", help="isolation: worktree: start the plan from your checkout as it is (a snapshot commit of your uncommitted changes), not from your last commit.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
+    board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
     json_out: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -42,6 +44,8 @@ def run_cmd(
 
     lp = load_plan(plan_file, model=model)
     state_root = root_of(root, ctx)
+    if dry_run and board:
+        raise UserError("--board shows a run as it goes: leave out --dry-run (or run `team board` on its own)")
     if dry_run:
         _dry_run(lp, state_root, workers, json_out)
         return
@@ -62,12 +66,20 @@ def run_cmd(
     def note(text: str) -> None:
         sink({"event": "note", "text": text}) if json_out else sys.stderr.write(shown(text, lines=True) + "\n")
 
+    web = None
+    if board:  # a child process serving the root; started before the run forks its job server
+        from ..board.launch import BoardProcess
+
+        web = BoardProcess(state_root).start()
+        note(f"board: {web.url} (stops with the run; `team board` serves it again)")
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh, redo=redo or [],
                           include_uncommitted=include_uncommitted, emit=sink, note=note)
     finally:
         sink.close()
+        if web is not None:
+            web.stop()
     summary = progress.summarise(result, workers or lp.plan.workers, state_root)
     tokens = usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
     if tokens is not None:

@@ -253,16 +253,7 @@ def blocked_cmd(
     if chains:
         out(render.render_chains(chains, tasks))
     elif tid is not None:
-        task = next(t for t in tasks if t.id == tid)
-        by_id = {t.id: t for t in tasks}
-        if task.status == Status.pending:
-            why = "it is ready to start"
-        elif task.status == Status.in_progress:
-            why = f"it is running{' by ' + task.owner if task.owner else ''}"
-        else:
-            why = f"it is {task.status.value}"
-        assert not graph.open_blockers(task, by_id) or task.status != Status.pending
-        out(f"#{task.id} {task.subject} is not blocked: {why}.")
+        out(render.not_blocked(next(t for t in tasks if t.id == tid)))
     elif not tasks:
         out(EMPTY)
     else:

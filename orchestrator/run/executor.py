@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.models import Task
+from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
 from ..tasks.store import TaskStore
 
@@ -106,3 +107,4 @@ class ExecutorContext:
     plan_mode: set[str] = field(default_factory=set)  # teammates that start in plan mode
     note: Callable[[str], None] | None = None  # tells the user something that is not an outcome
     store: TaskStore | None = None  # the run's task store, for executors to share (default: their own)
+    sandbox: Sandbox = field(default_factory=Sandbox)  # where agents' shell commands run (core/sandbox.py)

@@ -8,6 +8,9 @@ Order of a run (``run_plan``):
    still before anything is written; ``--redo`` names are checked too.
 2. Take the lead lock (``lead.LeadLock``): a second lead exits 2 naming us.
    A ``team land`` of the plan that was interrupted must be finished first.
+   A plan with agent tasks records its sandbox there (``on``, ``off (...)``
+   or ``unavailable: ...``; core/sandbox.py) for ``team status``, and tells
+   the user at the start when it is not on.
 3. Build the executors the plan needs (``build_executors``: shell first, so
    its job server forks while this process has one thread) and reap orphaned
    jobs of a dead lead (they are killed and marked ``lost``) so nothing from
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -66,6 +70,7 @@ from ..core.errors import PlanError, UserError
 from ..core.fsutil import atomic_write
 from ..core.models import Status, Task
 from ..core.paths import team_dir
+from ..core.sandbox import Sandbox
 from ..git.land import Land
 from ..git.worktrees import Start, Worktrees
 from ..plan.analysis import analyse
@@ -197,7 +202,13 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
     wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written
-    with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
+    sandbox = Sandbox.choose(lp.plan.sandbox, os.environ, plan_file=str(lp.path))
+    agents = "agent" in kinds
+    # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
+    info = {"sandbox": sandbox.state()} if agents else {}
+    with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
+        if agents and (said := sandbox.note()) is not None:
+            note(said)
         store = TaskStore(root)
         if wt is not None and Land(wt).pending() is not None:
             raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
@@ -207,7 +218,8 @@ def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_goi
                               workspace=(lp.base / cwd).resolve() if cwd else lp.base,
                               team=[(m.name, m.role) for m in lp.plan.team],
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
-                              store=store)  # one store object: the scheduler's pipeline serves the teammates too
+                              store=store,  # one store object: the scheduler's pipeline serves the teammates too
+                              sandbox=sandbox)
         execs = build_executors(set(kinds), ctx)
         iso: Isolation | None = None
         try:
