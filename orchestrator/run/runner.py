@@ -94,7 +94,7 @@ class Materialised:
 def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
     d = lp.plan.defaults
     first = (t.description or t.run or t.prompt or "").strip().splitlines()
-    subject = f"{t.id}: {first[0][:80]}" if first else t.id
+    subject = f"{t.id}: {first[0][:80].rstrip()}" if first else t.id
     return dict(
         subject=subject, description=t.description, name=lp.store_name(t), kind=t.kind,
         command=t.run, prompt=t.prompt, plan=lp.plan.name, plan_task=t.id, role=t.role,
