@@ -1,11 +1,12 @@
 # Every target creates the virtualenv it needs: a fresh clone with only
 # Python installed can run `make demo` and `make test` directly.
+# System packages the tests use for real (bubblewrap, chromium) come from `make sysdeps`.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test flaky demo bench chaos lint test-live clean
+.PHONY: install sysdeps test flaky demo bench chaos lint test-live clean
 
 install: $(STAMP)
 
@@ -14,20 +15,44 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-test: install
+# Debian packages the tests use for real: bubblewrap (agents' shell commands run in it,
+# orchestrator/core/sandbox.py), and chromium with its chromedriver (the board's browser
+# tests and bench). Present: nothing to do. Missing, as root with apt (CI on a fresh
+# Debian): installed in one apt-get. Otherwise: say how. TEAM_SKIP_BROWSER=1 skips the
+# browser tests instead of needing chromium.
+sysdeps:
+	@need=""; \
+	command -v bwrap >/dev/null 2>&1 || need="$$need bubblewrap"; \
+	if [ "$$TEAM_SKIP_BROWSER" != 1 ]; then \
+	  command -v chromium >/dev/null 2>&1 || need="$$need chromium"; \
+	  command -v chromedriver >/dev/null 2>&1 || need="$$need chromium-driver"; \
+	fi; \
+	if [ -z "$$need" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian packages the tests use:$$need"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null || exit 1; \
+	else \
+	  echo "missing Debian packages:$$need (bubblewrap: agents' shell commands run in it;" \
+	       "chromium, chromium-driver: the board's browser tests, or TEAM_SKIP_BROWSER=1)." >&2; \
+	  echo "Install them (sudo apt-get install$$need), then run make again." >&2; \
+	  exit 1; \
+	fi
+
+test: install sysdeps
 	$(BIN)/python -m pytest -q
 
 RUNS ?= 10
-flaky: install
+flaky: install sysdeps
 	$(BIN)/python scripts/flaky.py $(RUNS)
 
 demo: install
 	$(BIN)/team run examples/quickstart.yaml --root .demo --fresh
 
-bench: install
+bench: install sysdeps
 	@for f in bench/*_bench.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
-chaos: install
+chaos: install sysdeps
 	$(BIN)/python -m pytest -q -m chaos
 
 test-live: install

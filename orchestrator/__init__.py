@@ -3,10 +3,11 @@
 The package is a set of subpackages, one concept each; imports point one way
 (a package imports only those to its right)::
 
-    cli → {run, chat, status} → runtime → agent → tools
+    cli → {run, chat, status, board} → runtime → agent → tools
         → {tasks, team, jobs, git, llm, plan, roles} → core
 
-    core/     errors, records, paths, crash-safe files, processes, secrets
+    core/     errors, records, paths, crash-safe files, processes, secrets, the environment
+              policy and the sandbox of agent commands
     tasks/    the durable task store and graph queries (.tasks/)
     team/     roster, inboxes, the lead lock and control channel, protocols (.team/)
     jobs/     background shell jobs
@@ -20,6 +21,7 @@ The package is a set of subpackages, one concept each; imports point one way
     run/      team run: runner, scheduler, executors, worktree isolation
     chat/     team chat: the interactive lead
     status/   overview, usage, doctor
+    board/    team board: the live web board
     cli/      the typer commands: the only place that prints or exits
 """
 

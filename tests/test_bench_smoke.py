@@ -24,3 +24,10 @@ def test_sched_bench_runs_team_and_make_on_the_same_dag_and_prints_the_ratio():
 def test_token_bench_compares_the_projected_context_with_the_naive_loop():
     out = run_bench("bench/token_bench.py", "--turns", "20")
     assert "naive" in out.lower()
+
+
+def test_sandbox_bench_times_the_bash_tool_with_and_without_the_sandbox():
+    out = run_bench("bench/sandbox_bench.py", "--calls", "3")
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(("true ", "echo ", "1 MB"))]
+    assert rows == ["true", "echo", "1"] and "on/off" in out
+    assert "µs per job; shell tasks run without the sandbox" in out

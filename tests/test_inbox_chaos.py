@@ -153,7 +153,13 @@ def run_writer_chaos(root: Path, rounds: int, seed: int) -> int:
         time.sleep(rng.uniform(0, 0.03))  # the random instant of the kill
         for name, p in procs.items():
             p.send_signal(signal.SIGKILL)
-            out, _ = p.communicate()
+            p.wait()
+            # Read the rest through the same file object readline() used: communicate() reads the
+            # raw fd when stderr is a pipe too, dropping what readline() had buffered (and cutting
+            # a number at the buffer's edge into a fake index).
+            out = p.stdout.read()
+            p.stdout.close()
+            p.stderr.close()
             done = [int(x) for x in (first[name] + out).split()]
             acked.setdefault(name, []).extend(done)
             # the next incarnation uses fresh indices, past whatever may have half-landed

@@ -88,7 +88,7 @@ def test_parallel_tasks_land_dependents_see_them_and_the_user_checkout_is_untouc
     assert snapshot(repo) == before
     assert branches(repo) == ["main", b]  # merged task branches are gone
     assert not (repo / ".team/worktrees/par").exists() or \
-        sorted(p.name for p in (repo / ".team/worktrees/par").iterdir()) == [".lock"]
+        sorted(p.name for p in (repo / ".team/worktrees/par").iterdir()) == [".lock", "base.json"]
     merged = git(repo, "log", "--first-parent", "--format=%s", b).splitlines()[:5]
     assert sorted(merged) == sorted(f"team: merge {t} into par" for t in
                                     ["edit-0", "edit-1", "edit-2", "edit-3", "check"])
@@ -96,9 +96,11 @@ def test_parallel_tasks_land_dependents_see_them_and_the_user_checkout_is_untouc
     assert summary == [
         f"result: branch {b} (10 commits ahead of your HEAD; 5 tasks merged)",
         "to review and take the result into your current branch:",
-        f"  git log --oneline --first-parent HEAD..{b}",
-        f"  git diff HEAD...{b}",
-        f"  git merge {b}",
+        "  team log par                          # the tasks in merge order, with their commits",
+        "  team diff par.TASK                    # one task's own change",
+        f"  git diff HEAD...{b}  # everything at once",
+        "  team land par                         # into your branch: one commit (--per-task: one per task); "
+        "removes the plan's branches",
     ]
     t = tasks(repo)
     assert {k: (v["status"], v["branch"], v.get("worktree")) for k, v in t.items()} == {
@@ -129,8 +131,10 @@ def test_same_lines_conflict_fails_one_task_keeps_its_branch_and_keep_going_cont
     wt = tmp_path / "repo/.team/worktrees/clash" / loser
     assert t[loser]["error"] == (
         f"merge conflict: task '{loser}' (team/clash/{loser}) conflicts with team/clash/integration in "
-        f"settings.py; nothing was merged, the branch and its worktree {wt} are kept for inspection "
-        f"(resolve by hand, or re-run the task from a fresh worktree)")
+        f"settings.py; nothing was merged, the branch and its worktree {wt} are kept.\n"
+        f"to resolve it: cd {wt} && git merge team/clash/integration; fix settings.py; git add -A && "
+        f"git commit --no-edit; the next run merges your resolution without running the task again\n"
+        f"or drop the branch and run the task again on the current result: team run plan.yaml --redo {loser}")
     assert f"FAILED #{t[loser]['id']} {loser}: merge conflict: task '{loser}'" in r.stdout
     assert (t[loser]["branch"], t[loser]["worktree"]) == (f"team/clash/{loser}", str(wt))
     assert (wt / "settings.py").read_text() == f'v = "{loser}"\n'

@@ -6,7 +6,7 @@ import os
 
 import pytest
 from tools_harness import Harness
-from util import wait_until
+from util import pids_running, wait_until
 
 from orchestrator.tools.shellpolicy import SHELL_POLICY, shell_violation
 
@@ -198,7 +198,9 @@ def test_secrets_are_not_in_the_shell_environment(h, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
     monkeypatch.setenv("HARMLESS_SETTING", "visible")
     out = h.ok("bash", {"command": "env"})
-    assert "visible" in out
+    # only the allow-list of core/environ.py is inherited (and TEAM_AGENT is set)
+    assert "\nPATH=" in out and "\nTEAM_AGENT=alice\n" in out
+    assert "HARMLESS_SETTING" not in out and "OPENAI_API_KEY" not in out and "GITHUB_TOKEN" not in out
     assert "sk-test-very-secret" not in out and "ghp-secret" not in out
     assert all("sk-test-very-secret" not in line for line in h.ctx.call_log.read_text().splitlines())
 
@@ -229,27 +231,14 @@ def test_small_outputs_leave_no_files_behind(h):
 
 
 def test_a_timeout_kills_the_command_and_its_children(h):
-    obs = h.call("bash", {"command": "echo started; sleep 30 & echo $! > child.pid; sleep 30", "timeout": 0.5})
+    marker = f"30.{os.getpid()}1"  # a command line no other process has
+    obs = h.call("bash", {"command": f"echo started; sleep {marker} & sleep 30", "timeout": 0.5})
     assert (obs.is_error, obs.stage) == (True, "execute")
     assert obs.content == "timed out after 0.5s; the command and its children were killed. Output so far:\nstarted\n"
-    pid = int((h.ws / "child.pid").read_text())
-    wait_until(lambda: not _alive(pid), timeout=10, what=f"child {pid} killed")
+    wait_until(lambda: not pids_running(["sleep", marker]), timeout=10, what="the child killed")
 
 
 def test_background_leftovers_are_killed_when_the_command_ends(h):
-    out = h.ok("bash", {"command": "sleep 60 >/dev/null 2>&1 & echo $!"})
-    pid = int(out.splitlines()[1])
-    wait_until(lambda: not _alive(pid), timeout=10, what=f"leftover {pid} killed")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purposes
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    marker = f"60.{os.getpid()}2"
+    h.ok("bash", {"command": f"sleep {marker} >/dev/null 2>&1 & echo $!"})
+    wait_until(lambda: not pids_running(["sleep", marker]), timeout=10, what="the leftover killed")

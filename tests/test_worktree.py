@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
 
-from orchestrator.core.errors import InvalidName, UserError
+from orchestrator.core.errors import InvalidName, UserError, WorkFailed
 from orchestrator.git.command import GitError
 from orchestrator.git.orphans import clean_up, find_orphans
 from orchestrator.git.worktrees import MergeConflict, Worktrees
@@ -128,16 +128,22 @@ def test_same_lines_conflict_names_the_file_and_keeps_the_branch(tmp_path):
     assert err.exit_code == 1
     assert str(err) == (
         f"merge conflict: task 'second' (team/cf/second) conflicts with team/cf/integration in "
-        f"shared.py; nothing was merged, the branch and its worktree {wt.path('second')} are kept "
-        f"for inspection (resolve by hand, or re-run the task from a fresh worktree)")
+        f"shared.py; nothing was merged, the branch and its worktree {wt.path('second')} are kept.\n"
+        f"to resolve it: cd {wt.path('second')} && git merge team/cf/integration; fix shared.py; "
+        f"git add -A && git commit --no-edit; the next run merges your resolution without running the task again")
     assert git(repo, "rev-parse", wt.integration) == tip_before
     assert show(repo, "team/cf/second", "shared.py") == "VALUE = 3\n"
     assert (wt.path("second") / "shared.py").read_text() == "VALUE = 3\n"
     assert wt.task_branches() == ["second"]
     assert_integration_clean(wt)
 
+    # Kept work is never deleted unless the caller says so (discard=True).
+    with pytest.raises(WorkFailed, match=r"team/cf/second holds 1 commit\(s\) that are not on team/cf/integration; "
+                                         r"refusing to delete them"):
+        wt.prepare("second", fresh=True)
+    assert show(repo, "team/cf/second", "shared.py") == "VALUE = 3\n"
     # A retry from a fresh worktree starts from the current tip and merges.
-    path = wt.prepare("second", fresh=True)
+    path = wt.prepare("second", fresh=True, discard=True)
     assert (path / "shared.py").read_text() == "VALUE = 2\n"
     (path / "shared.py").write_text("VALUE = 3\n")
     wt.commit("second", "retry")
@@ -210,11 +216,14 @@ def test_summary_names_the_branch_and_the_commands(tmp_path):
         "result: branch team/sum/integration (2 commits ahead of your HEAD; 1 tasks merged)\n"
         "not merged (branches kept): y\n"
         "to review and take the result into your current branch:\n"
-        "  git log --oneline --first-parent HEAD..team/sum/integration\n"
-        "  git diff HEAD...team/sum/integration\n"
-        "  git merge team/sum/integration")
-    git(repo, "merge", "-q", "team/sum/integration")  # the printed command works
-    assert (repo / "a.txt").read_text() == "x\n"
+        "  team log sum                          # the tasks in merge order, with their commits\n"
+        "  team diff sum.TASK                    # one task's own change\n"
+        "  git diff HEAD...team/sum/integration  # everything at once\n"
+        "  team land sum                         # into your branch: one commit (--per-task: one per task); "
+        "removes the plan's branches")
+    assert git(repo, "diff", "HEAD...team/sum/integration") == (  # the printed git command works
+        "diff --git a/a.txt b/a.txt\nindex 7898192..587be6b 100644\n--- a/a.txt\n+++ b/a.txt\n"
+        "@@ -1 +1 @@\n-a\n+x\n")
 
 
 def test_bad_roots_names_and_git_failures_are_clear(tmp_path):

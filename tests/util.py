@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,3 +20,26 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def pids_running(argv: list[str]) -> list[int]:
+    """Live (not zombie) processes, in any PID namespace, whose command line is exactly ``argv``.
+
+    A pid printed inside a sandbox is its namespace's, not ours: tests find the
+    processes a command started by a unique command line instead."""
+    want = "\0".join(argv).encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f.read() != want:
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
+                    continue
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        found.append(int(name))
+    return found

@@ -23,7 +23,13 @@ State on disk:
     .team/transcripts/lead.jsonl      the lead's conversation (agent/loop.py / agent/transcript.py)
     .team/transcripts/lead-sessions/  earlier sessions' transcripts (a new session moves the last one here)
     .team/chat.json                   {"goal", "teammates", "usage"} -- goal and teammates of the
-                                      last session; usage: the lead's token totals (status/usage.py reads it)
+                                      last session; usage: the lead's token totals (status/usage.py reads it);
+                                      scrubbed of secrets (core/redact.py)
+
+Shell commands of the lead and its teammates run in the OS sandbox
+(core/sandbox.py) unless ``TEAM_SANDBOX=off``; an opt-out, or a sandbox that
+cannot be set up, is among the ``notes`` shown at the start and in
+``team status`` (the lead's ``lead.json``).
 
 ``resume=True`` continues the last session: the lead's transcript, the goal,
 and the teammates it had (respawned; each resumes from its own transcript).
@@ -49,6 +55,8 @@ from ..core.fsutil import atomic_write
 from ..core.jsonutil import dumps
 from ..core.models import Message, Status, Task
 from ..core.paths import team_dir
+from ..core.redact import Secrets
+from ..core.sandbox import Sandbox
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
 from ..roles.roles import Role, check_tools, get_role
@@ -143,10 +151,15 @@ class ChatSession:
     def __init__(self, root: Path, *, model_for: Callable[[Role], ChatModel], workspace: Path | None = None,
                  resume: bool = False, budget: int = DEFAULT_BUDGET, max_steps: int = DEFAULT_MAX_STEPS,
                  on_text: Callable[[str], None] | None = None,
-                 on_tool: Callable[[str, str], None] | None = None, heartbeat_every: float = 2.0):
+                 on_tool: Callable[[str, str], None] | None = None, heartbeat_every: float = 2.0,
+                 sandbox: Sandbox | None = None):
+        """``sandbox``: where the lead's and teammates' shell commands run (default: on unless
+        ``TEAM_SANDBOX=off``, core/sandbox.py)."""
         self.root = Path(root).absolute()
+        self.sandbox = sandbox if sandbox is not None else Sandbox.choose(None, os.environ)
         self.workspace = Path(workspace or root).absolute()
         self.model_for, self.resume, self.budget, self.max_steps = model_for, resume, budget, max_steps
+        self.secrets = Secrets.from_environ()  # never in chat.json (a goal may quote one)
         self.on_text, self.on_tool, self.heartbeat_every = on_text, on_tool, heartbeat_every
         self.notes: list[str] = []
         """What opening the session wants the user to know (resumed turns, teammates back)."""
@@ -167,8 +180,11 @@ class ChatSession:
         if info is not None:
             raise LeadRunning(lead_holder(info, self.root))
         lead_role = get_role(LEAD, self.workspace)
-        self._lock = LeadLock(self.root, mode="chat").acquire()
+        self._lock = LeadLock(self.root, mode="chat", sandbox=self.sandbox.state()).acquire()
         try:
+            note = self.sandbox.note()
+            if note is not None:
+                self.notes.append(note)
             saved = _load_saved(self.root)
             if not self.resume:
                 self._archive(tpath)
@@ -182,12 +198,14 @@ class ChatSession:
             team = Team(self.root)
             name = team.load().team_name if team.config.exists() else "team"
             self.rt = TeamRuntime(self.root, model_for=self.model_for, workspace=self.workspace, team_name=name,
-                                  max_steps=self.max_steps, heartbeat_every=self.heartbeat_every)
+                                  max_steps=self.max_steps, heartbeat_every=self.heartbeat_every,
+                                  sandbox=self.sandbox)
             self.rt.serve_control()
             check_tools(lead_role, self.rt.registry.names())
             self.agent = LeadAgent(
                 name=LEAD, role=lead_role, model=_Streamed(self.model_for(lead_role), self),
-                tools=self.rt.registry.only(lead_role.tools), ctx=self.rt.tool_context(LEAD),
+                tools=self.rt.registry.only(lead_role.tools),
+                ctx=self.rt.tool_context(LEAD, network=lead_role.network),
                 transcript=Transcript(tpath), team_name=name, inbox=self._fetch, jobs=self.rt.jobs,
                 roster=self.rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage)
             self.agent.goal = self.goal
@@ -250,7 +268,7 @@ class ChatSession:
         mates = list(dict.fromkeys([*self._teammates, *self.rt.mates]))
         data = {"goal": {"text": self.goal.text, "status": self.goal.status} if self.goal.text else None,
                 "teammates": mates, "usage": (self.base_usage + self.agent.usage).model_dump()}
-        atomic_write(team_dir(self.root) / usage.CHAT_STATE, dumps(data))
+        atomic_write(team_dir(self.root) / usage.CHAT_STATE, self.secrets.scrub(dumps(data)))
 
     def pending(self) -> str | None:
         """A notice about unread messages for the lead, or None."""

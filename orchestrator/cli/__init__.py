@@ -1,12 +1,14 @@
 """The ``team`` command line: the only place that prints or exits.
 
-    tasks.py      team task list|show|create|update|blocked|graph|critical
+    tasks.py      team task list|show|create|update|retry|blocked|graph|critical
     runcmd.py     team run, team plan schema|check
     progress.py   what team run shows while it runs, and its summary
+    review.py     team log|diff|land: review a plan's result (isolation: worktree) and take it
     teamcmds.py   team send|broadcast|inbox|status, team jobs
     agentcmds.py  team spawn
     chat.py       team chat (the terminal side)
     doctor.py     team doctor
+    boardcmd.py   team board (the web board, imported when it runs)
     common.py     the --root and --json options, output helpers
 
 Every command module registers itself on ``app``. Errors: any ``TeamError``
@@ -55,9 +57,9 @@ def _global(
 
 
 def _register() -> None:
-    from . import agentcmds, chat, doctor, runcmd, tasks, teamcmds
+    from . import agentcmds, boardcmd, chat, doctor, review, runcmd, tasks, teamcmds
 
-    for module in (tasks, doctor, teamcmds, runcmd, chat, agentcmds):
+    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd):
         module.register(app)
 
 

@@ -2,8 +2,11 @@
 
 The scheduler emits plain dict events (``run_started``, ``started``,
 ``completed``, ``failed``, ``retry``, ``cancelled``, ``stopping``,
-``stale``). A sink is any callable taking one; three ship here and the CLI
-picks one:
+``stale``); with worktree isolation the merge thread adds ``merge_queued``
+(the task finished running and waits for its turn to merge, ``ahead`` tasks
+before it) and ``merging`` (its merge began); ``completed`` follows once it
+landed. Events come from more than one thread: every sink takes a lock. A
+sink is any callable taking one; three ship here and the CLI picks one:
 
 * ``LiveProgress``  on a terminal: a rich live view (counts per state, the
   running tasks with elapsed time, finished/total, ETA), redrawn 4×/s.
@@ -35,7 +38,7 @@ from ..core.text import shown
 from ..run.scheduler import RunResult
 from .common import write_guarded
 
-STATES = ("completed", "running", "retrying", "pending", "failed", "cancelled")
+STATES = ("completed", "running", "merging", "retrying", "pending", "failed", "cancelled")
 
 
 class _Tracker:
@@ -47,6 +50,7 @@ class _Tracker:
         self.before = 0  # completed by earlier runs
         self.state: dict[int, str] = {}
         self.running: dict[int, tuple[str, float, int]] = {}
+        self.merge: dict[int, str] = {}  # task -> "waiting (N ahead)" | "merging", for running tasks
         self.durations: list[float] = []
         self.t0 = time.monotonic()
 
@@ -57,8 +61,16 @@ class _Tracker:
         elif kind == "started":
             self.running[ev["task"]] = (ev["name"], time.monotonic(), ev["attempt"])
             self.state[ev["task"]] = "running"
+        elif kind == "merge_queued":
+            self.merge[ev["task"]] = f"waiting to merge ({ev['ahead']} ahead)" if ev.get("ahead") else \
+                "waiting to merge"
+            self.state[ev["task"]] = "merging"
+        elif kind == "merging":
+            self.merge[ev["task"]] = "merging"
+            self.state[ev["task"]] = "merging"
         elif kind in ("completed", "failed", "retry", "cancelled"):
             self.running.pop(ev["task"], None)
+            self.merge.pop(ev["task"], None)
             self.state[ev["task"]] = "retrying" if kind == "retry" else kind
             if kind == "completed":
                 self.durations.append(ev.get("duration") or 0.0)
@@ -84,6 +96,12 @@ class _Tracker:
         return mean * -(-left // max(1, self.workers))
 
 
+def _first_line(text: str | None) -> str:
+    """A (multi-line) error on one progress line: its first line; the summary shows it all."""
+    lines = (text or "").splitlines() or [""]
+    return shown(lines[0]) + (" …" if len(lines) > 1 else "")
+
+
 def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     """One plain line for an event (None for events not worth a line)."""
     kind = ev["event"]
@@ -96,15 +114,21 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     if kind == "completed":
         return f"{stamp} done  {who} in {ev['duration']:.2f}s [{t.done}/{t.total}]"
     if kind == "failed":
-        return f"{stamp} FAIL  {who}: {shown(ev['error'])} (log: {ev.get('log')})"
+        return f"{stamp} FAIL  {who}: {_first_line(ev['error'])}" + (f" (log: {ev['log']})" if ev.get("log") else "")
     if kind == "retry":
-        return f"{stamp} retry {who}: {shown(ev['error'])}; again in {ev['delay']:.2f}s (log: {ev.get('log')})"
+        return (f"{stamp} retry {who}: {_first_line(ev['error'])}; again in {ev['delay']:.2f}s"
+                + (f" (log: {ev['log']})" if ev.get("log") else ""))
     if kind == "cancelled":
         return f"{stamp} skip  {who}: {shown(ev['reason'])}"
     if kind == "stopping":
         return f"{stamp} stopping: {shown(ev['reason'])}; waiting for {ev['running']} running task(s)"
     if kind == "stale":
         return f"{stamp} stale completion of #{ev['task']} (epoch {ev['epoch']}) ignored"
+    if kind == "merge_queued":
+        ahead = f", {ev['ahead']} ahead" if ev.get("ahead") else ""
+        return f"{stamp} ran   {who}: waiting for its turn to merge{ahead}"
+    if kind == "merging":
+        return f"{stamp} merge {who}"
     return None
 
 
@@ -114,12 +138,14 @@ class PlainProgress:
     def __init__(self, stream: IO[str]):
         self.stream = stream
         self.t = _Tracker()
+        self.lock = threading.Lock()
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        self.t.apply(ev)
-        line = format_event(self.t, ev)
-        if line:
-            write_guarded(self.stream, line + "\n")
+        with self.lock:
+            self.t.apply(ev)
+            line = format_event(self.t, ev)
+            if line:
+                write_guarded(self.stream, line + "\n")
 
     def close(self) -> None:
         pass
@@ -130,9 +156,12 @@ class JsonProgress:
 
     def __init__(self, stream: IO[str]):
         self.stream = stream
+        self.lock = threading.Lock()
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        write_guarded(self.stream, json.dumps({"ts": round(time.time(), 6), **ev}) + "\n")
+        line = json.dumps({"ts": round(time.time(), 6), **ev}) + "\n"
+        with self.lock:
+            write_guarded(self.stream, line)
 
     def close(self) -> None:
         pass
@@ -182,8 +211,9 @@ class LiveProgress:
             for tid, (name, since, attempt) in running[:12]:
                 extra = f" (attempt {attempt})" if attempt > 1 else ""
                 row = Text("  ")
-                row.append("▶", style="cyan")
-                row.append(f" #{tid} {shown(name)}{extra}  {now - since:.1f}s")
+                merge = t.merge.get(tid)
+                row.append("⇄" if merge else "▶", style="magenta" if merge else "cyan")
+                row.append(f" #{tid} {shown(name)}{extra}  {now - since:.1f}s" + (f"  {merge}" if merge else ""))
                 grid.add_row(row)
             if len(running) > 12:
                 grid.add_row(Text(f"  … and {len(running) - 12} more running"))
@@ -236,6 +266,7 @@ def summarise(result: RunResult, workers: int, root: Path | None = None) -> dict
         "critical_path": [{"task": i, "name": runs[i].name, "seconds": round(runs[i].duration, 3)} for i in path],
         "stopped": result.stopped,
         "deadlock": result.deadlock,
+        "incomplete": result.incomplete,
         "worktrees": result.worktrees,
     }
 
@@ -269,7 +300,7 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}{_earlier(d)}" for d in listed]
     for f in s["failed"]:
         error = shown(f["error"], lines=True).replace("\n", "\n    ")  # continuation lines stay indented
-        lines.append(f"FAILED #{f['task']} {f['name']}: {error}\n  log: {f['log']}")
+        lines.append(f"FAILED #{f['task']} {f['name']}: {error}" + (f"\n  log: {f['log']}" if f["log"] else ""))
     for c in s["cancelled"][:limit]:
         lines.append(f"cancelled #{c['task']} {c['name']}: {shown(c['reason'])}")
     if len(s["cancelled"]) > limit:
@@ -281,6 +312,8 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
                      "Run again to retry, or pass --keep-going to run every branch not downstream of a failure.")
     if s["deadlock"]:
         lines.append("deadlock: " + s["deadlock"])
+    if s.get("incomplete"):
+        lines.append("INCOMPLETE: " + s["incomplete"])
     if s.get("worktrees"):
         lines += s["worktrees"]["text"].splitlines()
     return lines

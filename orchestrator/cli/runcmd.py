@@ -25,9 +25,9 @@ from typing import Annotated
 
 import typer
 
-from ..core.errors import Signalled
+from ..core.errors import Signalled, UserError
 from ..core.text import shown
-from .common import JsonOpt, RootOpt, out, root_of
+from .common import JsonOpt, RootOpt, err, out, root_of
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -37,9 +37,12 @@ def run_cmd(
     plan_file: Annotated[Path, typer.Argument(help="The plan (YAML).", show_default=False)],
     workers: Annotated[int | None, typer.Option("--workers", "-w", min=1, help="Max tasks at once (default: the plan's `workers`).")] = None,
     keep_going: Annotated[bool, typer.Option("--keep-going", "-k", help="After a failure, run every branch not downstream of it.")] = False,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Delete this plan's tasks and start over.")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete this plan's tasks (and its branches, with isolation: worktree) and start over.")] = False,
+    redo: Annotated[list[str] | None, typer.Option("--redo", help="Run TASK again, and every task that needs it; with isolation: worktree its merge is taken out of the integration branch first (repeatable).", metavar="TASK")] = None,
+    include_uncommitted: Annotated[bool, typer.Option("--include-uncommitted", help="isolation: worktree: start the plan from your checkout as it is (a snapshot commit of your uncommitted changes), not from your last commit.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
+    board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
     json_out: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -50,11 +53,15 @@ def run_cmd(
 
     lp = load_plan(plan_file, model=model)
     state_root = root_of(root, ctx)
+    if dry_run and board:
+        raise UserError("--board shows a run as it goes: leave out --dry-run (or run `team board` on its own)")
     if dry_run:
         _dry_run(lp, state_root, workers, json_out)
         return
-    from ..run.runner import run_plan
+    from ..run.runner import check_redo, run_plan
     from ..run.stop import RunStop
+
+    check_redo(lp, redo or [])
 
     sink: progress.JsonProgress | progress.LiveProgress | progress.PlainProgress
     if json_out:
@@ -69,6 +76,12 @@ def run_cmd(
     def note(text: str) -> None:
         sink({"event": "note", "text": text}) if json_out else sys.stderr.write(shown(text, lines=True) + "\n")
 
+    web = None
+    if board:  # a child process serving the root; started before the run forks its job server
+        from ..board.launch import BoardProcess
+
+        web = BoardProcess(state_root).start()
+        note(f"board: {web.url} (stops with the run; `team board` serves it again)")
     stop = RunStop()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -78,10 +91,12 @@ def run_cmd(
     for sig in STOP_SIGNALS:
         signal.signal(sig, on_signal)
     try:
-        result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh,
-                          emit=sink, note=note, stop=stop)
+        result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh, redo=redo or [],
+                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop)
     finally:
         sink.close()
+        if web is not None:
+            web.stop()
     summary = progress.summarise(result, workers or lp.plan.workers, state_root)
     tokens = usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
     if tokens is not None:
@@ -95,10 +110,26 @@ def run_cmd(
         raise typer.Exit(code=1)
 
 
+def _isolation_check(lp, state_root: Path) -> list[str]:
+    """With isolation: worktree, refuse (exit 2) what would fail every task; return warnings."""
+    from ..run.runner import worktrees_for
+
+    wt = worktrees_for(lp, state_root)  # PlanError/UserError: no repository, a task outside it
+    if wt is None or wt.has_integration():
+        return []
+    left = wt.uncommitted()
+    if not left:
+        return []
+    shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    return [f"warning: your checkout has uncommitted changes the tasks will not see ({shown}): commit them "
+            f"first, or run with --include-uncommitted to put them in the plan's base"]
+
+
 def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
     from ..plan.analysis import analyse
     from ..tasks.store import TaskStore
 
+    warnings = _isolation_check(lp, state_root)
     a = analyse(lp.plan)
     store = TaskStore(state_root)
     done = {t.plan_task for t in store.all() if t.plan == lp.plan.name and t.status.value == "completed"} \
@@ -108,7 +139,7 @@ def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
         out(json.dumps({"plan": lp.plan.name, "tasks": len(lp.plan.tasks), "workers": w, "waves": a.waves,
                         "critical_path": a.critical_path, "critical_length": a.critical_length,
                         "total_work": a.total_work, "max_parallelism": a.max_parallelism,
-                        "completed": sorted(done)}, indent=2))
+                        "completed": sorted(done), "warnings": warnings}, indent=2))
         return
     out(f"plan {lp.plan.name} ({lp.path}): {len(lp.plan.tasks)} tasks, workers {w}")
     for i, wave in enumerate(a.waves, 1):
@@ -121,6 +152,8 @@ def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
         f"average {avg:.1f} (work {a.total_work:g} / critical path {a.critical_length:g})")
     if done:
         out(f"resume: {len(done)} task(s) already completed in {state_root}")
+    for w in warnings:
+        out(w)
     out("dry run: nothing was run or written")
 
 
@@ -132,13 +165,20 @@ def schema_cmd() -> None:
 
 
 def check_cmd(
+    ctx: typer.Context,
     plan_file: Annotated[Path, typer.Argument(help="The plan (YAML).", show_default=False)],
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks.")] = None,
+    root: RootOpt = None,
 ) -> None:
-    """Validate a plan without running it (exit 2 with file:line: field: problem)."""
+    """Validate a plan without running it (exit 2 with file:line: field: problem).
+
+    With isolation: worktree it also checks the git repository holding the state
+    root (--root, $TEAM_ROOT or the current directory): every task must run inside it."""
     from ..plan.load import load_plan
 
     lp = load_plan(plan_file, model=model)
+    for w in _isolation_check(lp, root_of(root, ctx)):
+        err(w)
     out(f"{plan_file}: ok ({len(lp.plan.tasks)} tasks)")
 
 

@@ -1,4 +1,4 @@
-"""``team task list|show|create|update|blocked|graph|critical``.
+"""``team task list|show|create|update|retry|blocked|graph|critical``.
 
 Reads go through ``TaskStore.scan()``: a task file that cannot be read (torn
 by hand, not JSON) does not take the listing down. The readable tasks are
@@ -131,10 +131,12 @@ def show_cmd(
         rows.insert(0, ("name", shown(task.name)))
     rows.append(("blocked by", ", ".join(ref_line(i) for i in task.blockedBy) or "-"))
     rows.append(("blocks", ", ".join(ref_line(i) for i in blocks) or "-"))
-    for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "worktree", "result", "error", "log"):
+    for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "branch",
+                "merge_commit", "landed", "worktree", "result", "error", "log"):
         value = getattr(task, key)
         if value not in (None, "", 0) and not (key == "kind" and value == "manual"):
-            rows.append((key, _attempts(task) if key == "attempts" else shown(str(value))))
+            rows.append(({"merge_commit": "merge"}.get(key, key),
+                         _attempts(task) if key == "attempts" else shown(str(value))))
     out(f"#{task.id}: {shown(task.subject)}")
     for key, value in rows:
         out(f"  {key + ':':<12} {value}")
@@ -224,12 +226,53 @@ def update_cmd(
         actor="cli",
         **fields,
     )
+    if task.plan and task.isolation == "worktree" and status is not None and task.status == Status.pending \
+            and task.merge_commit:
+        err(f"note: #{task.id} was merged ({task.merge_commit[:10]}); the next `team run` of plan {task.plan} takes "
+            f"that merge out and runs it again, with every task that needs it (`team task retry` says so up front)")
     if as_json:
         print_json(task.to_json())
     else:
         owner_txt = f", owner {task.owner}" if task.owner else ""
         deps = f", blocked by {task.blockedBy}" if task.blockedBy else ""
         out(f"Updated task #{task.id}: {task.subject} [{task.status.value}{owner_txt}{deps}]")
+
+
+@task_app.command("retry")
+def retry_cmd(
+    ctx: typer.Context,
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Run a task again, and every task that needs it: pending again with a fresh retry budget.
+
+    For a plan task the next `team run` does it: with isolation: worktree it first takes
+    the task's merge (and its dependents') out of the integration branch and drops
+    its kept branch, exactly like `team run PLAN --redo TASK`."""
+    store = _store(root, ctx)
+    task = store.get(ref)
+    tasks = store.all()
+    todo = [task.id] + [i for i in graph.downstream(tasks, [task.id]) if i != task.id]
+    by_id = {t.id: t for t in tasks}
+    landed = [by_id[i] for i in todo if by_id[i].landed]
+    if landed:
+        from ..core.errors import UserError
+
+        raise UserError(f"#{landed[0].id} was landed into your branch by `team land` (commit "
+                        f"{(landed[0].landed or '')[:10]}): it cannot run again; revert the landed commit yourself, "
+                        f"or start the plan over with `team run PLAN.yaml --fresh`")
+    fields = {"redo": True} if task.plan else {}
+    done = store.reopen(todo, actor="cli", reason=f"team task retry {ref}", **fields)
+    if as_json:
+        print_json([t.to_json() for t in done])
+        return
+    others = ", ".join(f"#{t.id}" for t in done[1:])
+    out(f"Task #{task.id}: {shown(task.subject)} [pending, will run again]" + (f"; so will what needs it: {others}"
+                                                                          if others else ""))
+    if task.plan:
+        how = (" Its merge and kept branch are dropped first." if task.isolation == "worktree" else "")
+        out(f"The next `team run` of plan {task.plan} runs them.{how}")
 
 
 @task_app.command("blocked")
@@ -258,15 +301,7 @@ def _blocked(tasks: list[Task], tid: int | None, as_json: bool, *, unreadable: b
         task = next((t for t in tasks if t.id == tid), None)
         if task is None:
             return  # its file is the unreadable one (named on stderr)
-        by_id = {t.id: t for t in tasks}
-        if task.status == Status.pending:
-            why = "it is ready to start"
-        elif task.status == Status.in_progress:
-            why = f"it is running{' by ' + task.owner if task.owner else ''}"
-        else:
-            why = f"it is {task.status.value}"
-        assert not graph.open_blockers(task, by_id) or task.status != Status.pending
-        out(f"#{task.id} {task.subject} is not blocked: {why}.")
+        out(render.not_blocked(task))
     elif not tasks and not unreadable:
         out(EMPTY)
     else:

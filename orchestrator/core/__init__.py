@@ -7,6 +7,8 @@
     jsonutil.py JSON text: dumps (records on disk), stable_json and canonical (byte-stable)
     text.py     text from users, plans and models made safe to show (shown) and to store
     procs.py    process identity robust against pid reuse (/proc)
-    redact.py   secrets that must never reach disk, and scrubbing them out
+    redact.py   secrets that must never reach disk, and scrubbing them out (strings, streams, files)
+    environ.py  the one environment policy of every process started for a task or an agent
+    sandbox.py  the OS sandbox (bubblewrap) of agents' shell commands: policy to argv, probe, opt-out
     threads.py  threads that must not die quietly: an exception reaches their owner
 """

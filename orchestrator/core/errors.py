@@ -6,7 +6,8 @@
     │   ├── UnknownRef             a task id/name, member or job that does not exist
     │   ├── CycleError             a dependency that would close a cycle
     │   ├── InvalidName            a name with a path separator or other bad characters
-    │   └── PlanError              plan.yaml is invalid (file:line: field: problem)
+    │   ├── PlanError              plan.yaml is invalid (file:line: field: problem)
+    │   └── SandboxUnavailable     agent shell commands need a sandbox that cannot be set up here
     ├── StateError                 the state on disk is unusable
     │   ├── CorruptFile            a file under .tasks/ or .team/ does not parse
     │   ├── NotWritable            the state root cannot be written (read-only, no permission)
@@ -57,6 +58,10 @@ class InvalidName(UserError):
 
 class PlanError(UserError):
     """A plan file that failed validation."""
+
+
+class SandboxUnavailable(UserError):
+    """The OS sandbox for agent shell commands cannot be set up (and nobody opted out of it)."""
 
 
 class StateError(TeamError):

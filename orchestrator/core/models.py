@@ -90,8 +90,9 @@ class Task(BaseModel):
     log: str | None = Field(None, description="Path of the full output log, relative to the root.")
     worktree: str | None = Field(None, description="git worktree path used by the task.")
     branch: str | None = Field(None, description="git branch holding the task's work.")
-    merge_commit: str | None = Field(None, description="The commit that merged the task's branch into the "
-                                                      "plan's integration branch (worktree isolation).")
+    merge_commit: str | None = Field(None, description="Its merge commit on the plan's integration branch.")
+    redo: bool = Field(False, description="Run again from scratch: its merge and kept branch are dropped first.")
+    landed: str | None = Field(None, description="The commit `team land` brought its work into the user's branch with.")
     usage: dict[str, Any] = Field(default_factory=dict, description="Token usage of agent tasks.")
 
     @property
@@ -104,7 +105,7 @@ class Task(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The on-disk form: seed keys first, then the rest, None/empty omitted."""
         data = self.model_dump(mode="json", exclude_none=True)
-        for key in ("env", "usage"):
+        for key in ("env", "usage", "redo"):
             if not data.get(key):
                 data.pop(key, None)
         for key, default in (("retries", 0), ("attempts", 0), ("failures", 0), ("interrupted", 0), ("epoch", 0)):

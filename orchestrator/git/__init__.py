@@ -2,5 +2,8 @@
 
     command.py    Git: one subprocess helper with a clean environment and clear errors
     worktrees.py  Worktrees: a worktree per task, merged back into an integration branch
+    history.py    History: the integration branch's one merge per task, read (team diff/log) and
+                  rebuilt without some tasks (team run --redo)
+    land.py       Land: the result into the user's branch (team land), or a refusal
     orphans.py    leftovers of killed runs, for ``team doctor``
 """

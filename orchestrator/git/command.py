@@ -51,11 +51,14 @@ class Git:
         self.env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
 
     def __call__(self, *args: str, cwd: Path | None = None, check: bool = True,
-                 fd: int | None = None) -> subprocess.CompletedProcess:
-        """Run git; ``fd`` is inherited by the child (a lock it must keep holding if we die)."""
+                 fd: int | None = None, env: dict[str, str] | None = None,
+                 input: str | None = None) -> subprocess.CompletedProcess:
+        """Run git; ``fd`` is inherited by the child (a lock it must keep holding if we die);
+        ``env`` adds variables for this one call (e.g. a scratch ``GIT_INDEX_FILE``)."""
         cwd = cwd or self.cwd
-        proc = subprocess.run(["git", "-C", str(cwd), *OVERRIDES, *args], env=self.env, text=True,
-                              capture_output=True, pass_fds=(fd,) if fd is not None else ())
+        proc = subprocess.run(["git", "-C", str(cwd), *OVERRIDES, *args], env={**self.env, **(env or {})},
+                              text=True, capture_output=True, input=input,
+                              pass_fds=(fd,) if fd is not None else ())
         if check and proc.returncode:
             raise GitError(list(args), cwd, proc.returncode, proc.stderr)
         return proc
@@ -72,6 +75,14 @@ class Git:
         """The commit ``ref`` names, or None when there is none."""
         proc = self("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=cwd, check=False)
         return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+    def blob(self, sha: str) -> bytes:
+        """The bytes of a blob (binary-safe)."""
+        proc = subprocess.run(["git", "-C", str(self.cwd), *OVERRIDES, "cat-file", "blob", sha], env=self.env,
+                              capture_output=True)
+        if proc.returncode:
+            raise GitError(["cat-file", "blob", sha], self.cwd, proc.returncode, proc.stderr.decode(errors="replace"))
+        return proc.stdout
 
     def is_ancestor(self, a: str, b: str) -> bool:
         return self("merge-base", "--is-ancestor", a, b, check=False).returncode == 0

@@ -42,10 +42,26 @@ add`` killed mid-checkout leaves it ``locked initializing``) or a stray dir;
 a ``.removing-<task>`` marker makes an interrupted removal finish next time.
 Leftovers nobody will come back for (``team doctor``) are found and removed by orphans.py,
 through this class's public methods.
+
+Kept work. When a task branch is made, its fork point is recorded
+(``.fork-<task>``); the commits after it are the task's own (``kept``). Such
+commits are never deleted unless the caller says so: ``prepare(fresh=True)``
+refuses without ``discard=True``; ``discard`` is the explicit way
+(``--redo``). Counting from the fork point, not from what integration lacks,
+matters after a rebuild (history.py): history taken out of integration is
+not the task's work.
+
+The plan's base. ``ensure_integration`` records where the integration branch
+started (``base.json``: the user's commit and branch) and, asked to
+(``--include-uncommitted``), forks it from a snapshot commit of the user's
+working tree made through a scratch index; ``uncommitted`` lists what a
+plain start leaves out. history.py and land.py read the base.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import shutil
@@ -70,8 +86,10 @@ class MergeConflict(WorkFailed):
     def __init__(self, task: str, branch: str, integration: str, files: list[str], worktree: Path):
         super().__init__(
             f"merge conflict: task '{task}' ({branch}) conflicts with {integration} in "
-            f"{', '.join(files)}; nothing was merged, the branch and its worktree {worktree} are "
-            f"kept for inspection (resolve by hand, or re-run the task from a fresh worktree)")
+            f"{', '.join(files)}; nothing was merged, the branch and its worktree {worktree} are kept.\n"
+            f"to resolve it: cd {worktree} && git merge {integration}; fix {', '.join(files)}; "
+            f"git add -A && git commit --no-edit; the next run merges your resolution without running "
+            f"the task again")
         self.task, self.branch, self.files, self.worktree = task, branch, files, worktree
 
 
@@ -82,6 +100,41 @@ class MergeResult:
     status: str  # "merged" | "up-to-date" (already merged, or nothing to merge)
     commit: str | None = None  # the new merge commit
     recovered: tuple[str, ...] = ()  # repairs done first (a dead merger's leftovers)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A task branch that exists, and what it holds that the integration branch does not."""
+
+    task: str
+    branch: str
+    tip: str
+    commits: int  # the branch's own commits (since its fork point): finished or hand-made work
+    dirty: bool  # uncommitted changes in its worktree (an attempt cut short, or a hand edit)
+
+
+@dataclass(frozen=True)
+class Base:
+    """Where the integration branch started (``base.json`` in the plan's worktree folder)."""
+
+    commit: str  # the user's HEAD when the plan started
+    branch: str | None = None  # the user's branch then (refs/heads/...), None when detached
+    snapshot: str | None = None  # a commit on ``commit`` holding the uncommitted changes (--include-uncommitted)
+
+    @property
+    def fork(self) -> str:
+        """The commit the integration branch was forked from."""
+        return self.snapshot or self.commit
+
+
+@dataclass(frozen=True)
+class Start:
+    """What ``ensure_integration`` found or made."""
+
+    created: bool  # the integration branch was made now (the plan's base was fixed now)
+    base: Base | None
+    uncommitted: list[str] = field(default_factory=list)  # the user's uncommitted paths when it was made
+    repairs: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -100,8 +153,17 @@ class Summary:
         if self.unmerged:
             lines.append(f"not merged (branches kept): {', '.join(self.unmerged)}")
         lines.append("to review and take the result into your current branch:")
-        lines += [f"  {c}" for c in self.commands]
+        width = max((len(c) for c in self.commands), default=0)
+        lines += [f"  {c:<{width}}  # {why}" if why else f"  {c}"
+                  for c, why in zip(self.commands, self.WHY + [""] * len(self.commands), strict=False)]
         return "\n".join(lines)
+
+    WHY = ["the tasks in merge order, with their commits", "one task's own change", "everything at once",
+           "into your branch: one commit (--per-task: one per task); removes the plan's branches"]
+
+    @staticmethod
+    def commands_for(plan: str, branch: str) -> list[str]:
+        return [f"team log {plan}", f"team diff {plan}.TASK", f"git diff HEAD...{branch}", f"team land {plan}"]
 
 
 def check_slug(name: str, what: str) -> str:
@@ -156,17 +218,86 @@ class Worktrees:
         return self.path(task) / self.prefix
 
     # -- the scheduler's API --------------------------------------------------
-    def ensure_integration(self) -> list[str]:
-        """Create (or repair) the integration branch and its worktree now; the repairs made."""
-        with self.locked() as fd:
-            return self.setup_integration(fd)
+    def ensure_integration(self, include_uncommitted: bool = False) -> Start:
+        """Create (or repair) the integration branch and its worktree now.
 
-    def prepare(self, task: str, fresh: bool = False) -> Path:
+        A new branch forks from the user's ``HEAD`` commit; with ``include_uncommitted``
+        from a snapshot commit on it holding the user's uncommitted changes (untracked
+        files included, ignored ones not), made through a scratch index: the user's
+        index and files are not touched. ``Start.uncommitted`` lists what was left
+        out (or snapshotted) when the branch was made now.
+        """
+        with self.locked() as fd:
+            self._exclude()
+            created = self.git.rev(self.integration) is None
+            uncommitted = self.uncommitted() if created else []
+            if created:
+                self._create_integration(fd, include_uncommitted and bool(uncommitted))
+            repairs = self.setup_integration(fd)
+            return Start(created, self.base(), uncommitted, repairs)
+
+    def uncommitted(self) -> list[str]:
+        """Paths with uncommitted changes in the user's checkout (untracked included, ignored not;
+        ``.tasks/`` and ``.team/`` left out). Reads only: nothing is written."""
+        out = self.git("status", "--porcelain=v1", "-z", "--untracked-files=all", cwd=self.toplevel).stdout
+        paths, entries = [], out.split("\0")
+        i = 0
+        while i < len(entries):
+            entry = entries[i]
+            if len(entry) > 3 and not {".team", ".tasks"} & set(Path(entry[3:]).parts):
+                paths.append(entry[3:])
+            i += 2 if entry[:1] in ("R", "C") else 1  # a rename's source path follows it
+        return paths
+
+    def base(self) -> Base | None:
+        """Where the integration branch started; None for a branch made before this was recorded."""
+        try:
+            data = json.loads(self._base_path().read_text())
+            return Base(**data) if data.get("commit") else None
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    def _base_path(self) -> Path:
+        return self.base_dir / "base.json"
+
+    def _create_integration(self, fd: int, snapshot: bool) -> None:
+        head = self.git.rev("HEAD")
+        if head is None:
+            raise UserError(f"isolation: worktree needs at least one commit in {self.root} "
+                            f"(commit your files first)")
+        ref = self.git("symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None
+        fork = self._snapshot(head, ref) if snapshot else None
+        base = Base(head, ref, fork)
+        atomic_write(self._base_path(), json.dumps(dataclasses.asdict(base)) + "\n")
+        self.git("branch", self.integration, base.fork, fd=fd)
+
+    def _snapshot(self, head: str, ref: str | None) -> str | None:
+        """A commit on ``head`` with the user's working tree as it is, through a scratch index."""
+        index = self.base_dir / "snapshot.index"
+        index.unlink(missing_ok=True)
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            self.git("read-tree", head, cwd=self.toplevel, env=env)
+            self.git("add", "-A", "--", ".", ":(exclude,glob)**/.team/**", ":(exclude,glob)**/.tasks/**",
+                     cwd=self.toplevel, env=env)
+            tree = self.git("write-tree", cwd=self.toplevel, env=env).stdout.strip()
+        finally:
+            index.unlink(missing_ok=True)
+        if tree == self.git("rev-parse", f"{head}^{{tree}}").stdout.strip():
+            return None
+        where = ref.removeprefix("refs/heads/") if ref else "a detached HEAD"
+        msg = (f"team: uncommitted changes of {where} when plan {self.plan} started\n\n"
+               f"Snapshot made by `team run --include-uncommitted`; your checkout still has them uncommitted.\n")
+        return self.git("commit-tree", tree, "-p", head, "-m", msg).stdout.strip()
+
+    def prepare(self, task: str, fresh: bool = False, discard: bool = False) -> Path:
         """Create (or reuse, or repair) the task's worktree; return its ``workdir``.
 
         A new branch forks from the integration tip *now*. ``fresh=True`` drops an
-        existing branch and worktree first (a retry after a conflict). A branch
-        whose work is already merged and whose worktree is clean is re-forked too.
+        existing branch and worktree first (an attempt cut short), but never commits
+        the integration branch lacks: that is kept work, dropped only with
+        ``discard=True`` (the user said so). A branch whose work is already merged
+        and whose worktree is clean is re-forked too.
         """
         branch, path = self.branch(task), self.path(task)
         with self.locked() as fd:
@@ -175,6 +306,11 @@ class Worktrees:
             tip = self.git.rev(self.integration)
             if self.git.rev(branch) is not None:
                 stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
+                kept = self.kept(task)
+                if fresh and kept is not None and kept.commits and not discard:
+                    raise WorkFailed(f"task '{task}': {branch} holds {kept.commits} commit(s) that are not on "
+                                     f"{self.integration}; refusing to delete them (merge them, or discard "
+                                     f"them explicitly)")
                 if fresh or (stale and not self.git.dirty(path)):
                     self.remove_task(task, fd)
             self._ensure_checkout(path, branch, tip, fd)
@@ -225,27 +361,76 @@ class Worktrees:
         self.commit(task, message)
         return self.merge(task)
 
+    def has_integration(self) -> bool:
+        return self.git.rev(self.integration) is not None
+
     def has_branch(self, task: str) -> bool:
         return self.git.rev(self.branch(task)) is not None
 
-    def committed_work(self, task: str) -> int:
-        """Commits on the task's branch not in integration, when its worktree is clean (else 0).
+    def kept(self, task: str) -> Kept | None:
+        """The task's branch, if it exists: its commits not on integration and whether its worktree is dirty.
 
-        ``commit`` runs only after a successful attempt, so such commits are finished
-        work whose merge did not happen (the lead died, or a conflict was resolved by hand).
+        ``commit`` runs only after a successful attempt, so commits on a clean branch are
+        finished work whose merge did not happen (the lead died, a merge conflicted, or a
+        conflict was resolved by hand). Such work is never deleted without being merged,
+        unless the user says so (``--redo``, ``--fresh``).
         """
         branch = self.branch(task)
-        if self.git.rev(branch) is None or self.git.rev(self.integration) is None or self.git.dirty(self.path(task)):
-            return 0
-        return int(self.git("rev-list", "--count", f"{self.integration}..{branch}").stdout)
+        tip = self.git.rev(branch)
+        if tip is None:
+            return None
+        # Its own commits: since its recorded fork point. Counting what integration lacks would
+        # count history a rebuild (--redo) took out of integration as this task's work.
+        since = self.fork(task) or (self.integration if self.git.rev(self.integration) else None)
+        commits = int(self.git("rev-list", "--count", f"{since}..{branch}").stdout) if since else 0
+        return Kept(task, branch, tip, commits, self.git.dirty(self.path(task)))
+
+    def discard(self, task: str) -> Kept | None:
+        """Delete the task's branch and worktree, kept work included (the user said so); what was there."""
+        with self.locked() as fd:
+            kept = self.kept(task)
+            if kept is not None or self.path(task).exists() or self._removing(task).exists():
+                self.remove_task(task, fd)
+            return kept
+
+    def drop_merged(self, task: str) -> bool:
+        """Delete the task's branch and worktree when everything on the branch is on integration
+        (a lead killed between a merge and the removal that follows it); whether it did."""
+        with self.locked() as fd:
+            self._finish_removal(task, fd)
+            tip = self.git.rev(self.branch(task))
+            if tip is None or not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
+                return False
+            self.remove_task(task, fd)
+            return True
+
+    def merges(self) -> dict[str, str]:
+        """Task slug -> its merge commit on integration (first parents, by trailer; the last one wins)."""
+        if self.git.rev(self.integration) is None:
+            return {}
+        out = self.git("log", "--first-parent", "--merges", "--reverse",
+                        f"--format=%H%x1f%(trailers:key={TRAILER},valueonly)%x1e", self.integration,
+                        *self._since()).stdout
+        found: dict[str, str] = {}
+        for record in out.split("\x1e"):
+            sha, _, task = record.strip().partition("\x1f")
+            if task.strip():
+                found[task.strip()] = sha
+        return found
 
     def merged_tasks(self) -> list[str]:
         """Task slugs merged into integration, oldest first, from the merge trailers."""
         if self.git.rev(self.integration) is None:
             return []
         out = self.git("log", "--first-parent", "--merges", "--reverse",
-                        f"--format=%(trailers:key={TRAILER},valueonly)%x00", self.integration).stdout
+                        f"--format=%(trailers:key={TRAILER},valueonly)%x00", self.integration,
+                        *self._since()).stdout
         return [t.strip() for t in out.split("\0") if t.strip()]
+
+    def _since(self) -> list[str]:
+        """``^BASE`` to stop a walk of integration's history where the plan started (when recorded)."""
+        base = self.base()
+        return [f"^{base.commit}"] if base is not None and self.git.rev(base.commit) == base.commit else []
 
     def task_branches(self) -> list[str]:
         """Slugs of the task branches that exist (work not merged, or in flight)."""
@@ -260,22 +445,26 @@ class Worktrees:
         base = self.git("merge-base", "HEAD", self.integration).stdout.strip()
         ahead = int(self.git("rev-list", "--count", f"HEAD..{self.integration}").stdout)
         b = self.integration
-        cmds = [f"git log --oneline --first-parent HEAD..{b}", f"git diff HEAD...{b}", f"git merge {b}"]
+        cmds = Summary.commands_for(self.plan, b)
         return Summary(self.plan, b, base, ahead, self.merged_tasks(), self.task_branches(), cmds)
 
     def release(self) -> None:
         """Remove the integration worktree (the branch stays) so the user can check it out."""
         with self.locked() as fd:
-            self._drop_worktree(self.integration_dir, fd)
+            self.drop_worktree(self.integration_dir, fd)
 
     def reset(self) -> None:
-        """Delete every worktree and branch of the plan, integration included (``--fresh``)."""
+        """Delete every worktree and branch of the plan, integration included (``--fresh``, ``land``)."""
         with self.locked() as fd:
             for task in self.task_names(self.git.worktrees()):
                 self.remove_task(task, fd)
-            self._drop_worktree(self.integration_dir, fd)
+            for scratch in self.base_dir.glob("_*"):
+                self.drop_worktree(scratch, fd)
+            for fork in self.base_dir.glob(".fork-*"):
+                fork.unlink()
             if self.git.rev(self.integration) is not None:
                 self.git("branch", "-D", self.integration, fd=fd)
+            self._base_path().unlink(missing_ok=True)
 
     # -- the lock and repairs (orphans.py uses locked, task_names, setup_integration, remove_task) --
     @contextmanager
@@ -297,17 +486,13 @@ class Worktrees:
         names = set(self.task_branches()) | {p.name for p in wts if p.parent == base}
         if self.base_dir.is_dir():
             names |= {p.name[len(".removing-"):] for p in self.base_dir.glob(".removing-*")}
-        return names - {"_integration"}
+        return {n for n in names if not n.startswith("_")}  # _integration, _rebuild, _land: ours
 
     def setup_integration(self, fd: int) -> list[str]:
         """Create the integration branch and worktree if missing; repair a dead merger's state."""
         self._exclude()
         if self.git.rev(self.integration) is None:
-            head = self.git.rev("HEAD")
-            if head is None:
-                raise UserError(f"isolation: worktree needs at least one commit in {self.root} "
-                                f"(commit your files first)")
-            self.git("branch", self.integration, head, fd=fd)
+            self._create_integration(fd, snapshot=False)
         self._ensure_checkout(self.integration_dir, self.integration, None, fd)
         return self._recover_integration(fd)
 
@@ -337,13 +522,35 @@ class Worktrees:
                    and "locked" not in info and (path / ".git").is_file())
         if healthy:
             return
-        self._drop_worktree(path, fd)
+        self.drop_worktree(path, fd)
         if self.git.rev(branch) is None:
+            if base is not None and path.parent == self.base_dir:  # a task branch: remember where it forked
+                self.base_dir.mkdir(parents=True, exist_ok=True)
+                atomic_write(self._fork_path(path.name), base + "\n")
             self.git("branch", branch, *([base] if base else []), fd=fd)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.git("worktree", "add", "-q", str(path), branch, fd=fd)
 
-    def _drop_worktree(self, path: Path, fd: int) -> None:
+    def _fork_path(self, task: str) -> Path:
+        return self.base_dir / f".fork-{task}"
+
+    def fork(self, task: str) -> str | None:
+        """The integration commit the task's branch was forked from (recorded when it was made)."""
+        try:
+            sha = self._fork_path(task).read_text().strip()
+        except FileNotFoundError:
+            return None
+        return sha if sha and self.git.rev(sha) == sha else None
+
+    def scratch(self, name: str, commit: str, fd: int) -> Path:
+        """A fresh detached worktree ``_<name>`` at ``commit`` for work off to the side (history.py, land.py)."""
+        path = self.base_dir / f"_{name}"
+        self.drop_worktree(path, fd)
+        self.git("worktree", "add", "-f", "-q", "--detach", str(path), commit, fd=fd)
+        return path
+
+    def drop_worktree(self, path: Path, fd: int) -> None:
+        """Remove the worktree (or a stray directory or file) at ``path``; missing is fine."""
         if path.resolve() in self.git.worktrees():
             self.git("worktree", "remove", "-f", "-f", str(path), fd=fd)
         if path.is_dir() and not path.is_symlink():  # a directory git does not know: ours
@@ -355,9 +562,10 @@ class Worktrees:
         """Discard the task's worktree and branch; a marker makes a killed removal resumable."""
         marker = self._removing(task)
         marker.touch()
-        self._drop_worktree(self.path(task), fd)
+        self.drop_worktree(self.path(task), fd)
         if self.git.rev(self.branch(task)) is not None:
             self.git("branch", "-D", self.branch(task), fd=fd)
+        self._fork_path(task).unlink(missing_ok=True)
         marker.unlink()
 
     def _removing(self, task: str) -> Path:

@@ -29,8 +29,17 @@ that loop is the whole server), so this work never delays a start or a
 notification. Without either option every call writes on the caller's
 thread and nothing is ever pending. Safe across threads.
 
+* **Scrubbing logs** (``scrub_log``): a job writes its log itself, so the
+  secrets it printed are taken out once it has ended (``Secrets.scrub_file``:
+  one read, and a scrubbed copy renamed over the log only when it holds a
+  secret). Deferred, this waits for a quiet moment too (after the records,
+  before the spares): a 50 MB log takes ~0.2 s to read, which must not delay
+  the next start or notification. The tail in the record and the
+  notification is scrubbed at once (records.read_tail).
+
 Records are read through ``records.JobRecords``, which writes them through
-``save`` here (a ``JobFiles`` is its ``RecordWriter``).
+``save`` here (a ``JobFiles`` is its ``RecordWriter``). ``save`` scrubs the
+serialised record of the manager's secrets (a command may quote one).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core import procs
+from ..core.redact import Secrets
 from .records import JOB_ENV, JobRecord
 
 STALE_AFTER = 10.0
@@ -53,14 +63,17 @@ STALE_AFTER = 10.0
 class JobFiles:
     """Log files and records of one manager's jobs under ``dir`` (see the module docstring)."""
 
-    def __init__(self, dir: Path, *, spares: int = 0, deferred: bool = False):
+    def __init__(self, dir: Path, *, spares: int = 0, deferred: bool = False, secrets: Secrets | None = None):
+        """``secrets``: scrubbed from every record written (a command may quote one)."""
         self.dir = dir
+        self.secrets = Secrets() if secrets is None else secrets
         self.spares = spares
         self.deferred = deferred
         self._ready = False
         self._swept = spares == 0  # stale spares of a dead manager removed (only spare users sweep)
         self._spare: deque[tuple[str, int]] = deque()
         self._records: deque[tuple[str, bytes, Callable[[], None] | None]] = deque()
+        self._scrubs: deque[Path] = deque()  # logs of ended jobs still to scrub (deferred)
         self._queued: Counter[str] = Counter()  # job id -> records of it in the queue
         self.fill_error: OSError | None = None  # why spares stopped being made, if they did
         self.write_errors: list[str] = []  # deferred records that could not be written
@@ -116,7 +129,7 @@ class JobFiles:
     # -- records -------------------------------------------------------------------
     def save(self, record: JobRecord, then: Callable[[], None] | None = None) -> None:
         """Write ``record`` now, or queue it when deferred; ``then`` runs once it is on disk."""
-        data = record.model_dump_json(exclude_none=True).encode()
+        data = self.secrets.scrub_bytes(record.model_dump_json(exclude_none=True).encode())
         if not self.deferred:
             self._write(record.id, data)
             if then is not None:
@@ -133,14 +146,32 @@ class JobFiles:
         tmp.write_bytes(data)
         os.replace(tmp, self.dir / f"{job_id}.json")
 
+    # -- logs ----------------------------------------------------------------------------
+    def scrub_log(self, path: Path) -> None:
+        """Take the secrets out of the log of a job that has ended: now, or queued when deferred."""
+        if not self.secrets:
+            return
+        if not self.deferred:
+            self._scrub(path)
+            return
+        with self._lock:
+            self._scrubs.append(path)
+
+    def _scrub(self, path: Path) -> None:
+        try:
+            self.secrets.scrub_file(path)
+        except OSError as e:  # e.g. the disk is full: the log keeps what the job wrote
+            self.write_errors.append(f"{path.name}: not scrubbed: {e}")
+
     # -- deferred work ----------------------------------------------------------------
     def pending(self) -> bool:
         """There is deferred work to do (``work_once``)."""
-        return bool(self._records) or not self._swept or (
+        return bool(self._records) or bool(self._scrubs) or not self._swept or (
             len(self._spare) < self.spares and self.fill_error is None)
 
     def work_once(self) -> None:
-        """Do one piece of deferred work: write the oldest record, else sweep or make a spare."""
+        """Do one piece of deferred work: write the oldest record, else scrub a log, else sweep or
+        make a spare."""
         with self._lock:
             entry = self._records.popleft() if self._records else None
             latest = False
@@ -159,6 +190,11 @@ class JobFiles:
             if then is not None:
                 then()
             return
+        with self._lock:
+            log = self._scrubs.popleft() if self._scrubs else None
+        if log is not None:
+            self._scrub(log)
+            return
         try:
             if not self._swept:
                 self._swept = True
@@ -171,8 +207,8 @@ class JobFiles:
             self.fill_error = e
 
     def close(self) -> None:
-        """Write every queued record and remove the unused spare logs."""
-        while self._records:
+        """Write every queued record, scrub every queued log and remove the unused spare logs."""
+        while self._records or self._scrubs:
             self.work_once()
         with self._lock:
             spares, self._spare = list(self._spare), deque()

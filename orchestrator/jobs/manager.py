@@ -5,7 +5,11 @@ A job is ``/bin/sh -c COMMAND`` in a new session (so its own process group,
 the log file descriptor: output never passes through Python, so a job
 printing 50 MB costs no memory and leaves the whole log on disk. Like make,
 a COMMAND of plain words naming a program on PATH (``pytest -q``) is exec'd
-without the shell, one exec less per job (``command_argv``).
+without the shell, one exec less per job (``command_argv``). An agent's job
+runs inside its sandbox: ``start(prefix=...)`` puts ``bwrap ... --`` before
+``/bin/sh -c COMMAND`` (core/sandbox.py). Every job's environment is the
+allow-list of core/environ.py plus what the caller declares (``env``): no
+credential of this process reaches a job unless the caller names it.
 
 Lifecycle::
 
@@ -83,17 +87,26 @@ import threading
 import time
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..core import procs
+from ..core.environ import task_environment
 from ..core.errors import UserError
 from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..core.threads import Crash
 from .files import JobFiles
 from .orphans import OrphanReaper, Unrecorded
-from .records import JOB_ENV, MANAGER_ENV, JobRecord, JobRecords, JobStatus, Notification, read_tail
+from .records import (
+    JOB_ENV,
+    MANAGER_ENV,
+    JobRecord,
+    JobRecords,
+    JobStatus,
+    Notification,
+    read_tail,
+)
 from .spawn import Process, WatchedJob, exit_fd_of, spawn
 from .strays import Strays
 from .watcher import Watcher
@@ -178,13 +191,13 @@ class JobManager:
         server names the lead it serves, so the lead's death orphans them.
         ``spares``/``deferred_records``: keep log creation and record writes
         off the start path (files.py; the job server uses both). ``secrets``:
-        scrubbed from the output tails kept in records and notifications
-        (default: the credentials in this process's environment). ``subreaper``:
-        in ``serve``, make this process the subreaper of its jobs' orphans and
-        kill what a job leaves behind as it is reparented (strays.py: the job
-        server); otherwise leftovers are found by a scan for their marker.
-        ``on_crash``: told if the watcher thread dies (core/threads.py); later
-        starts are refused with that error."""
+        scrubbed from the records, from the logs once their jobs end and from
+        the output tails in notifications (default: the credentials in this
+        process's environment). ``subreaper``: in ``serve``, make this process
+        the subreaper of its jobs' orphans and kill what a job leaves behind as
+        it is reparented (strays.py: the job server); otherwise leftovers are
+        found by a scan for their marker. ``on_crash``: told if the watcher
+        thread dies (core/threads.py); later starts are refused with that error."""
         self.root = Path(root)
         self.on_notify = on_notify
         self.dir = team_dir(self.root) / "jobs"
@@ -193,7 +206,7 @@ class JobManager:
         self.grace = grace
         self.secrets = Secrets.from_environ() if secrets is None else secrets
         self._pid, self._pid_start = manager or (os.getpid(), procs.start_ticks(os.getpid()))
-        self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records)
+        self.files = JobFiles(self.dir, spares=spares, deferred=deferred_records, secrets=self.secrets)
         self.records = JobRecords(self.dir, self.files)
         self.watcher = Watcher(on_exit=self._on_exit, work=self.files, grace=grace, on_crash=on_crash)
         self.orphans = OrphanReaper(self.records, root=self.root, manager=(self._pid, self._pid_start),
@@ -222,12 +235,16 @@ class JobManager:
     # -- start --------------------------------------------------------------
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
               env: Mapping[str, str] | None = None, timeout: float | None = None,
-              task: int | None = None, unset: Iterable[str] = (), ref: str | None = None) -> JobRecord:
+              task: int | None = None, ref: str | None = None, prefix: Sequence[str] = ()) -> JobRecord:
         """Start ``command`` in the background; returns once it has been exec'd.
 
-        ``env`` entries are added to the inherited environment; names in
-        ``unset`` are removed from it (secrets a job must not see). ``ref``
-        is handed back in the job's notification (the caller's name for it).
+        The job's environment is the one policy of core/environ.py: the
+        allow-listed variables of this process's environment, then ``env``
+        (what the plan declares, the ``TEAM_*`` variables of the caller),
+        then the job markers. ``ref`` is handed back in the job's
+        notification (the caller's name for it). ``prefix`` goes before the
+        command's argv (an agent's sandbox, core/sandbox.py): the job is
+        then always ``PREFIX /bin/sh -c COMMAND``.
         """
         self.watcher.check()  # a dead watcher would never report this job
         if timeout is not None:
@@ -246,26 +263,22 @@ class JobManager:
             if not Path(cwd).is_dir():
                 raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
         job_id, log_fd = self.files.new_log()
-        child_env = dict(self._environ if self._environ is not None else os.environ)
-        for name in unset:
-            child_env.pop(name, None)
-        if env:
-            child_env.update(env)
+        child_env = task_environment(self._environ if self._environ is not None else os.environ, env or {})
         child_env[JOB_ENV] = job_id
         child_env[MANAGER_ENV] = self._manager_env
         # $PWD names the job's directory, as a shell (or make) would set it.
         child_env["PWD"] = str(Path(cwd).absolute()) if cwd is not None else os.getcwd()
-        shell_argv = ["/bin/sh", "-c", command]
-        argv = command_argv(command, child_env.get("PATH", ""))
-        prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
+        shell_argv = [*prefix, "/bin/sh", "-c", command]
+        argv = shell_argv if prefix else command_argv(command, child_env.get("PATH", ""))
+        timeout_prefix = _timeout_prefix(timeout + self.grace + TIMEOUT_MARGIN) if timeout is not None else []
 
         def spawn_job() -> Process:
             try:
-                return spawn([*prefix, *argv], cwd=cwd, env=child_env, log_fd=log_fd)
+                return spawn([*timeout_prefix, *argv], cwd=cwd, env=child_env, log_fd=log_fd)
             except OSError as e:  # a script without #!, a program gone since: the shell says what it can
-                if argv[0] == "/bin/sh" or e.errno not in (errno.ENOEXEC, errno.EACCES, errno.ENOENT):
+                if argv == shell_argv or e.errno not in (errno.ENOEXEC, errno.EACCES, errno.ENOENT):
                     raise
-                return spawn([*prefix, *shell_argv], cwd=cwd, env=child_env, log_fd=log_fd)
+                return spawn([*timeout_prefix, *shell_argv], cwd=cwd, env=child_env, log_fd=log_fd)
 
         try:
             proc = spawn_job()
@@ -298,6 +311,7 @@ class JobManager:
         record.exit_code = code
         record.finished_at = self.clock()
         record.tail = read_tail(self.root / record.log, self.tail_bytes, self.secrets)
+        self.files.scrub_log(self.root / record.log)  # now, or in a quiet moment (the job server)
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,
             tail=record.tail, log=record.log,

@@ -167,6 +167,7 @@ class OrphanReaper:
                 command = procs.cmdline(leader) or "?"
                 _kill_job(orphan)
                 log = self.records.dir / f"{orphan.job_id}.log"
+                self.secrets.scrub_file(log)  # its job is dead: nothing writes the log any more
                 record = JobRecord(
                     id=orphan.job_id, command=command, owner="?", pid=leader, pgid=leader, status="lost",
                     started_at=self.clock(), finished_at=self.clock(), log=str(log.relative_to(self.root)),
@@ -190,6 +191,7 @@ class OrphanReaper:
             procs.kill_marked(JOB_ENV, current.id)  # what left its group (setsid, daemons)
             current.status = status
             current.finished_at = self.clock()
+            self.secrets.scrub_file(self.root / current.log)  # its job is dead: nothing writes the log any more
             current.tail = read_tail(self.root / current.log, self.tail_bytes, self.secrets)
             self.records.save(current)
             return current

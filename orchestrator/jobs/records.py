@@ -3,8 +3,10 @@
 ``.team/jobs/<id>.json`` holds a ``JobRecord`` (written with an atomic
 rename, no fsync: the task store is the durable truth); ``.team/jobs/<id>.log``
 holds the job's whole output. When a job ends its record gets a bounded
-head+tail of that log (``read_tail``) and the owner is queued a
-``Notification`` carrying the same.
+head+tail of that log, scrubbed of secrets (``read_tail``), and the owner is
+queued a ``Notification`` carrying the same. The log itself, which the job
+wrote directly, is scrubbed once the job is done with it, and records as
+they are written (files.py).
 
 ``JobRecords`` is the one way to the records of a jobs directory: ``get``
 and ``list`` read them from any process, ``save`` hands a record to a

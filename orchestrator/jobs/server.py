@@ -58,7 +58,7 @@ imported already (no interpreter start-up: the fork costs ~3 ms). Its life:
 
 Protocol, one JSON object per line::
 
-    lead → server   {"op": "start", "ref", "command", "owner", "cwd", "env", "timeout", "task", "unset"}
+    lead → server   {"op": "start", "ref", "command", "owner", "cwd", "env", "timeout", "task"}
                     {"op": "kill", "ref"}        {"op": "shutdown"}
     server → lead   {"op": "note", "ref", ...Notification}
                     {"op": "error", "ref", "error"}   the job could not start; nothing runs
@@ -114,9 +114,8 @@ class LocalJobs:
         self._lock = threading.Lock()
 
     def start(self, ref: str, command: str, *, owner: str, cwd: Path | None, env: dict[str, str],
-              timeout: float | None, task: int | None, unset: list[str]) -> None:
-        record = self.manager.start(command, ref=ref, owner=owner, cwd=cwd, env=env, timeout=timeout, task=task,
-                                    unset=unset)
+              timeout: float | None, task: int | None) -> None:
+        record = self.manager.start(command, ref=ref, owner=owner, cwd=cwd, env=env, timeout=timeout, task=task)
         with self._lock:
             self._ids[ref] = record.id
 
@@ -211,13 +210,13 @@ class JobServer:
                 view = view[n:]
 
     def start(self, ref: str, command: str, *, owner: str, cwd: Path | None, env: dict[str, str],
-              timeout: float | None, task: int | None, unset: list[str]) -> None:
+              timeout: float | None, task: int | None) -> None:
         with self._out_lock:
             self._out.add(ref)
         try:
             self._send({"op": "start", "ref": ref, "command": command, "owner": owner,
                         "cwd": str(cwd) if cwd is not None else None, "env": env, "timeout": timeout,
-                        "task": task, "unset": unset})
+                        "task": task})
         except TeamError:
             with self._out_lock:
                 self._out.discard(ref)

@@ -1,7 +1,9 @@
 """The ``plan.yaml`` format: pydantic models (``extra="forbid"``) and the JSON Schema.
 
 ``Plan`` holds ``defaults`` (``Defaults``), ``team`` (``TeamMember``) and
-``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``); every field
+``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``), and whether
+agents' shell commands run in the OS sandbox (``sandbox``, core/sandbox.py:
+``off`` is an explicit opt-out); every field
 carries its description, which ``team plan schema`` publishes through
 ``json_schema``. ``LoadedPlan`` is a validated plan with where it came from:
 a task's ``cwd`` (or ``defaults.cwd``) is resolved against the directory
@@ -106,6 +108,11 @@ class PlanTask(_Strict):
         return "agent" if self.prompt is not None else "shell"
 
 
+def _on_off(value: Any) -> Any:
+    """YAML reads a bare ``off`` / ``on`` as a boolean: take it as the word."""
+    return ("on" if value else "off") if isinstance(value, bool) else value
+
+
 class Plan(_Strict):
     """A ``plan.yaml`` file: ``team run`` turns it into tasks."""
 
@@ -114,9 +121,14 @@ class Plan(_Strict):
     workers: int = Field(4, ge=1, le=1024, description="Max tasks running at once.")
     model: str | None = Field(None, description="Model for agent tasks (else --model or $TEAM_MODEL).")
     isolation: Literal["none", "worktree"] = Field("none", description="none, or a git worktree per task.")
+    sandbox: Literal["on", "off"] = Field(
+        "on", description="on: agents' shell commands run in an OS sandbox (bubblewrap); off: without one, "
+                          "on purpose (shown in `team status`). Plan shell tasks never run in it.")
     defaults: Defaults = Field(default_factory=Defaults, description="Values every task inherits.")
     team: list[TeamMember] = Field(default_factory=list, description="Named teammates.")
     tasks: list[PlanTask] = Field(min_length=1, description="The tasks.")
+
+    _sandbox = field_validator("sandbox", mode="before")(_on_off)
 
 
 @dataclass

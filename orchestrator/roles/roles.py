@@ -5,6 +5,8 @@
     description: Edits code to ...   # one line, shown in rosters and to the lead
     tools: [read_file, edit_file]    # tool names the role may use
     model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
+    plan_mode: false                 # optional; true: writes wait for the lead's approval
+    network: false                   # optional; true: its shell commands may use the network
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -32,7 +34,7 @@ from typing import Any
 from ..core.errors import UserError
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network")
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
 
 
@@ -48,6 +50,7 @@ class Role:
     path: Path | None = None
     builtin: bool = False
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
+    network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -92,6 +95,13 @@ def _required_text(meta: dict[str, Any], key: str, path: Path) -> str:
     return value
 
 
+def _flag(meta: dict[str, Any], key: str, path: Path) -> bool:
+    value = meta.get(key, False)
+    if not isinstance(value, bool):
+        raise UserError(f"{path}: '{key}' must be true or false, got {value!r}")
+    return value
+
+
 def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     """Parse one role file's text; ``path`` is used for the name check and errors."""
     meta, body = split_front_matter(text, path, what="a role file")
@@ -115,10 +125,8 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     model = _text_field(meta, "model", path)
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
-    plan_mode = meta.get("plan_mode", False)
-    if not isinstance(plan_mode, bool):
-        raise UserError(f"{path}: 'plan_mode' must be true or false, got {plan_mode!r}")
-    return Role(name, description, tuple(tools), body, model, path, builtin, plan_mode)
+    return Role(name, description, tuple(tools), body, model, path, builtin,
+                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path))
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:

@@ -1,4 +1,4 @@
-"""``team run``: materialise a plan and run it.
+"""``team run``: materialise a plan and run it; ``team land``: take its result.
 
     runner.py     run_plan: lead lock, materialise, recover, schedule
     scheduler.py  Scheduler: parallel, durable, retries, keep-going, deadlock detection
@@ -7,5 +7,8 @@
     shell.py      ShellExecutor: shell tasks as background jobs
     agents.py     AgentExecutor: agent tasks on teammates
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
+    reconcile.py  the task store and the integration branch made to agree before a run
+                  (redo, reopened or lost merges), and checked after it
+    land.py       land_plan: a finished plan's result into the user's branch (team land)
     sync.py       SyncExecutor: attempts decided in-process, for testing the scheduler's policy
 """

@@ -29,6 +29,9 @@ With ``isolation: worktree`` (isolation.py) the task arrives with its
 ``cwd`` inside its own worktree; the teammate's tools work there for that
 attempt (``ToolContext.workspace``).
 
+Every teammate's shell commands run in the run's sandbox (``ExecutorContext.sandbox``,
+core/sandbox.py), with the network only when its role says ``network: true``.
+
 Idle teammates also claim ready non-plan tasks by themselves (runtime/autoclaim.py);
 ``TEAM_AUTOCLAIM=0`` turns that off. A ``team:`` member with ``plan_mode:
 true`` starts in plan mode (team/protocols.py).
@@ -84,7 +87,7 @@ class AgentExecutor:
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
                                    on_crash=ctx.stop.fail,
-                                   autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0")
+                                   autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox)
         try:
             for name, role in ctx.team:
                 self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.models import Task
+from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
 from ..tasks.store import TaskStore
 from .stop import RunStop
@@ -110,3 +111,4 @@ class ExecutorContext:
     note: Callable[[str], None] | None = None  # tells the user something that is not an outcome
     store: TaskStore | None = None  # the run's task store, for executors to share (default: their own)
     stop: RunStop = field(default_factory=RunStop)  # threads of an executor report their death here (stop.py)
+    sandbox: Sandbox = field(default_factory=Sandbox)  # where agents' shell commands run (core/sandbox.py)

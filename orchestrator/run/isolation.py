@@ -16,20 +16,27 @@ its ``needs``. Merges run on one thread in completion order (and under the
 worktree lock), off the scheduler's thread; prepares run on another.
 
 * The task's ``cwd`` (absolute, inside the repository) maps to the same
-  relative folder of its worktree; a ``cwd`` outside the repository fails the
-  task. Shell tasks also get ``TEAM_WORKTREE`` and ``TEAM_BRANCH``.
+  relative folder of its worktree (the runner refuses a plan whose tasks
+  would run outside the repository before anything runs). Shell tasks also
+  get ``TEAM_WORKTREE`` and ``TEAM_BRANCH``.
+* The merge phase: a finished attempt waits on the merge thread for its
+  turn, then merges; ``emit`` reports ``merge_queued`` (with how many are
+  ``ahead``) and ``merging``. The attempt keeps its worker slot until its
+  merge landed (the scheduler hears of it only then).
 * A failed attempt keeps its worktree and branch (the task records both). A
-  merge conflict fails the task with ``MergeConflict``'s message (the files),
-  branch and worktree kept.
-* Resume (the scheduler re-runs an attempt a dead lead had in flight):
+  merge conflict fails the task with ``MergeConflict``'s message (the files,
+  the commands to resolve it) plus how to drop the work (``--redo``); the
+  branch and worktree are kept.
+* Kept work is never dropped here. Per attempt (resumed or retried):
   a task whose merge commit is already on integration (found by its trailer
-  when the run starts) completes without running again, so nothing is
-  merged twice; a clean branch with commits not on integration is finished
-  work whose merge never happened: it is merged without re-running (if that
-  merge conflicts, the task re-forks from the integration tip and runs
-  again); any other leftover branch (a half-done attempt) is re-forked fresh.
-* ``--fresh`` (``fresh=True``) deletes every branch and worktree of the plan,
-  integration included, before anything runs.
+  when the run starts) completes without running again, and a branch left
+  over from that merge is deleted; a branch with commits of its own (after
+  its fork point: finished work whose merge never happened, a conflict, a
+  resolution by hand) is merged without re-running, and a conflict fails the
+  task again; if its worktree also has uncommitted changes the task fails,
+  saying so; a branch without commits of its own (an attempt cut short) is
+  re-forked fresh. Dropping kept work is ``reconcile``'s, on the user's word
+  (``--redo``, ``team task retry``) or ``--fresh``'s.
 * ``finish()`` drops the integration worktree (the branch stays, so the user
   may check it out) and returns ``Worktrees.summary()``.
 """
@@ -49,6 +56,7 @@ from ..core.models import Task
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
 from .executor import DoneCallback, Executor, Outcome
+from .scheduler import Emit
 
 log = logging.getLogger("orchestrator.isolation")
 
@@ -63,20 +71,24 @@ class _Attempt:
     epoch: int
     done: DoneCallback
     inner: Executor
-    fresh: bool = False
 
 
 class Isolation:
-    """The plan's worktrees plus the prepare and merge threads (see the module docstring)."""
+    """The plan's worktrees plus the prepare and merge threads (see the module docstring).
 
-    def __init__(self, wt: Worktrees, *, fresh: bool = False):
+    Made once the store and the integration branch agree (``reconcile``), so the
+    merges found now are what earlier attempts left. ``rerun`` is the command that
+    runs the plan again (for messages); ``emit`` gets the merge-phase events.
+    """
+
+    def __init__(self, wt: Worktrees, *, rerun: str = "team run PLAN", emit: Emit | None = None):
         self.wt = wt
-        if fresh:
-            wt.reset()
-        wt.ensure_integration()
-        self.merged_before = set(wt.merged_tasks())
+        self.rerun = rerun
+        self.emit: Emit = emit or (lambda ev: None)
+        self.merged_before = wt.merges()
         self._cancelled: set[int] = set()
         self._lock = threading.Lock()
+        self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)
         self._prep: queue.SimpleQueue[tuple[_Attempt] | None] = queue.SimpleQueue()
         self._merge: queue.SimpleQueue[tuple[_Attempt, Outcome, bool] | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._loop, args=(q, fn), name=name, daemon=True)
@@ -118,14 +130,24 @@ class Isolation:
                 self._cancelled.discard(task.id)
                 a.done(Outcome(task.id, a.epoch, "killed", error="cancelled before it started"))
                 return
-        if slug in self.merged_before:
-            a.done(Outcome(task.id, a.epoch, "completed", fields={"branch": self.wt.integration, "worktree": None},
+        merged = self.merged_before.get(slug)
+        if merged is not None:
+            self.wt.drop_merged(slug)  # the lead that merged it died before deleting the branch
+            a.done(Outcome(task.id, a.epoch, "completed",
+                           fields={"branch": self.wt.integration, "worktree": None, "merge_commit": merged},
                            result=f"already merged into {self.wt.integration} by an earlier attempt"))
             return
-        if not a.fresh and self.wt.committed_work(slug):
-            self._merge.put((a, Outcome(task.id, a.epoch, "completed",
-                                        result=f"merged the work an earlier attempt committed on "
-                                               f"{self.wt.branch(slug)}"), True))
+        kept = self.wt.kept(slug)
+        if kept is not None and kept.commits:
+            if kept.dirty:
+                raise WorkFailed(
+                    f"task {slug}: its branch {kept.branch} holds {kept.commits} commit(s) not on "
+                    f"{self.wt.integration} and its worktree {self.wt.path(slug)} has uncommitted changes; "
+                    f"commit them there (`git add -A && git commit`) and run again to merge them, or drop the "
+                    f"branch and run the task afresh: {self.rerun} --redo {slug}")
+            self._queue_merge(a, Outcome(task.id, a.epoch, "completed",
+                                         result=f"merged the work an earlier attempt committed on {kept.branch}"),
+                              resumed=True)
             return
         cwd = Path(task.cwd or self.wt.root).resolve()
         try:
@@ -133,29 +155,41 @@ class Isolation:
         except ValueError:
             raise WorkFailed(f"task {slug}: cwd {cwd} is outside the git repository {self.wt.toplevel}; "
                               f"isolation: worktree can only run tasks inside it") from None
-        self.wt.prepare(slug, fresh=a.fresh or self.wt.has_branch(slug))
+        self.wt.prepare(slug, fresh=kept is not None)  # a branch without commits of its own: an attempt cut short
         path = self.wt.path(slug)
         env = {**task.env, "TEAM_WORKTREE": str(path), "TEAM_BRANCH": self.wt.branch(slug)}
         copy = task.model_copy(update={"cwd": str(path / rel), "worktree": str(path),
                                        "branch": self.wt.branch(slug), "env": env})
-        a.inner.start(copy, a.epoch, lambda out: self._merge.put((a, out, False)))
+        a.inner.start(copy, a.epoch, lambda out: self._queue_merge(a, out, resumed=False))
+
+    def _queue_merge(self, a: _Attempt, out: Outcome, resumed: bool) -> None:
+        """Hand the attempt to the merge thread; a finished one waits there for its turn (and says so)."""
+        if out.ok:
+            with self._lock:
+                ahead = self._waiting
+                self._waiting += 1
+            self.emit({"event": "merge_queued", "task": a.task.id, "name": slug_of(a.task), "ahead": ahead})
+        self._merge.put((a, out, resumed))
 
     def _finish(self, a: _Attempt, out: Outcome, resumed: bool) -> None:
         slug = slug_of(a.task)
         if not out.ok:
             a.done(dataclasses.replace(out, fields={**(out.fields or {}), **self._kept(a.task)}))
             return
+        self.emit({"event": "merging", "task": a.task.id, "name": slug})
         try:
             if not resumed:
                 self.wt.commit(slug, f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}")
             res = self.wt.merge(slug)
         except MergeConflict as e:
-            if resumed:  # old committed work no longer merges: redo the task from the current tip
-                self._prep.put((dataclasses.replace(a, fresh=True),))
-                return
-            a.done(dataclasses.replace(out, status="failed", error=str(e),
+            error = (f"{e}\nor drop the branch and run the task again on the current result: "
+                     f"{self.rerun} --redo {slug}")
+            a.done(dataclasses.replace(out, status="failed", error=error,
                                        fields={**(out.fields or {}), **self._kept(a.task)}))
             return
+        finally:
+            with self._lock:
+                self._waiting -= 1
         fields = {**(out.fields or {}), "branch": self.wt.integration, "worktree": None}
         if res.commit:
             fields["merge_commit"] = res.commit

@@ -2,66 +2,91 @@
 
 Order of a run (``run_plan``):
 
-1. The plan was validated whole (``plan.load.load_plan``) before anything is written;
+1. The plan was validated whole (``plan.load.load_plan``) before anything is
+   written; with worktree isolation ``worktrees_for`` also refuses a plan
+   whose tasks would run outside the repository (``isolation_problems``),
+   still before anything is written; ``--redo`` names are checked too, and
    ``preflight`` refuses what else can be refused without state (the model
-   service's settings, the git repository of worktree isolation), so a
-   refused run leaves no ``.team/``, no lead lock and no job log.
+   service's settings of agent tasks), so a refused run leaves no ``.team/``,
+   no lead lock and no job log. From here on signals are held back to safe
+   points (``RunStop.deferred``; stop.py).
 2. Take the lead lock (``lead.LeadLock``): a second lead exits 2 naming us.
+   A ``team land`` of the plan that was interrupted must be finished first.
+   A plan with agent tasks records its sandbox there (``on``, ``off (...)``
+   or ``unavailable: ...``; core/sandbox.py) for ``team status``, and tells
+   the user at the start when it is not on.
 3. Build the executors the plan needs (``build_executors``: shell first, so
    its job server forks while this process has one thread) and reap orphaned
    jobs of a dead lead (they are killed and marked ``lost``) so nothing from
    the old run keeps going.
-4. ``materialise``: the plan's tasks become store tasks. A store task
+4. ``start_fresh``: ``--fresh`` (or the marker of an interrupted one) deletes
+   the plan's branches, worktrees and tasks between writing a marker and
+   removing it, so a kill in between is finished by the next run.
+5. With worktree isolation: a plan whose every task was landed runs nothing;
+   otherwise the integration branch is made or repaired
+   (``Worktrees.ensure_integration``), warning about uncommitted changes it
+   leaves out, or snapshotting them with ``--include-uncommitted``.
+6. ``request_redo`` flags the ``--redo`` tasks and their dependents in the
+   store before anything else changes (reconcile.py).
+7. ``materialise``: the plan's tasks become store tasks. A store task
    belongs to the plan through its ``plan`` and ``plan_task`` fields and is
    named ``<plan>.<id>`` (so ``team task show demo.build`` works). The match
    is made once per run from one directory scan.
 
-   * ``--fresh`` deletes the plan's tasks first (other plans are untouched).
    * Some but not all tasks exist and none was ever claimed: the last lead
      died while creating them; they are deleted and created again.
    * Missing tasks are created in one ``create_many`` batch.
    * ``completed`` tasks stay done (even if their command changed: use
-     ``--fresh`` to redo them).
+     ``--redo`` or ``--fresh`` to redo them).
    * ``failed`` and ``cancelled`` tasks go back to ``pending`` with a fresh
      retry budget: a new run retries them.
    * ``in_progress`` tasks were being run by a lead that is now dead (we hold
      its lock): they are released to ``pending`` at once; the attempt stays
-     counted, as interrupted (it uses no retry), and the event log says why. So are claims the event log has
+     counted and the event log says why. So are claims the event log has
      but the task file never got (the lead starts a job once its claim is
      logged, before the file is written: ``TaskStore.commit``).
    * A pending task whose command/env/timeout changed in the plan is updated.
      Changed ``needs`` of an existing task are refused: use ``--fresh``.
    * Tasks of this plan no longer in the file are cancelled ("removed from
      the plan").
-5. ``Scheduler.run``; with ``isolation: worktree`` the executors are wrapped
+8. ``reconcile``: the store and the integration branch are made to agree
+   (redo flags, a merge gone missing, a task reopened after its merge).
+9. ``Scheduler.run``; with ``isolation: worktree`` the executors are wrapped
    by ``isolation.Isolation`` (a worktree per task, merged back in completion
-   order) and the result carries ``worktrees``: the integration branch and
-   how to merge it (``Worktrees.summary``). The Worktrees are set up (and
-   ``--fresh`` resets them) before any task is written.
+   order), and after the run every merge the store records is checked to be
+   on the integration branch (``missing_merges``: else the run is
+   ``incomplete``, exit 1); the result carries ``worktrees``: the
+   integration branch and how to review and take it (``Worktrees.summary``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import difflib
+import os
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..core.errors import PlanError
+from ..core.errors import PlanError, UserError
+from ..core.fsutil import atomic_write
 from ..core.models import Status, Task
+from ..core.paths import team_dir
+from ..core.sandbox import Sandbox
+from ..git.land import Land
+from ..git.worktrees import Start, Worktrees
 from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
 from .isolation import Isolation
+from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 from .stop import RunStop
-
-if TYPE_CHECKING:
-    from ..git.worktrees import Worktrees
 
 
 @dataclass
@@ -74,7 +99,7 @@ class Materialised:
 def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
     d = lp.plan.defaults
     first = (t.description or t.run or t.prompt or "").strip().splitlines()
-    subject = f"{t.id}: {first[0][:80]}" if first else t.id
+    subject = f"{t.id}: {first[0][:80].rstrip()}" if first else t.id
     return dict(
         subject=subject, description=t.description, name=lp.store_name(t), kind=t.kind,
         command=t.run, prompt=t.prompt, plan=lp.plan.name, plan_task=t.id, role=t.role,
@@ -90,14 +115,15 @@ _MUTABLE = ("subject", "description", "command", "prompt", "role", "assignee", "
             "retries", "env", "cwd", "isolation")
 
 
-def materialise(store: TaskStore, lp: LoadedPlan, *, fresh: bool = False, owner: str = "lead",
+def tasks_of(store: TaskStore, plan: str) -> list[Task]:
+    """The store's tasks of ``plan``."""
+    return [t for t in store.all() if t.plan == plan] if store.exists() else []
+
+
+def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                 note: Callable[[str], None] = lambda s: None) -> Materialised:
     plan = lp.plan
-    existing = [t for t in store.all() if t.plan == plan.name] if store.exists() else []
-    if fresh and existing:
-        store.delete_many([t.id for t in existing], actor=owner, reason=f"team run --fresh {plan.name}")
-        note(f"--fresh: removed {len(existing)} task(s) of plan {plan.name}")
-        existing = []
+    existing = tasks_of(store, plan.name)
     if existing and len(existing) < len(plan.tasks) and all(t.attempts == 0 for t in existing):
         # A lead died while creating the tasks (create_many is not one atomic write): nothing ran yet.
         store.delete_many([t.id for t in existing], actor=owner, reason="incomplete materialisation")
@@ -174,48 +200,80 @@ def kinds_of(lp: LoadedPlan) -> dict[str, list[str]]:
 
 
 def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_going: bool = False,
-             fresh: bool = False, emit: Emit, note: Callable[[str], None], stop: RunStop | None = None) -> RunResult:
+             fresh: bool = False, redo: Iterable[str] = (), include_uncommitted: bool = False,
+             emit: Emit, note: Callable[[str], None], stop: RunStop | None = None) -> RunResult:
     """Everything ``team run`` does after parsing its options (see the module docstring).
 
     ``stop``: how signals reach the run (the CLI's handler calls ``stop.request``) and how the
-    threads of the executors report their death; stop.py."""
-    kinds = kinds_of(lp)
+    threads of the executors report their death (stop.py)."""
     stop = stop if stop is not None else RunStop()
-    worktrees = preflight(lp, root, kinds)  # every refusal that needs no state comes before any state
     with stop.deferred():  # a signal is taken at a safe point (stop.check(), the scheduler's turns)
-        result = _run(lp, root, kinds, worktrees, workers, keep_going, fresh, emit, note, stop)
+        result = _run(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop)
     stop.check()  # a signal during the last cleanup: the run's work is saved; say it was stopped
     return result
 
 
-def _run(lp: LoadedPlan, root: Path, kinds: dict[str, list[str]], worktrees: Worktrees | None,
-         workers: int | None, keep_going: bool, fresh: bool, emit: Emit, note: Callable[[str], None],
-         stop: RunStop) -> RunResult:
-    with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute())):
+def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fresh: bool, redo: Iterable[str],
+         include_uncommitted: bool, emit: Emit, note: Callable[[str], None], stop: RunStop) -> RunResult:
+    kinds = kinds_of(lp)
+    preflight(lp, kinds)  # every refusal that needs no state comes before any state
+    redo = check_redo(lp, redo)
+    rerun = f"team run {lp.path}"
+    wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written
+    sandbox = Sandbox.choose(lp.plan.sandbox, os.environ, plan_file=str(lp.path))
+    agents = "agent" in kinds
+    # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
+    info = {"sandbox": sandbox.state()} if agents else {}
+    with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
+        if agents and (said := sandbox.note()) is not None:
+            note(said)
         store = TaskStore(root)
+        if wt is not None and Land(wt).pending() is not None:
+            raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
+                            f"{lp.plan.name}` to finish it before running the plan again")
         cwd = lp.plan.defaults.cwd
         ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model,
                               workspace=(lp.base / cwd).resolve() if cwd else lp.base,
                               team=[(m.name, m.role) for m in lp.plan.team],
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
                               store=store,  # one store object: the scheduler's pipeline serves the teammates too
-                              stop=stop)
-        iso = Isolation(worktrees, fresh=fresh) if worktrees is not None else None
+                              sandbox=sandbox, stop=stop)
         execs = build_executors(set(kinds), ctx)
-        if iso is not None:
-            execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
+        iso: Isolation | None = None
         try:
             stop.check()
             for ex in execs.values():
                 for job in ex.reap_orphans():
                     note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
-            prep = materialise(store, lp, fresh=fresh, note=note)
-            stop.check()
+            start_fresh(store, lp, wt, fresh=fresh, note=note)
+            if wt is not None and _landed(store, lp):
+                note(f"plan {lp.plan.name} was landed into your branch by `team land` "
+                     f"(commit {_landed(store, lp)[:10]}): nothing to run (--fresh starts over)")
+                wt = None
+            if wt is not None:
+                _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
+            asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
+            for text in asked.notes:
+                note(text)
+            prep = materialise(store, lp, note=note)
+            for text in reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun).notes:
+                note(text)
+            tasks = [store.read(t.id) for t in prep.tasks]
+            if wt is not None:
+                for text in kept_work_notes(tasks, wt, rerun):
+                    note(text)
+                iso = Isolation(wt, rerun=rerun, emit=emit)
+                execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
             opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                               retry_delay=prep.retry_delay)
-            result = Scheduler(store, prep.tasks, prep.priority, execs, opts, emit, stop=stop).run()
-            if iso is not None:
+            stop.check()
+            result = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop).run()
+            if iso is not None and wt is not None:
                 iso.close()
+                missing = missing_merges(store, tasks, wt)
+                if missing:
+                    result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
+                                         f"task store records: run the plan again to redo them")
                 summary = iso.finish()
                 result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
             return result
@@ -224,6 +282,98 @@ def _run(lp: LoadedPlan, root: Path, kinds: dict[str, list[str]], worktrees: Wor
                 ex.close()
             if iso is not None:
                 iso.close()
+
+
+def preflight(lp: LoadedPlan, kinds: dict[str, list[str]]) -> None:
+    """Refuse what can be refused before the lead lock, executors or tasks exist (a refused run
+    leaves no state): the model service's settings of agent tasks (a missing model or key, a bad
+    ``TEAM_AGENT_MAX_STEPS``), which the agent executor would otherwise refuse after the job
+    server had started."""
+    if "agent" in kinds:
+        from ..llm.types import LLMConfig
+        from .agents import max_steps_from_env
+
+        LLMConfig.resolve(lp.model, None)
+        max_steps_from_env()
+
+
+def check_redo(lp: LoadedPlan, redo: Iterable[str]) -> list[str]:
+    """``--redo`` names: task ids of the plan (a store name ``plan.id`` is accepted too)."""
+    ids = [t.id for t in lp.plan.tasks]
+    out = []
+    for name in redo:
+        slug = name.removeprefix(f"{lp.plan.name}.")
+        if slug not in ids:
+            near = difflib.get_close_matches(slug, ids, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise UserError(f"--redo {name}: plan {lp.plan.name} has no task {slug!r}; {hint}its tasks: "
+                            f"{', '.join(ids)}")
+        out.append(slug)
+    return out
+
+
+def fresh_marker(root: Path, plan: str) -> Path:
+    """Exists while a ``--fresh`` start of ``plan`` is under way (it survives a kill)."""
+    return team_dir(root) / "fresh" / plan
+
+
+def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh: bool,
+                note: Callable[[str], None], owner: str = "lead") -> None:
+    """``--fresh``: the plan's branches, worktrees and tasks go, as one step for the user.
+
+    A marker is written first and removed last: a run killed in between leaves it,
+    and the next run (with or without ``--fresh``) finishes the fresh start instead
+    of finding old tasks marked completed over an emptied integration branch.
+    """
+    marker = fresh_marker(store.root, lp.plan.name)
+    if not fresh and not marker.exists():
+        return
+    if not fresh:
+        note(f"the last `team run --fresh` of plan {lp.plan.name} was interrupted: finishing the fresh start "
+             f"(every task runs again)")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(marker, f"{time.time()}\n")
+    if wt is not None:
+        for task in wt.task_branches():
+            kept = wt.kept(task)
+            if kept is not None and kept.commits:
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({kept.commits} commit(s) not merged; "
+                     f"`git branch {kept.branch} {kept.tip}` brings it back)")
+        wt.reset()
+    existing = tasks_of(store, lp.plan.name)
+    if existing:
+        store.delete_many([t.id for t in existing], actor=owner, reason=f"team run --fresh {lp.plan.name}")
+        note(f"--fresh: removed {len(existing)} task(s) of plan {lp.plan.name}")
+    marker.unlink()
+
+
+def _landed(store: TaskStore, lp: LoadedPlan) -> str:
+    """The commit ``team land`` took the plan in with, when every task of it was landed; else ""."""
+    tasks = tasks_of(store, lp.plan.name)
+    ids = {t.plan_task for t in tasks if t.status == Status.completed and t.landed}
+    if tasks and ids >= {t.id for t in lp.plan.tasks}:
+        return next(t.landed for t in tasks if t.landed) or ""
+    return ""
+
+
+def _started(start: Start, wt: Worktrees, include: bool, rerun: str, note: Callable[[str], None]) -> None:
+    """Say what the plan's base leaves out (or took in) when the integration branch was made now."""
+    if include and not start.created:
+        note(f"--include-uncommitted: ignored, plan {wt.plan} started earlier from "
+             f"{start.base.fork[:10] if start.base else 'its base'}; `{rerun} --fresh --include-uncommitted` "
+             f"starts over from your checkout as it is")
+    if not start.created or not start.uncommitted:
+        return
+    shown = ", ".join(start.uncommitted[:5]) + (f" and {len(start.uncommitted) - 5} more"
+                                                 if len(start.uncommitted) > 5 else "")
+    if start.base is not None and start.base.snapshot:
+        note(f"--include-uncommitted: your uncommitted changes ({shown}) are in the plan's base, commit "
+             f"{start.base.snapshot[:10]} on {start.base.commit[:10]}; your checkout keeps them uncommitted")
+    else:
+        base = start.base.commit[:10] if start.base else "HEAD"
+        note(f"warning: your checkout has uncommitted changes the tasks will not see ({shown}): they start "
+             f"from your last commit {base}. Commit them first, or start over with "
+             f"`{rerun} --fresh --include-uncommitted` to put them in the plan's base")
 
 
 def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor]:
@@ -249,19 +399,49 @@ def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor
     return built
 
 
-def preflight(lp: LoadedPlan, root: Path, kinds: dict[str, list[str]]) -> Worktrees | None:
-    """Refuse what can be refused before the lead lock, executors or tasks exist (a refused
-    run leaves no state): the model service's settings for agent tasks (a missing model or
-    key, a bad ``TEAM_AGENT_MAX_STEPS``), and the git repository worktree isolation needs.
-    Returns the plan's ``Worktrees`` when any task wants one (else None, and no git call)."""
-    if "agent" in kinds:
-        from ..llm.types import LLMConfig
-        from .agents import max_steps_from_env
-
-        LLMConfig.resolve(lp.model, None)
-        max_steps_from_env()
-    if lp.plan.isolation != "worktree" and not any(t.isolation == "worktree" for t in lp.plan.tasks):
+def worktrees_for(lp: LoadedPlan, root: Path) -> Worktrees | None:
+    """The plan's ``Worktrees`` when any task wants one (None, and no git call, otherwise);
+    a plan whose tasks would run outside the repository is refused here (``isolation_problems``)."""
+    if not isolated(lp):
         return None
-    from ..git.worktrees import Worktrees
+    wt = Worktrees(root, lp.plan.name)
+    problems = isolation_problems(lp, wt)
+    if problems:
+        raise PlanError("\n".join(problems))
+    return wt
 
-    return Worktrees(root, lp.plan.name)
+
+def isolated(lp: LoadedPlan) -> bool:
+    return lp.plan.isolation == "worktree" or any(t.isolation == "worktree" for t in lp.plan.tasks)
+
+
+def isolation_problems(lp: LoadedPlan, wt: Worktrees) -> list[str]:
+    """``file:line: field: problem`` for tasks with ``isolation: worktree`` whose folder lies outside
+    the repository holding the state root (each would fail with "cwd ... outside the git repository")."""
+    top = wt.toplevel
+    outside: dict[Path, list[tuple[int, PlanTask]]] = {}
+    for i, t in enumerate(lp.plan.tasks):
+        if (t.isolation or lp.plan.isolation) != "worktree":
+            continue
+        cwd = lp.task_cwd(t)
+        try:
+            cwd.resolve().relative_to(top)
+        except ValueError:
+            outside.setdefault(cwd, []).append((i, t))
+    out = []
+    for cwd, tasks in outside.items():
+        ids = ", ".join(t.id for _, t in tasks)
+        i, first = tasks[0]
+        loc: tuple[str | int, ...]
+        if first.cwd:
+            loc, field, fix = ("tasks", i, "cwd"), f"tasks[{i}].cwd", f"set `cwd:` to a folder inside {top}"
+        elif lp.plan.defaults.cwd:
+            loc, field, fix = ("defaults", "cwd"), "defaults.cwd", f"set it to a folder inside {top}"
+        else:
+            loc, field = ("tasks",), "tasks"
+            fix = (f"move {lp.path.name} into {top} (tasks run in the plan file's folder), or set "
+                   f"`defaults.cwd` to a folder inside it")
+        line = lp.lines.get(loc, 1)
+        out.append(f"{lp.path}:{line}: {field}: {ids} would run in {cwd}, outside the git repository {top} "
+                   f"holding the state root, and isolation: worktree runs tasks only inside it: {fix}")
+    return out

@@ -121,10 +121,11 @@ class RunResult:
     stopped: str | None = None  # why new starts stopped (fail-fast)
     deadlock: str | None = None
     worktrees: dict[str, Any] | None = None  # isolation: where the result is (worktree.Summary as a dict)
+    incomplete: str | None = None  # isolation: the result branch lacks work the store says is done
 
     @property
     def ok(self) -> bool:
-        return self.counts.get("completed", 0) == len(self.runs) and not self.deadlock
+        return self.counts.get("completed", 0) == len(self.runs) and not self.deadlock and not self.incomplete
 
 
 class Scheduler:

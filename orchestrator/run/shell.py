@@ -3,44 +3,32 @@
 ``ShellExecutor`` starts jobs through a forked job server (``jobs.server``)
 when this process has a single thread, else through a job manager in this
 process; a finished job comes back on a background thread and becomes an
-``Outcome``. The job gets the lead's environment minus the model key and
-any registered secret unless the plan sets them for the task (``$NAME`` in
-a plan's ``env`` value is expanded from the lead's environment at start,
-so a secret is passed without being stored in the task).
+``Outcome``. The job's environment is the one policy of core/environ.py:
+the allow-listed variables of the lead's environment, what the plan
+declares for the task (``$NAME`` in a plan's ``env`` value is expanded from
+the lead's environment when the job starts, so a secret is passed without
+being stored in the task) and the ``TEAM_*`` variables set here. Nothing
+else of the lead's environment, credentials included, reaches a shell task.
+Shell tasks do not run in the agents' sandbox (core/sandbox.py): they are
+the plan author's own commands, and there may be thousands of them.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import re
 import signal
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 
 from ..core import threads
+from ..core.environ import expand_env
 from ..core.errors import TeamError
 from ..core.models import Task
-from ..core.redact import secret_names
 from ..jobs.manager import JobManager
 from ..jobs.records import JobRecord, Notification
 from ..jobs.server import JobServer, LocalJobs
 from .executor import DoneCallback, ExecutorContext, Outcome
-
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
-    """``$NAME`` / ``${NAME}`` from the lead's environment (unset: left as is); ``$$`` is a literal ``$``."""
-
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2)
-        if name is None:
-            return "$"
-        return environ.get(name, m.group(0))
-
-    return _VAR.sub(sub, value)
 
 
 def timed_out(timeout: float, n: Notification) -> str:
@@ -80,7 +68,6 @@ class ShellExecutor:
         self._running: dict[str, tuple[int, int, DoneCallback, float | None]] = {}
         self._by_task: dict[int, str] = {}
         self._stop = threading.Event()
-        self._secret_env = secret_names(os.environ)  # the lead's environment does not change in a run
         # A thread of ours, or the job server, that dies stops the run (run/stop.py), never leaves it deaf.
         if JobServer.usable():
             self.backend: JobServer | LocalJobs = JobServer.fork(ctx.root, self._on_note, self._on_error,
@@ -120,16 +107,13 @@ class ShellExecutor:
         env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
                    TEAM_ATTEMPT=str(task.attempts), TEAM_ROOT=str(self.ctx.root))
         cwd = Path(task.cwd) if task.cwd else None
-        # Credentials (core/redact.py: by their variable's name) are not handed to
-        # shell tasks unless the plan sets them for the task.
-        unset = [n for n in self._secret_env if n not in task.env]
         ref = f"t{task.id}e{epoch}"
         with self._lock:
             self._running[ref] = (task.id, epoch, done, task.timeout)
             self._by_task[task.id] = ref
         try:
             self.backend.start(ref, task.command or "", owner=self.owner, cwd=cwd, env=env,
-                               timeout=task.timeout, task=task.id, unset=unset)
+                               timeout=task.timeout, task=task.id)
         except (OSError, TeamError) as e:  # e.g. its cwd vanished: the attempt fails, the run goes on
             self._on_error(ref, str(e))
             return

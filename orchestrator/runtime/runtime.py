@@ -65,6 +65,7 @@ from ..core import threads
 from ..core.errors import UserError
 from ..core.models import Status, Task
 from ..core.paths import tasks_dir, team_dir
+from ..core.sandbox import Sandbox
 from ..core.threads import Crash
 from ..jobs.manager import JobManager
 from ..llm.types import ChatModel
@@ -92,11 +93,14 @@ class TeamRuntime:
                  team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
                  store: TaskStore | None = None, autoclaim: bool = False, claim_lease: float = 60.0,
-                 claim_rescan: float = 5.0, on_crash: Crash | None = None):
-        """``on_crash``: told when a thread of the team dies of an exception (its heartbeats, the
-        control server, a teammate, the job watcher): ``team run`` stops (core/threads.py)."""
+                 claim_rescan: float = 5.0, sandbox: Sandbox | None = None, on_crash: Crash | None = None):
+        """``sandbox``: where every teammate's shell commands run (default: on, core/sandbox.py);
+        ``team run`` and ``team chat`` pass the session's choice. ``on_crash``: told when a thread
+        of the team dies of an exception (its heartbeats, the control server, a teammate, the job
+        watcher): ``team run`` stops (core/threads.py)."""
         self.on_crash = on_crash
         self.root = Path(root).absolute()
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.workspace = Path(workspace or root).absolute()
         if store is not None and store.dir.resolve() != tasks_dir(self.root).resolve():
             raise ValueError(f"the task store of {store.root} cannot serve a runtime of {self.root}")
@@ -110,7 +114,8 @@ class TeamRuntime:
         self.registry = agent_registry()
         self.subagents = SubagentRunner(
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
-            context=lambda name: self.tool_context(name, subagent=True), team_name=team_name,
+            context=lambda name, network: self.tool_context(name, network=network, subagent=True),
+            team_name=team_name,
             max_steps=subagent_steps)
         self.claims = ClaimLedger(self.store, lease=claim_lease)
         self.claimer = AutoClaimer(self.store, self.claims, rescan_every=claim_rescan,
@@ -128,11 +133,14 @@ class TeamRuntime:
         self.reclaim_leases()
         self._hb = threads.start("team-heartbeats", lambda: self._heartbeats(heartbeat_every), on_crash=on_crash)
 
-    def tool_context(self, name: str, *, subagent: bool = False) -> ToolContext:
+    def tool_context(self, name: str, *, network: bool = False, subagent: bool = False) -> ToolContext:
+        """Agent ``name``'s tools: the runtime's workspace, store and sandbox; ``network``: its
+        shell commands may use the network (its role says so)."""
         d = team_dir(self.root)
         return ToolContext(
             workspace=self.workspace, root=self.root, agent=name, truth=FileTruth(), store=self.store,
             outputs_dir=d / "outputs" / name, call_log=d / "calls" / f"{name}.jsonl",
+            sandbox=self.sandbox, network=network,
             bus=None if subagent else self.bus, jobs=None if subagent else self.jobs,
             spawner=None if subagent else self, subagents=None if subagent else self.subagents,
             claims=self.claims, claim_lease=self.claims.lease)
@@ -159,7 +167,8 @@ class TeamRuntime:
             plan_mode = plan_mode or r.plan_mode
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode)
-            mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name), on_crash=self.on_crash,
+            mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name, network=r.network),
+                            on_crash=self.on_crash,
                             services=self._services, plan_mode=plan_mode)
             self.mates[name] = mate
             self.team.heartbeat(name)

@@ -9,8 +9,10 @@ final answer, which becomes the tool result.
 ``SubagentRunner`` is built with what it uses, nothing more: the state root,
 the workspace (where roles are looked up), the tool registry, the model for
 a role, and ``context``, which makes a subagent's ``ToolContext`` (the
-runtime's: the same workspace and store, no bus, jobs, spawner or
-subagents).
+runtime's: the same workspace, store and sandbox, no bus, jobs, spawner or
+subagents). A subagent's shell commands may use the network only if both
+its role and the agent that asked for it may: asking for a role never
+widens what the caller could do.
 """
 
 from __future__ import annotations
@@ -33,20 +35,21 @@ class SubagentRunner:
     """``subagent`` tool backend (``tools.services.Subagents``): a fresh, non-nesting agent per call."""
 
     def __init__(self, *, root: Path, workspace: Path, registry: ToolRegistry,
-                 model_for: Callable[[Role], ChatModel], context: Callable[[str], ToolContext],
+                 model_for: Callable[[Role], ChatModel], context: Callable[[str, bool], ToolContext],
                  team_name: str = "team", max_steps: int = 20):
         self.root, self.workspace, self.registry = root, workspace, registry
         self.model_for, self.context, self.team_name, self.max_steps = model_for, context, team_name, max_steps
         self._n = itertools.count(1)
 
-    def run(self, prompt: str, role: str, *, parent: str) -> LoopResult:
+    def run(self, prompt: str, role: str, *, parent: str, network: bool = False) -> LoopResult:
+        """Run a fresh agent of ``role``; ``network``: whether the caller's commands may use it."""
         r = get_role(role, self.workspace)
         while True:
             name = f"sub{next(self._n)}-{parent}"
             if not transcript_path(self.root, name).exists():
                 break
         tools = self.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
-        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=self.context(name),
+        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=self.context(name, network and r.network),
                       transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
                       max_steps=self.max_steps)
         return agent.run(prompt)

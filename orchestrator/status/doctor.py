@@ -375,6 +375,29 @@ def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     return out
 
 
+def check_interrupted_plans(ctx: DoctorContext) -> list[Finding]:
+    """A ``team run --fresh`` or a ``team land`` killed halfway (their markers), when no lead runs."""
+    fresh_dir = team_dir(ctx.root) / "fresh"
+    lands = sorted((team_dir(ctx.root) / "worktrees").glob("*/land.json"))
+    if not (fresh_dir.is_dir() and any(fresh_dir.iterdir())) and not lands:
+        return []
+    from ..team.lead import lead_info
+
+    if lead_info(ctx.root) is not None:
+        return []  # a lead is at work: its markers are live
+    out = []
+    for marker in sorted(fresh_dir.iterdir()) if fresh_dir.is_dir() else []:
+        out.append(Finding("fresh-interrupted", f"a `team run --fresh` of plan {marker.name} was interrupted: its "
+                           f"tasks and branches may be half deleted", path=ctx.rel(marker),
+                           hint="run the plan again (`team run PLAN.yaml`): it finishes the fresh start first"))
+    for intent in lands:
+        plan = intent.parent.name
+        out.append(Finding("land-interrupted", f"a `team land` of plan {plan} was interrupted: your branch may "
+                           f"hold part of its result", path=ctx.rel(intent),
+                           hint=f"run `team land {plan}` to finish it (team run refuses until then)"))
+    return out
+
+
 def check_inbox_lines(ctx: DoctorContext) -> list[Finding]:
     """Complete inbox lines that are no message (readers skip them); reported, never rewritten."""
     from ..team.inbox import bad_lines
@@ -449,6 +472,7 @@ CHECKS: list[Check] = [
     check_name_index,
     check_counter,
     check_orphan_worktrees,
+    check_interrupted_plans,
     check_inbox_lines,
     check_orphaned_jobs,
 ]

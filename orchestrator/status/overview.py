@@ -83,9 +83,13 @@ def status_data(root: Path) -> dict[str, Any]:
 
 
 def lead_text(lead: dict[str, Any]) -> str:
+    """The lead in words; a sandbox that is not on (opted out, or unavailable) is always named."""
     if not lead["alive"]:
         return "not running"
     what = " · team chat" if lead.get("mode") == "chat" else ""
+    sandbox = lead.get("sandbox")
+    if isinstance(sandbox, str) and sandbox != "on":
+        what += f" · sandbox {sandbox}"
     return f"running (pid {lead.get('pid')}){what}"
 
 

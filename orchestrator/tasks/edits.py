@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.errors import CycleError, InvalidName, UnknownRef, UserError
+from ..core.errors import ConflictError, CycleError, InvalidName, UnknownRef, UserError
 from ..core.models import NAME_RE, Status, Task
 from ..core.text import control_chars, shown
 from .attempts import apply_status, parse_status
@@ -226,6 +226,32 @@ class TaskEdits:
                 records.append(self.files.event_record(task, "updated", actor, None, fields=changed))
             self.files.write([task], records)
             return task
+
+    def reopen(self, ids: Iterable[int], *, actor: str, reason: str, **fields: Any) -> list[Task]:
+        """Make finished tasks pending again, unowned, with a fresh retry budget (``team task
+        retry``, ``team run --redo``); ``fields`` are set on each. Refused (nothing written)
+        while one of them is running."""
+        with self.files.locked():
+            tasks = [self.files.get(i) for i in ids]
+            running = [t for t in tasks if t.status == Status.in_progress]
+            if running:
+                who = ", ".join(f"#{t.id}" + (f" ({t.owner})" if t.owner else "") for t in running)
+                raise ConflictError(f"{who} is running: wait for the attempt to end (or stop the run), then retry")
+            records = []
+            now = self.files.clock()
+            for task in tasks:
+                before = task.status
+                if before != Status.pending:
+                    apply_status(task, Status.pending, now)
+                    records.append(self.files.event_record(task, "status", actor, before, reason=reason))
+                task.owner = ""
+                task.error = None
+                for key, value in {"failures": 0, **fields}.items():  # failures: the scheduler's retry count
+                    setattr(task, key, value)
+                records.append(self.files.event_record(task, "updated", actor, None,
+                                                        fields=["owner", "error", "failures", *fields]))
+            self.files.write(tasks, records)
+            return tasks
 
     def _resolve_dep_to_remove(self, task: Task, ref: int | str) -> int:
         """Like ``resolve``, but a declared id whose file is gone may be removed."""

@@ -106,6 +106,19 @@ def dependents(tasks: Iterable[Task]) -> dict[int, list[int]]:
     return out
 
 
+def downstream(tasks: Iterable[Task], roots: Iterable[int]) -> list[int]:
+    """``roots`` and every task that needs one of them, transitively (sorted ids)."""
+    kids = dependents(tasks)
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        tid = stack.pop()
+        if tid not in seen:
+            seen.add(tid)
+            stack.extend(kids.get(tid, []))
+    return sorted(seen)
+
+
 # ---------------------------------------------------------------------- blocked chains
 @dataclass(frozen=True)
 class Root:

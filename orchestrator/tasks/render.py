@@ -4,6 +4,7 @@
 * ``render_chains``: ``team task blocked``, one line per path of
   ``graph.blocked_chains`` down to its root blocker and what that root is doing;
   long chains keep ``graph.PATH_HEAD`` ids, ``… N more …``, then the tail.
+  ``not_blocked``: the sentence for a task that has no chain.
 * ``render_tree`` / ``render_mermaid`` / ``render_dot``: ``team task graph``.
   The tree puts tasks with no dependencies at the top and nests dependents
   below; a task reached again is shown once more with ``(↑ above)`` and not
@@ -55,6 +56,17 @@ def render_chains(chains: Sequence[BlockedChain], tasks: Sequence[Task]) -> str:
         if c.truncated:
             lines.append(f"  … more paths (showing the first {len(c.paths)})")
     return "\n".join(lines)
+
+
+def not_blocked(task: Task) -> str:
+    """``team task blocked REF`` for a task that waits on nothing: what it is doing instead."""
+    if task.status == Status.pending:
+        why = "it is ready to start"
+    elif task.status == Status.in_progress:
+        why = f"it is running{' by ' + shown(task.owner) if task.owner else ''}"
+    else:
+        why = f"it is {task.status.value}"
+    return f"#{task.id} {shown(task.subject)} is not blocked: {why}."
 
 
 def _node_label(t: Task) -> str:

@@ -123,6 +123,10 @@ class TaskStore:
         return self.edits.update(ref, status=status, owner=owner, add_blocked_by=add_blocked_by,
                                  remove_blocked_by=remove_blocked_by, actor=actor, **fields)
 
+    def reopen(self, ids: Iterable[int], *, actor: str = "cli", reason: str = "", **fields: Any) -> list[Task]:
+        """Finished tasks back to pending with a fresh retry budget, in one batch (``TaskEdits.reopen``)."""
+        return self.edits.reopen(ids, actor=actor, reason=reason, **fields)
+
     # ------------------------------------------------------------------ attempts
     def claim(self, ref: int | str, owner: str, *, lease: float | None = None, actor: str | None = None) -> Task:
         """Compare-and-set claim; ``ConflictError`` saying why it is not claimable (``Attempts.claim``)."""

@@ -17,6 +17,8 @@ advances the cursor. A lead killed mid-request leaves the line unhandled;
 the next lead handles it (the waiting client has timed out by then, so a
 spawn may then happen late, which is harmless: it is idempotent by name).
 Ordinary messages to ``lead`` (``.team/inbox/lead.jsonl``) are never touched.
+A request line is scrubbed of the client's secrets (core/redact.py): a spawn
+prompt may quote a key.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..core.errors import TeamError, UserError, WorkFailed
 from ..core.fsutil import append_line, atomic_write, file_lock, parse_jsonl
 from ..core.jsonutil import dumps
 from ..core.paths import team_dir
+from ..core.redact import Secrets
 from ..core.threads import Crash
 from .lead import lead_info
 
@@ -63,7 +66,8 @@ def request(root: Path, op: str, args: dict[str, Any], *, timeout: float = 15.0)
                         "its plan has no agent tasks; add agent tasks or a `team:` list to the plan")
     rid = secrets.token_hex(6)
     with file_lock(p["lock"]):
-        append_line(p["queue"], dumps({"id": rid, "op": op, "args": args, "ts": time.time(), "pid": os.getpid()}))
+        line = dumps({"id": rid, "op": op, "args": args, "ts": time.time(), "pid": os.getpid()})
+        append_line(p["queue"], Secrets.from_environ().scrub(line))  # a spawn prompt may quote a key
     reply_path = p["replies"] / f"{rid}.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -52,6 +52,9 @@ Waiting: ``wait(name, timeout)`` wakes at once on a send through the same
 among its teammates and their tools) and polls the inbox size every
 ``poll_interval`` seconds (default 5 ms) for other senders.
 
+A message is scrubbed of the secrets the sender knows (``Bus(secrets=)``,
+core/redact.py) before it is written: an inbox never holds a credential.
+
 Sending to an unknown recipient or an invalid name raises before any file
 is created (no phantom inboxes). Reading an inbox that nothing was ever sent
 to creates nothing either (``team inbox lead`` on a fresh root leaves no
@@ -69,12 +72,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Container
 from functools import partial
 from pathlib import Path
+from secrets import token_hex
 from typing import Any, BinaryIO, NamedTuple
 
 from ..core.errors import ConflictError, UserError
@@ -82,6 +85,7 @@ from ..core.fsutil import LockTimeout, atomic_write, file_lock, flock_fd, fsync_
 from ..core.jsonutil import dumps
 from ..core.models import MESSAGE_TYPES, PROTOCOL_TYPES, Message
 from ..core.paths import team_dir
+from ..core.redact import Secrets
 from .roster import Team, check_name
 
 CHUNK = 1 << 20
@@ -158,16 +162,19 @@ class Bus:
 
     def __init__(self, root: Path | str, *, team: Team | None = None, clock: Callable[[], float] = time.time,
                  durable: bool = True, rotate_bytes: int = 1 << 20, poll_interval: float = 0.005,
-                 lock_timeout: float = 30.0):
+                 lock_timeout: float = 30.0, secrets: Secrets | None = None):
+        """``secrets``: never written into an inbox (default: the credentials of this process's
+        environment, core/redact.py), so ``team send lead "$OPENAI_API_KEY"`` stores ``[REDACTED]``."""
         self.root = Path(root)
         self.dir = team_dir(self.root) / "inbox"
+        self.secrets = Secrets.from_environ() if secrets is None else secrets
         self.team = team or Team(self.root, clock=clock)
         self.clock = clock
         self.durable = durable
         self.rotate_bytes = rotate_bytes
         self.poll_interval = poll_interval
         self.lock_timeout = lock_timeout
-        self._session = secrets.token_hex(6)
+        self._session = token_hex(6)
         self._ids = itertools.count(1)
         self._seq: dict[str, int] = {}
         self._seq_lock = threading.Lock()
@@ -202,7 +209,7 @@ class Bus:
                 seq = self._seq[sender] = self._seq.get(sender, 0) + 1
             msg = Message(id=f"{self._session}-{next(self._ids)}", type=type, sender=sender, to=to,
                           content=content, timestamp=self.clock(), request_id=request_id, seq=seq, **extra)
-            line = (dumps(msg.to_json()) + "\n").encode()
+            line = (self.secrets.scrub(dumps(msg.to_json())) + "\n").encode()
             created = False
             try:
                 fd = os.open(path, os.O_RDWR | os.O_APPEND)

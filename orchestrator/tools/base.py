@@ -23,7 +23,9 @@ code: the pipeline logs it with its traceback and tells the model so.
 
 ``ToolContext`` carries everything a call may touch: the workspace the file
 tools are confined to, the state root, the agent's name and mode, where full
-outputs and the call log go, the agent's ``FileTruth`` and ``TaskStore``, and
+outputs and the call log go, the agent's ``FileTruth`` and ``TaskStore``, the
+sandbox its shell commands run in and whether they may use the network, the
+secrets no result may carry, and
 typed slots for the services other modules provide (``tools.services``:
 message bus, job runner, spawner, subagents, the agent loop, the protocol
 handshakes). A tool that needs a missing service gets an error observation
@@ -39,6 +41,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
+
+from ..core.redact import Secrets
+from ..core.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from ..tasks.store import TaskStore
@@ -231,6 +236,12 @@ class ToolContext:
     deadline: float | None = None
     """``time.monotonic()`` at which the current task attempt runs out of time (its ``timeout``);
     set by the teammate, and no tool call waits past it."""
+    sandbox: Sandbox = field(default_factory=Sandbox)
+    """Where ``bash`` and ``background_run`` commands run (core/sandbox.py); the session's, shared."""
+    network: bool = False
+    """The agent's shell commands may use the network (its role says ``network: true``)."""
+    secrets: Secrets = field(default_factory=Secrets.from_environ)
+    """Scrubbed from every result, the call log and the saved outputs (core/redact.py)."""
     bus: MessageBus | None = None
     jobs: JobRunner | None = None
     spawner: Spawner | None = None

@@ -13,20 +13,23 @@ executor reports the outcome to the scheduler with the claim's epoch, so
 the scheduler stays the only writer of its running tasks. Every other
 update goes to the store as before.
 
-Background jobs get the agent's environment minus secrets (the variables
-bash drops are set empty), so a job log cannot carry the API key.
+Background jobs run like ``bash`` commands (shell.py): inside the agent's
+sandbox (core/sandbox.py), which the job manager puts before the command,
+so nothing the job starts outlives it, and with the one environment of
+core/environ.py (the allow-list plus ``TEAM_AGENT``/``TEAM_TASK_ID``), so a
+job log cannot carry the API key; the log is scrubbed of secrets when the
+job ends (jobs/records.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from pydantic import Field
 
-from ..core.redact import secret_names
 from ..roles.skills import load_skill as _load_skill
 from .base import MAX_SECONDS, Args, Call, ToolError, tool
+from .shell import agent_environment, sandbox_prefix
 from .tasks import task_update as _store_task_update
 
 SUBAGENT_RESULT_CHARS = 4000
@@ -83,8 +86,9 @@ def background_run(call: Call) -> str:
     """Start a long-running shell command in the background and go on working. When it ends,
     a notification with its exit code and output tail arrives before your next step."""
     a, ctx = call.args, call.ctx
-    rec = ctx.need_jobs().start(a.command, owner=ctx.agent, cwd=ctx.workspace, unset=secret_names(os.environ),
-                                    timeout=a.timeout, task=ctx.task_id)
+    jobs, prefix = ctx.need_jobs(), sandbox_prefix(ctx)
+    rec = jobs.start(a.command, owner=ctx.agent, cwd=ctx.workspace, env=agent_environment(ctx),
+                     timeout=a.timeout, task=ctx.task_id, prefix=prefix)
     return f"started background job {rec.id}: {a.command}\nfull log: {rec.log}; check it with check_background"
 
 
@@ -138,7 +142,7 @@ def subagent(call: Call) -> str:
     """Run a fresh agent with an empty context on a self-contained job and get its final answer
     (bounded). Use it to keep long explorations out of your own context. Subagents cannot nest."""
     a = call.args
-    result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent)
+    result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent, network=call.ctx.network)
     if len(result.result) > SUBAGENT_RESULT_CHARS:
         text = result.result[:SUBAGENT_RESULT_CHARS] + f"\n[... cut at {SUBAGENT_RESULT_CHARS} chars]"
     else:

@@ -12,8 +12,11 @@ proposal through the contract, in this order::
     execute   the handler             → ToolError/TeamError/OSError: error observation
                                         any other exception: our bug — logged with
                                         traceback, error observation names its type
+    scrub     ctx.secrets out of the result (core/redact.py): a key the tool read
+                                        reaches neither the model nor a file
     bound     head + tail, full output saved under ctx.outputs_dir
-    record    one JSONL line in ctx.call_log (call and result paired by call_id)
+    record    one JSONL line in ctx.call_log (call and result paired by call_id),
+              scrubbed whole: arguments, result, error and traceback
 
 Every outcome is an ``Observation``; the agent loop always goes on.
 
@@ -198,10 +201,11 @@ class ToolRegistry:
         out = t.handler(call)
         if isinstance(out, str):
             out = ToolOutput(out)
+        text = ctx.secrets.scrub(out.text)  # a bounded handler wrote its full output scrubbed already
         if out.bounded:
-            text, full = out.text, out.full_output
+            full = out.full_output
         else:
-            text, full = bound.bound_text(out.text, t.budget, ctx.outputs_dir, t.name, call.call_id)
+            text, full = bound.bound_text(text, t.budget, ctx.outputs_dir, t.name, call.call_id)
         stage = "execute" if out.is_error else "ok"
         return Observation(
             call.call_id, t.name, text, is_error=out.is_error, stage=stage,
@@ -228,7 +232,7 @@ class ToolRegistry:
             record["traceback"] = tb
         ctx.call_log.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(ctx.call_log):
-            append_line(ctx.call_log, dumps(record), durable=False)
+            append_line(ctx.call_log, ctx.secrets.scrub(dumps(record)), durable=False)
 
 
 # ---------------------------------------------------------------------- schema helpers

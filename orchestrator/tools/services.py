@@ -20,7 +20,7 @@ small fake, and the type checker holds every provider to the same shape.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -40,7 +40,7 @@ class JobRunner(Protocol):
 
     def start(self, command: str, *, owner: str = "lead", cwd: Path | None = None,
               env: Mapping[str, str] | None = None, timeout: float | None = None,
-              task: int | None = None, unset: Iterable[str] = (), ref: str | None = None) -> JobRecord: ...
+              task: int | None = None, ref: str | None = None, prefix: Sequence[str] = ()) -> JobRecord: ...
 
     def get(self, job_id: str) -> JobRecord: ...
 
@@ -76,7 +76,9 @@ class AgentAnswer(Protocol):
 
 
 class Subagents(Protocol):
-    def run(self, prompt: str, role: str, *, parent: str) -> AgentAnswer: ...
+    def run(self, prompt: str, role: str, *, parent: str, network: bool = False) -> AgentAnswer:
+        """A fresh agent's answer; ``network``: the caller's own permission (never widened)."""
+        ...
 
 
 class LoopControl(Protocol):
