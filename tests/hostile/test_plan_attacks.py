@@ -128,14 +128,13 @@ def test_one_bad_job_request_fails_that_job_not_the_job_server(tmp_path, bad):
 
     server = JobServer.fork(tmp_path, on_note, on_error)
     try:
-        args = {"owner": "t", "cwd": None, "env": {}, "timeout": None, "task": None, "unset": [],
-                "command": "echo ok"}
+        args = {"owner": "t", "cwd": None, "env": {}, "timeout": None, "task": None, "command": "echo ok"}
         args.update(bad)
         command = args.pop("command")
         server.start("bad", command, **args)
         wait_until(lambda: "bad" in errors, timeout=10, what="the bad request to fail")
         assert errors["bad"].startswith("job "), errors
-        server.start("good", "echo ok", owner="t", cwd=None, env={}, timeout=None, task=None, unset=[])
+        server.start("good", "echo ok", owner="t", cwd=None, env={}, timeout=None, task=None)
         assert done.wait(10), "the job server no longer starts jobs"
         assert notes["good"].status == "completed" and notes["good"].tail == "ok\n"
     finally:
