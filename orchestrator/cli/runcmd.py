@@ -5,10 +5,12 @@ run deadlocked · 2 bad plan/usage or another lead holds the root · 130
 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP): the run was stopped, its jobs killed
 and its running tasks given back (``pending``).
 
-Signals: SIGINT, SIGTERM and SIGHUP go to a ``run.stop.RunStop``; while the
-scheduler's loop runs, it stops at its next turn (every claim given back),
-otherwise the handler raises ``Signalled`` where it is. The CLI's ``main``
-prints ``Interrupted.`` / ``Terminated.`` / ``Hung up.``, never a traceback.
+Signals: SIGINT, SIGTERM and SIGHUP go to a ``run.stop.RunStop``; inside
+``run_plan`` they are taken at safe points only (the scheduler stops at its
+next turn and gives every claim back; start-up and cleanup check between
+steps), before it the handler raises ``Signalled`` where it is. The CLI's
+``main`` prints ``Interrupted.`` / ``Terminated.`` / ``Hung up.``, never a
+traceback.
 
 A closed stdout (``team run --json | head -3``) does not stop the run: the
 progress sinks stop writing (``common.write_guarded``), the run goes on to its
