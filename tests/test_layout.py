@@ -22,7 +22,7 @@ RANK = {
     "tools": 2,
     "agent": 3,
     "runtime": 4,
-    "run": 5, "chat": 5, "status": 5, "board": 5,
+    "run": 5, "chat": 5, "status": 5, "board": 5, "mcpserver": 5,
     "cli": 6,
 }
 

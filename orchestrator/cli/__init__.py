@@ -9,6 +9,7 @@
     chat.py       team chat (the terminal side)
     doctor.py     team doctor
     boardcmd.py   team board (the web board, imported when it runs)
+    mcpcmd.py     team mcp (the MCP server, imported when it runs)
     common.py     the --root and --json options, output helpers
 
 Every command module registers itself on ``app``. Errors: any ``TeamError``
@@ -57,9 +58,9 @@ def _global(
 
 
 def _register() -> None:
-    from . import agentcmds, boardcmd, chat, doctor, review, runcmd, tasks, teamcmds
+    from . import agentcmds, boardcmd, chat, doctor, mcpcmd, review, runcmd, tasks, teamcmds
 
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd):
+    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd, mcpcmd):
         module.register(app)
 
 
