@@ -11,4 +11,5 @@
     environ.py  the one environment policy of every process started for a task or an agent
     sandbox.py  the OS sandbox (bubblewrap) of agents' shell commands: policy to argv, probe, opt-out
     threads.py  threads that must not die quietly: an exception reaches their owner
+    mcpspec.py  an MCP server a plan or role declares (mcp_servers:), and its tools' names (server__tool)
 """

@@ -7,6 +7,9 @@
     model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
+    mcp_servers:                     # optional; MCP servers this role brings (core/mcpspec.py)
+      - {name: time, command: mcp-server-time}
+    mcp_tools: [time.*, git.status]  # optional; the MCP tools it may use (default: all of them)
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -32,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UserError
+from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "mcp_servers", "mcp_tools")
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
 
 
@@ -51,6 +55,8 @@ class Role:
     builtin: bool = False
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
     network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
+    mcp_servers: tuple[McpServerSpec, ...] = ()  # MCP servers the role brings, besides the plan's
+    mcp_tools: tuple[str, ...] | None = None  # allow-list of MCP tools (server.tool, server.*); None: all
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -126,7 +132,41 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     return Role(name, description, tuple(tools), body, model, path, builtin,
-                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path))
+                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
+                mcp_servers=_mcp_servers(meta, path), mcp_tools=_mcp_tools(meta, path))
+
+
+def _mcp_servers(meta: dict[str, Any], path: Path) -> tuple[McpServerSpec, ...]:
+    from pydantic import ValidationError
+
+    raw = meta.get("mcp_servers")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise UserError(f"{path}: 'mcp_servers' must be a list of servers ({{name, command, args, env}} or "
+                        f"{{name, url}}), got {raw!r}")
+    specs = []
+    for i, item in enumerate(raw):
+        try:
+            specs.append(McpServerSpec.model_validate(item))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            raise UserError(f"{path}: mcp_servers[{i}]{'.' + where if where else ''}: {err['msg']}") from None
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UserError(f"{path}: 'mcp_servers' names {dupes} more than once")
+    return tuple(specs)
+
+
+def _mcp_tools(meta: dict[str, Any], path: Path) -> tuple[str, ...] | None:
+    raw = meta.get("mcp_tools")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
+        raise UserError(f"{path}: 'mcp_tools' must be a list like [git.status, time.*], got {raw!r}")
+    return tuple(raw)
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.mcpspec import McpServerSpec
 from ..core.models import Task
 from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
@@ -112,3 +113,4 @@ class ExecutorContext:
     store: TaskStore | None = None  # the run's task store, for executors to share (default: their own)
     stop: RunStop = field(default_factory=RunStop)  # threads of an executor report their death here (stop.py)
     sandbox: Sandbox = field(default_factory=Sandbox)  # where agents' shell commands run (core/sandbox.py)
+    mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)

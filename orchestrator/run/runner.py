@@ -237,7 +237,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
                               team=[(m.name, m.role) for m in lp.plan.team],
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
                               store=store,  # one store object: the scheduler's pipeline serves the teammates too
-                              sandbox=sandbox, stop=stop)
+                              sandbox=sandbox, stop=stop, mcp_servers=list(lp.plan.mcp_servers))
         execs = build_executors(set(kinds), ctx)
         iso: Isolation | None = None
         try:

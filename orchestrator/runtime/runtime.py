@@ -56,19 +56,21 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core import threads
 from ..core.errors import UserError
+from ..core.mcpspec import SEP, McpServerSpec
 from ..core.models import Status, Task
 from ..core.paths import tasks_dir, team_dir
 from ..core.sandbox import Sandbox
 from ..core.threads import Crash
 from ..jobs.manager import JobManager
 from ..llm.types import ChatModel
+from ..mcpclient.hub import McpHub
 from ..roles.roles import Role, check_tools, get_role
 from ..tasks.store import TaskStore
 from ..team import protocols
@@ -76,8 +78,9 @@ from ..team.control import ControlServer
 from ..team.inbox import Bus
 from ..team.lead import lead_info
 from ..team.roster import LEAD, Team, check_name
-from ..tools import FileTruth, ToolContext
+from ..tools import FileTruth, Tool, ToolContext
 from ..tools.coordination import agent_registry
+from ..tools.mcptools import mcp_tools
 from .autoclaim import AutoClaimer
 from .claims import ClaimLedger
 from .subagents import SubagentRunner
@@ -93,11 +96,13 @@ class TeamRuntime:
                  team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
                  store: TaskStore | None = None, autoclaim: bool = False, claim_lease: float = 60.0,
-                 claim_rescan: float = 5.0, sandbox: Sandbox | None = None, on_crash: Crash | None = None):
+                 claim_rescan: float = 5.0, sandbox: Sandbox | None = None, on_crash: Crash | None = None,
+                 mcp_servers: Sequence[McpServerSpec] = ()):
         """``sandbox``: where every teammate's shell commands run (default: on, core/sandbox.py);
         ``team run`` and ``team chat`` pass the session's choice. ``on_crash``: told when a thread
         of the team dies of an exception (its heartbeats, the control server, a teammate, the job
-        watcher): ``team run`` stops (core/threads.py)."""
+        watcher): ``team run`` stops (core/threads.py). ``mcp_servers``: the plan's MCP servers
+        (mcpclient/hub.py), started when a teammate that may use them is spawned."""
         self.on_crash = on_crash
         self.root = Path(root).absolute()
         self.sandbox = sandbox if sandbox is not None else Sandbox()
@@ -112,6 +117,7 @@ class TeamRuntime:
         self._own_jobs = jobs is None
         self.jobs = jobs or JobManager(self.root, on_crash=on_crash)
         self.registry = agent_registry()
+        self.mcp = McpHub(mcp_servers, root=self.root, workspace=self.workspace)
         self.subagents = SubagentRunner(
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
             context=lambda name, network: self.tool_context(name, network=network, subagent=True),
@@ -165,15 +171,29 @@ class TeamRuntime:
             r = get_role(role, self.workspace)
             check_tools(r, self.registry.names())
             plan_mode = plan_mode or r.plan_mode
+            extra = self._mcp_tools(r)  # its MCP servers started first: one that cannot start stops the spawn
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode)
             mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name, network=r.network),
                             on_crash=self.on_crash,
-                            services=self._services, plan_mode=plan_mode)
+                            services=self._services, plan_mode=plan_mode, extra_tools=extra)
             self.mates[name] = mate
             self.team.heartbeat(name)
             mate.start()
             return mate
+
+    def _mcp_tools(self, role: Role) -> list[Tool]:
+        """The MCP tools a teammate of ``role`` gets: those of the plan's servers and the role's own,
+        narrowed by its ``mcp_tools`` allow-list; a server none of whose tools it may use is not started."""
+        tools: list[Tool] = []
+        specs = {s.name: s for s in self.mcp.specs.values()}
+        for spec in role.mcp_servers:
+            specs.setdefault(spec.name, spec)
+        for spec in specs.values():
+            if role.mcp_tools is not None and not any(_may_use(p, spec.name) for p in role.mcp_tools):
+                continue
+            tools += mcp_tools(self.mcp.connect(spec), role.mcp_tools)
+        return tools
 
     def add_teammate(self, name: str, role: str, prompt: str | None) -> str:
         """The spawn_teammate tool (``tools.services.Spawner``): start ``name``, say what happened."""
@@ -307,6 +327,12 @@ class TeamRuntime:
         for m in mates:
             m.drop("the run is shutting down")
         released = self.claims.release_all("stopped before finishing it (its team was shut down)")
+        self.mcp.close()  # after the teammates: no call is in flight; the SDK stops each server's processes
         if self._own_jobs:
             self.jobs.shutdown()
         return released
+
+
+def _may_use(pattern: str, server: str) -> bool:
+    """Whether an ``mcp_tools`` entry could name a tool of ``server``."""
+    return pattern == "*" or pattern.startswith((server + ".", server + SEP))

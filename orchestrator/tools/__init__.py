@@ -17,6 +17,7 @@ execute → bound → record, and always comes back as an ``Observation``
     shell.py         bash
     tasks.py         task_create, task_update, task_list, task_get, claim_task
     coordination.py  messages, background jobs, teammates, subagents, idle, skills, protocols
+    mcptools.py      an MCP server's tools as Tools (server__tool, its inputSchema as the schema)
 
 Adding a tool from another module::
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 from .base import (
     Args,
     Call,
+    JsonArgs,
     Observation,
     Refused,
     Risk,
@@ -73,6 +75,7 @@ __all__ = [
     "Baseline",
     "Call",
     "FileTruth",
+    "JsonArgs",
     "Observation",
     "Refused",
     "Risk",

@@ -15,6 +15,10 @@ decide on a call *before* running anything:
 * ``fresh``: the path field whose *existing* file needs a fresh, full read
   baseline before the call may run (edits and overwrites).
 * ``command``: the field holding a shell command, checked by the shell policy.
+* ``schema``: the arguments' JSON Schema when they are not a pydantic model (an MCP
+  server's tool: its ``inputSchema``); the pipeline validates against it (``jsonschema``),
+  the model sees it, and the handler gets the arguments as a dict. ``args`` is then
+  ``JsonArgs`` and takes no part.
 
 A handler takes one ``Call`` and returns ``str`` or ``ToolOutput``. Expected
 failures (file missing, no match, a store conflict) raise ``ToolError`` or a
@@ -98,6 +102,12 @@ class Args(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class JsonArgs(BaseModel):
+    """The ``args`` of a tool described by a JSON ``schema`` instead (see ``Tool.schema``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 @dataclass
 class ToolOutput:
     """What a handler returns when a plain string is not enough."""
@@ -161,6 +171,7 @@ class Tool:
     paths: tuple[tuple[str, Access], ...] = ()
     fresh: str | None = None
     command: str | None = None
+    schema: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.risk not in RISKS:

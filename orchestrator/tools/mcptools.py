@@ -1,0 +1,58 @@
+"""An MCP server's tools as ``Tool``s: next to the built-in ones, through the same pipeline.
+
+``mcp_tools(conn, allow)`` turns each tool a connected server lists (mcpclient/connection.py)
+into a ``Tool`` named ``<server>__<tool>`` (core/mcpspec.py: OpenAI tool names allow no dot),
+described as the server describes it, with the server's ``inputSchema`` as its ``schema``. So a
+call goes through ``ToolRegistry.call`` like any other: arguments validated against that schema
+(the model gets the problem and the signature back), plan mode (a tool the server does not
+mark read-only counts as ``execute``), secrets scrubbed, the result bounded (full output saved
+and referenced), the call and its result in the agent's call log and transcript.
+
+``allow``: the role's ``mcp_tools`` allow-list (``server.tool``, ``server__tool``,
+``server.*``); None lets every tool through.
+
+A server error result (``isError``) is an error observation the model can act on. A server
+that has gone away is not something the model can fix: the call ends the task attempt as
+failed (``LoopControl.finish``) with the reason (which server, that it exited, its last stderr
+line), so the task fails clearly instead of the agent looping on a dead tool. A call that does
+not answer in time (the server's ``timeout``, cut to the task's time left) is an error
+observation.
+"""
+
+from __future__ import annotations
+
+from ..core.mcpspec import allowed, tool_name
+from ..mcpclient.connection import McpCallTimeout, McpConnection, McpServerDied
+from .base import Call, JsonArgs, Tool, ToolError, ToolOutput
+
+DESCRIPTION_CHARS = 1000
+
+
+def mcp_tools(conn: McpConnection, allow: tuple[str, ...] | None = None) -> list[Tool]:
+    """The tools of ``conn`` that ``allow`` lets through, as ``Tool``s."""
+    out = []
+    for remote in conn.tools():
+        if not allowed(conn.name, remote.name, allow):
+            continue
+        desc = " ".join(remote.description.split())[:DESCRIPTION_CHARS] or f"{remote.name} (no description)"
+        out.append(Tool(name=tool_name(conn.name, remote.name), description=f"[MCP {conn.name}] {desc}",
+                        args=JsonArgs, risk="read" if remote.read_only else "execute",
+                        handler=_handler(conn, remote.name), schema=remote.input_schema))
+    return out
+
+
+def _handler(conn: McpConnection, remote: str):
+    def handle(call: Call) -> ToolOutput:
+        ctx = call.ctx
+        try:
+            res = conn.call(remote, dict(call.args), timeout=ctx.time_left())
+        except McpServerDied as e:
+            reason = str(e)
+            if ctx.loop is not None:
+                ctx.loop.finish("failed", reason)
+            raise ToolError(f"{reason}; this task attempt ends as failed") from None
+        except McpCallTimeout as e:
+            raise ToolError(str(e)) from None
+        return ToolOutput(res.text or "(the tool returned no text)", is_error=res.is_error)
+
+    return handle

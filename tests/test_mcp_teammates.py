@@ -1,0 +1,191 @@
+"""MCP servers as teammates' tools, end to end: `team run` (the real CLI and openai client against
+the scripted OpenAI-compatible server on 127.0.0.1) with a plan whose teammate uses a real
+third-party MCP server installed from PyPI (``mcp-server-time``), started by the run over stdio."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_team
+
+from orchestrator.core.errors import UserError
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.roles.roles import parse_role
+
+KEY = "sk-mcp-secret-4b1e8d2c"
+TIME_SERVER = str(Path(sys.executable).parent / "mcp-server-time")
+
+
+def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
+            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
+
+
+def task(root: Path, plan_task: str) -> dict:
+    for f in (root / ".tasks").glob("task_*.json"):
+        t = json.loads(f.read_text())
+        if t.get("plan_task") == plan_task:
+            return t
+    raise AssertionError(f"no task {plan_task}")
+
+
+def tool_messages(body: dict) -> list[dict]:
+    return [m for m in body["messages"] if m.get("role") == "tool"]
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" in status.read_text()  # a zombie has exited
+
+
+WATCHER = """\
+---
+name: clockwatcher
+description: Tells the time.
+tools: [read_file, task_update]
+mcp_tools: [time.get_current_time]
+---
+You tell the time with the time server's tools.
+"""
+
+
+def plan(server_cmd: str, *, extra: str = "") -> str:
+    return f"""\
+name: clock
+mcp_servers:
+  - name: time
+    command: sh
+    args: [-c, 'echo $$ > server.pid; env > server.env; exec {server_cmd}']
+    env: {{GREETING: hello}}
+    {extra}
+tasks:
+  - id: now
+    assignee: alice
+    role: clockwatcher
+    prompt: What is the time in UTC? Put it in the task's result.
+"""
+
+
+def test_a_teammate_uses_a_real_mcp_server_and_its_result_lands_in_the_task(tmp_path):
+    root = tmp_path
+    (root / "agents").mkdir()
+    (root / "agents" / "clockwatcher.md").write_text(WATCHER)
+    (root / "plan.yaml").write_text(plan(f"{TIME_SERVER} --local-timezone UTC"))
+
+    def check_validation_then_call(body: dict) -> Reply:
+        refused = tool_messages(body)[-1]["content"]
+        assert "invalid arguments for time__get_current_time" in refused and "timezone" in refused
+        return Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})])
+
+    def finish_with_the_time(body: dict) -> Reply:
+        answer = json.loads(tool_messages(body)[-1]["content"])
+        assert answer["timezone"] == "UTC"
+        return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed",
+                                                           "result": f"It is {answer['datetime']} in UTC."})])
+
+    script = {"alice": [Reply(tool_calls=[tool_call("time__get_current_time", {"tz": "UTC"})]),
+                        check_validation_then_call, finish_with_the_time]}
+    with ScriptedServer(script) as srv:
+        r = run_team(root, "run", "plan.yaml", timeout=180, SECRET_TOKEN="tok-should-not-leak",
+                     **llm_env(srv))
+        assert r.returncode == 0, r.stdout + r.stderr
+        srv.assert_complete()
+        tools = {t["function"]["name"]: t["function"] for t in srv.chat_requests("alice")[0].body["tools"]}
+
+    # the server's tool sits next to the built-in ones, namespaced, with the server's own schema;
+    # the role's allow-list let get_current_time through and kept convert_time out
+    assert {"read_file", "task_update", "time__get_current_time"} <= set(tools)
+    assert "time__convert_time" not in tools
+    assert tools["time__get_current_time"]["parameters"]["required"] == ["timezone"]
+    assert tools["time__get_current_time"]["description"].startswith("[MCP time] ")
+
+    t = task(root, "now")
+    assert t["status"] == "completed" and t["owner"] == "alice"
+    assert re.fullmatch(r"It is \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 in UTC\.", t["result"]), t["result"]
+
+    # every call went through the pipeline: the refused one and the real one are in the call log
+    calls = [json.loads(line) for line in (root / ".team" / "calls" / "alice.jsonl").read_text().splitlines()]
+    mcp_calls = [(c["stage"], c["is_error"]) for c in calls if c["tool"] == "time__get_current_time"]
+    assert mcp_calls == [("validate", True), ("ok", False)]
+
+    # started with the allow-listed environment plus its declared env; reaped with the run
+    env = dict(line.split("=", 1) for line in (root / "server.env").read_text().splitlines() if "=" in line)
+    assert env["GREETING"] == "hello"
+    assert "SECRET_TOKEN" not in env and "OPENAI_API_KEY" not in env and KEY not in json.dumps(env)
+    assert gone(int((root / "server.pid").read_text()))
+
+
+def test_a_server_that_exits_mid_run_fails_the_task_with_the_reason(tmp_path):
+    root = tmp_path
+    (root / "plan.yaml").write_text(plan(f"{TIME_SERVER} --local-timezone UTC").replace("    role: clockwatcher\n", ""))
+
+    def kill_the_server_then_call(body: dict) -> Reply:
+        assert "UTC" in tool_messages(body)[-1]["content"]  # the first call worked
+        os.kill(int((root / "server.pid").read_text()), signal.SIGKILL)
+        return Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})])
+
+    script = {"alice": [Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})]),
+                        kill_the_server_then_call]}
+    with ScriptedServer(script) as srv:
+        r = run_team(root, "run", "plan.yaml", timeout=180, **llm_env(srv))
+        srv.assert_complete()  # no model call after the dead server: the task ended there
+    assert r.returncode == 1, r.stdout + r.stderr
+    t = task(root, "now")
+    assert t["status"] == "failed"
+    assert "mcp server 'time' closed its connection (did the process exit?) while in use" in t["error"]
+    assert "Traceback" not in r.stderr
+
+
+def test_a_server_that_cannot_start_fails_its_task_clearly_and_nothing_hangs(tmp_path):
+    root = tmp_path
+    (root / "plan.yaml").write_text(plan("/nonexistent/mcp-server-nope").replace("    role: clockwatcher\n", ""))
+    with ScriptedServer({"alice": []}) as srv:
+        r = run_team(root, "run", "plan.yaml", timeout=180, **llm_env(srv))
+    assert r.returncode == 1, r.stdout + r.stderr
+    t = task(root, "now")
+    assert t["status"] == "failed"
+    assert "mcp server 'time' failed to start" in t["error"], t["error"]
+    assert "mcp-server-nope" in t["error"]  # its stderr's last line names the missing program
+    assert "Traceback" not in r.stderr
+
+
+def test_a_server_that_never_answers_times_out_and_is_reaped(tmp_path):
+    root = tmp_path
+    (root / "plan.yaml").write_text(plan("sleep 600", extra="startup_timeout: 2").replace("    role: clockwatcher\n", ""))
+    with ScriptedServer({"alice": []}) as srv:
+        r = run_team(root, "run", "plan.yaml", timeout=180, **llm_env(srv))
+    assert r.returncode == 1, r.stdout + r.stderr
+    t = task(root, "now")
+    assert t["status"] == "failed" and "mcp server 'time' did not answer within 2s" in t["error"], t["error"]
+    assert gone(int((root / "server.pid").read_text()))
+
+
+def test_mcp_servers_in_plans_and_roles_are_checked(tmp_path):
+    bad = "name: p\nmcp_servers:\n  - {name: a.b, command: x}\ntasks:\n  - {id: t, run: 'true'}\n"
+    (tmp_path / "p.yaml").write_text(bad)
+    r = run_team(tmp_path, "plan", "check", "p.yaml")
+    assert r.returncode == 2 and "mcp_servers" in r.stderr and "Traceback" not in r.stderr
+    both = "name: p\nmcp_servers:\n  - {name: a, command: x, url: 'http://127.0.0.1:1/mcp'}\ntasks:\n  - {id: t, run: 'true'}\n"
+    (tmp_path / "p.yaml").write_text(both)
+    r = run_team(tmp_path, "plan", "check", "p.yaml")
+    assert r.returncode == 2 and "either `command` (stdio) or `url` (HTTP), not both" in r.stderr
+    schema = json.loads(run_team(tmp_path, "plan", "schema").stdout)
+    assert "mcp_servers" in schema["properties"]
+
+    role = WATCHER.replace("mcp_tools: [time.get_current_time]\n",
+                           "mcp_servers:\n  - {name: git, command: mcp-server-git}\nmcp_tools: [git.*]\n")
+    parsed = parse_role(role, Path("agents/clockwatcher.md"))
+    assert [s.name for s in parsed.mcp_servers] == ["git"] and parsed.mcp_tools == ("git.*",)
+    with pytest.raises(UserError, match=r"mcp_servers\[0\]"):
+        parse_role(role.replace("command: mcp-server-git", "cmd: x"), Path("agents/clockwatcher.md"))
