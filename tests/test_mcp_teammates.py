@@ -189,3 +189,62 @@ def test_mcp_servers_in_plans_and_roles_are_checked(tmp_path):
     assert [s.name for s in parsed.mcp_servers] == ["git"] and parsed.mcp_tools == ("git.*",)
     with pytest.raises(UserError, match=r"mcp_servers\[0\]"):
         parse_role(role.replace("command: mcp-server-git", "cmd: x"), Path("agents/clockwatcher.md"))
+
+
+def test_a_team_member_whose_server_cannot_start_stops_the_run_before_any_work(tmp_path):
+    text = plan("/nonexistent/mcp-server-nope").replace("    role: clockwatcher\n", "")
+    text = text.replace("tasks:\n", "team:\n  - {name: alice, role: coder}\ntasks:\n")
+    (tmp_path / "plan.yaml").write_text(text)
+    with ScriptedServer({"alice": []}) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", timeout=180, **llm_env(srv))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "McpStartFailed: mcp server 'time' failed to start" in r.stderr and "Traceback" not in r.stderr
+    stored = [json.loads(f.read_text()) for f in (tmp_path / ".tasks").glob("task_*.json")]
+    assert all(t["status"] == "pending" and t["attempts"] == 0 for t in stored)  # no work started
+
+
+def test_the_facade_serves_many_threads_over_http_against_team_mcp(tmp_path):
+    """The client side over streamable HTTP (``url:``), against our own ``team mcp --http``: eight
+    threads call through one connection at once; every call lands, once."""
+    import threading
+
+    from test_mcp_server import http_server
+
+    from orchestrator.core.mcpspec import McpServerSpec
+    from orchestrator.mcpclient.hub import McpHub
+    from orchestrator.tasks.store import TaskStore
+
+    served = tmp_path / "served"
+    served.mkdir()
+    with http_server(served) as url:
+        hub = McpHub([McpServerSpec(name="team", url=url)], root=tmp_path)
+        try:
+            conn = hub.connect(hub.specs["team"])
+            assert {"task_create", "task_claim"} <= {t.name for t in conn.tools()}
+            results: list = []
+
+            def create(i: int) -> None:
+                results.append(conn.call("task_create", {"subject": f"from thread {i}"}))
+
+            threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(60)
+            assert len(results) == 8 and not any(r.is_error for r in results)
+            bad = conn.call("task_get", {"task": 99})
+            assert bad.is_error and bad.text.startswith("UnknownRef: ")
+        finally:
+            hub.close()
+    subjects = sorted(t.subject for t in TaskStore(served).all())
+    assert subjects == sorted(f"from thread {i}" for i in range(8))
+
+
+def test_task_list_does_not_load_the_mcp_sdk(tmp_path):
+    code = ("import sys; from orchestrator.cli import main; main(['--root', sys.argv[1], 'task', 'list']); "
+            "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
