@@ -248,3 +248,33 @@ def test_task_list_does_not_load_the_mcp_sdk(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_lead_killed_with_sigkill_leaves_no_mcp_server_behind(tmp_path):
+    """SIGKILL gives the lead no chance to stop its servers: a stdio server still goes, because its
+    stdin (the lead's pipe) reaches end-of-file, which ends the stdio transport."""
+    import subprocess
+    import time
+
+    from conftest import team_env
+
+    root = tmp_path
+    (root / "plan.yaml").write_text(plan(f"{TIME_SERVER} --local-timezone UTC").replace("    role: clockwatcher\n", ""))
+    lead: list[subprocess.Popen] = []
+
+    def kill_the_lead(body: dict) -> Reply:
+        assert "UTC" in tool_messages(body)[-1]["content"]
+        os.kill(lead[0].pid, signal.SIGKILL)
+        return Reply(content="nobody hears this")
+
+    script = {"alice": [Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})]), kill_the_lead]}
+    with ScriptedServer(script) as srv:
+        lead.append(subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=root,
+                                     env=team_env(root, **llm_env(srv)), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL))
+        assert lead[0].wait(120) == -signal.SIGKILL
+    pid = int((root / "server.pid").read_text())
+    deadline = time.monotonic() + 30
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid), f"mcp server {pid} outlived its lead"

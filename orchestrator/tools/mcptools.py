@@ -21,6 +21,8 @@ observation.
 
 from __future__ import annotations
 
+from ..core.errors import UserError
+from ..core.jsonutil import dumps
 from ..core.mcpspec import allowed, tool_name
 from ..mcpclient.connection import McpCallTimeout, McpConnection, McpServerDied
 from .base import Call, JsonArgs, Tool, ToolError, ToolOutput
@@ -30,12 +32,18 @@ DESCRIPTION_CHARS = 1000
 
 def mcp_tools(conn: McpConnection, allow: tuple[str, ...] | None = None) -> list[Tool]:
     """The tools of ``conn`` that ``allow`` lets through, as ``Tool``s."""
-    out = []
+    out: list[Tool] = []
+    seen: dict[str, str] = {}
     for remote in conn.tools():
         if not allowed(conn.name, remote.name, allow):
             continue
+        name = tool_name(conn.name, remote.name)
+        if name in seen:
+            raise UserError(f"mcp server {conn.name!r} lists tools {seen[name]!r} and {remote.name!r}, which both "
+                            f"become {name!r} for the model; let one of them through with the role's mcp_tools")
+        seen[name] = remote.name
         desc = " ".join(remote.description.split())[:DESCRIPTION_CHARS] or f"{remote.name} (no description)"
-        out.append(Tool(name=tool_name(conn.name, remote.name), description=f"[MCP {conn.name}] {desc}",
+        out.append(Tool(name=name, description=f"[MCP {conn.name}] {desc}",
                         args=JsonArgs, risk="read" if remote.read_only else "execute",
                         handler=_handler(conn, remote.name), schema=remote.input_schema))
     return out
@@ -53,6 +61,7 @@ def _handler(conn: McpConnection, remote: str):
             raise ToolError(f"{reason}; this task attempt ends as failed") from None
         except McpCallTimeout as e:
             raise ToolError(str(e)) from None
-        return ToolOutput(res.text or "(the tool returned no text)", is_error=res.is_error)
+        text = res.text or (dumps(res.structured) if res.structured else "(the tool returned no content)")
+        return ToolOutput(text, is_error=res.is_error)
 
     return handle
