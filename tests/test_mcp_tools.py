@@ -80,3 +80,19 @@ def test_a_closed_connection_refuses_calls_with_the_reason(tmp_path):
 
     with pytest.raises(McpServerDied, match=re.escape("mcp server 'fx'")):
         c.call("peek", {"key": "x"})
+
+
+def test_a_servers_stderr_log_keeps_no_secret(tmp_path, monkeypatch):
+    """A credential handed to a server by reference ($NAME) and printed on its stderr is scrubbed
+    from .team/mcp/NAME.log once the server has stopped."""
+    monkeypatch.setenv("MY_SERVICE_API_KEY", "sk-live-9a8b7c6d5e4f")
+    spec = McpServerSpec(name="fx", command="sh",
+                         args=["-c", f'echo "using key $SERVICE_KEY" >&2; exec {sys.executable} {FIXTURE}'],
+                         env={"SERVICE_KEY": "$MY_SERVICE_API_KEY"})
+    hub = McpHub([spec], root=tmp_path)
+    try:
+        assert hub.connect(spec).call("peek", {"key": "x"}).text == "value of x"
+    finally:
+        hub.close()
+    log = (tmp_path / ".team" / "mcp" / "fx.log").read_text()
+    assert "using key [REDACTED]" in log and "sk-live-9a8b7c6d5e4f" not in log

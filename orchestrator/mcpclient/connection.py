@@ -20,7 +20,9 @@ Nothing here hangs:
 
 ``close`` ends the coroutine: the SDK closes the server's stdin, waits, then kills its process
 group (stdio servers run in a session of their own), so nothing it started outlives the run.
-A stdio server's stderr goes to ``log`` (``.team/mcp/<server>.log``), never to the terminal.
+A stdio server's stderr goes to ``log`` (``.team/mcp/<server>.log``), never to the terminal;
+once the server has stopped, the log is scrubbed of the lead's secrets in place (core/redact.py;
+a lead killed outright leaves that to nobody: the same gap as a job log until it is reaped).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any, TextIO
 
 from ..core.errors import UserError, WorkFailed
 from ..core.mcpspec import McpServerSpec
+from ..core.redact import Secrets
 
 JOIN_GRACE = 15.0
 """Seconds ``close`` waits for the connection's thread (the SDK's own shutdown is bounded)."""
@@ -125,13 +128,11 @@ class McpConnection:
         future = asyncio.run_coroutine_threadsafe(self._call(tool, arguments, wait), self._loop)
         try:
             return future.result(wait + CALL_GRACE)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise McpCallTimeout(f"mcp server {self.name!r}: {tool} did not answer within {wait:g}s") from None
         except _Closed:
             self._dead = self._dead or CLOSED
             raise McpServerDied(self._death()) from None
-        except TimeoutError:
+        except (concurrent.futures.TimeoutError, asyncio.TimeoutError, TimeoutError):  # distinct classes on 3.10
+            future.cancel()
             raise McpCallTimeout(f"mcp server {self.name!r}: {tool} did not answer within {wait:g}s") from None
 
     def close(self) -> None:
@@ -156,9 +157,11 @@ class McpConnection:
         except asyncio.CancelledError:
             self._failure = self._failure or "cancelled while starting"
         finally:
+            loop.close()
+            if self.log is not None and self.log.exists():  # the server has stopped: its log is complete
+                Secrets.from_environ().scrub_file(self.log)
             self._ended.set()
             self._ready.set()
-            loop.close()
 
     async def _main(self) -> None:
         from mcp import ClientSession
@@ -213,7 +216,8 @@ class McpConnection:
         from mcp.types import CONNECTION_CLOSED
 
         try:
-            res = await asyncio.wait_for(self._session.call_tool(tool, arguments, read_timeout_seconds=wait), wait)
+            # ours is the deadline that counts (McpCallTimeout); the SDK's own comes a second later
+            res = await asyncio.wait_for(self._session.call_tool(tool, arguments, read_timeout_seconds=wait + 1), wait)
         except MCPError as e:
             if e.code == CONNECTION_CLOSED:
                 raise _Closed() from None
