@@ -205,6 +205,8 @@ def test_concurrent_stdio_clients_on_one_store_claim_each_task_once(tmp_path):
     async def client(owner: str) -> None:
         async with stdio_session(tmp_path, owner) as s:
             await _claim_all(s, owner, won)
+            for i in range(5):
+                await ok(s, "task_create", subject=f"{owner} {i}")
 
     async def main():
         async with anyio.create_task_group() as tg:
@@ -213,6 +215,9 @@ def test_concurrent_stdio_clients_on_one_store_claim_each_task_once(tmp_path):
 
     anyio.run(main)
     _check_claims(tmp_path, won)
+    tasks = json.loads(run_team(tmp_path, "task", "list", "--json").stdout)  # creates lost nothing either
+    assert sorted(t["id"] for t in tasks) == list(range(1, N + 16))
+    assert sorted(t["subject"] for t in tasks[N:]) == sorted(f"{o} {i}" for o in won for i in range(5))
 
 
 def test_concurrent_http_sessions_on_one_server_claim_each_task_once(tmp_path):
