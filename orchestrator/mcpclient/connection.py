@@ -33,11 +33,14 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..core.errors import UserError, WorkFailed
 from ..core.mcpspec import McpServerSpec
 from ..core.redact import Secrets
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 JOIN_GRACE = 15.0
 """Seconds ``close`` waits for the connection's thread (the SDK's own shutdown is bounded)."""
@@ -89,7 +92,7 @@ class McpConnection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
-        self._session: Any = None
+        self._session: ClientSession | None = None
         self._tools: list[RemoteTool] = []
         self._failure: str | None = None
         self._dead: str | None = None
@@ -197,7 +200,7 @@ class McpConnection:
             else:
                 self._failure = reason
 
-    async def _list(self, session: Any) -> list[RemoteTool]:
+    async def _list(self, session: ClientSession) -> list[RemoteTool]:
         from mcp.types import PaginatedRequestParams
 
         out: list[RemoteTool] = []
@@ -213,8 +216,15 @@ class McpConnection:
 
     async def _call(self, tool: str, arguments: dict[str, Any], wait: float) -> CallResult:
         from mcp.shared.exceptions import MCPError
-        from mcp.types import CONNECTION_CLOSED
+        from mcp.types import (
+            CONNECTION_CLOSED,
+            CallToolResult,
+            EmbeddedResource,
+            TextContent,
+            TextResourceContents,
+        )
 
+        assert self._session is not None, "called before start()"
         try:
             # ours is the deadline that counts (McpCallTimeout); the SDK's own comes a second later
             res = await asyncio.wait_for(self._session.call_tool(tool, arguments, read_timeout_seconds=wait + 1), wait)
@@ -222,15 +232,17 @@ class McpConnection:
             if e.code == CONNECTION_CLOSED:
                 raise _Closed() from None
             return CallResult(f"MCP error {e.code}: {e.message}", is_error=True)
+        if not isinstance(res, CallToolResult):  # input requests: this client asks for none
+            return CallResult(f"the server answered {tool} with a {type(res).__name__}, which team does not use",
+                              is_error=True)
         texts = []
         for block in res.content:
-            kind = getattr(block, "type", "")
-            if kind == "text":
+            if isinstance(block, TextContent):
                 texts.append(block.text)
-            elif kind == "resource" and hasattr(block.resource, "text"):
+            elif isinstance(block, EmbeddedResource) and isinstance(block.resource, TextResourceContents):
                 texts.append(block.resource.text)
             else:
-                texts.append(f"[{kind} content not shown]")
+                texts.append(f"[{block.type} content not shown]")
         structured = res.structured_content if isinstance(res.structured_content, dict) else None
         return CallResult("\n".join(texts), bool(res.is_error), structured)
 

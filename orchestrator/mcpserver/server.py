@@ -26,9 +26,12 @@ import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 from ..core.errors import TeamError, UserError, storage_error
 from . import tools as t
@@ -48,14 +51,14 @@ def _require_sdk() -> None:
         raise UserError("`team mcp` needs the MCP SDK: pip install 'team-orchestrator[mcp]'") from None
 
 
-def build(root: Path, caller: str) -> Any:
+def build(root: Path, caller: str) -> MCPServer[Any]:
     """The ``MCPServer`` serving ``root`` to a client called ``caller``."""
     _require_sdk()
     from mcp.server.mcpserver import MCPServer
     from mcp.types import CallToolResult, TextContent
 
     c = t.Caller(root, caller)
-    server: Any = MCPServer(NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server: MCPServer[Any] = MCPServer(NAME, instructions=INSTRUCTIONS, log_level="WARNING")
 
     def tool(fn: Callable[..., str]) -> Callable[..., Any]:
         """Register ``fn``; its ``TeamError`` becomes an error result with the CLI's one line."""

@@ -25,7 +25,7 @@ from ..core.errors import UserError
 from ..core.jsonutil import dumps
 from ..core.mcpspec import allowed, tool_name
 from ..mcpclient.connection import McpCallTimeout, McpConnection, McpServerDied
-from .base import Call, JsonArgs, Tool, ToolError, ToolOutput
+from .base import Call, Handler, JsonArgs, Tool, ToolError, ToolOutput
 
 DESCRIPTION_CHARS = 1000
 
@@ -49,7 +49,7 @@ def mcp_tools(conn: McpConnection, allow: tuple[str, ...] | None = None) -> list
     return out
 
 
-def _handler(conn: McpConnection, remote: str):
+def _handler(conn: McpConnection, remote: str) -> Handler:
     def handle(call: Call) -> ToolOutput:
         ctx = call.ctx
         try:
