@@ -140,6 +140,10 @@ async def errors(s: ClientSession, root: Path) -> None:
     assert err and "nobody" in text
     # nothing refused was written
     assert json.loads(run_team(root, "task", "show", "one", "--json").stdout)["blockedBy"] == []
+    # a torn task file is named, not fatal, in a listing (as `team task list` does)
+    (root / ".tasks" / "task_2.json").write_text("{torn")
+    listing = await ok(s, "task_list")
+    assert "one" in listing and "warning: task_2.json cannot be read" in listing
 
 
 def test_every_tool_over_stdio(tmp_path):

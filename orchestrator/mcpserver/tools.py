@@ -91,12 +91,14 @@ def task_get(c: Caller, task: int | str) -> str:
 
 def task_list(c: Caller, status: str | None, owner: str | None, ready: bool, blocked: bool) -> str:
     want = parse_status(status) if status is not None else None
-    tasks = c.store.all()
+    tasks, bad = c.store.scan()  # as `team task list`: a torn file does not take the listing down
     by_id = graph.index(tasks)
     shown = graph.TaskFilter(status=want, owner=owner, ready=ready, blocked=blocked).select(tasks)
+    lines = [render.list_line(t, by_id) for t in shown]
     if not shown:
-        return f"no tasks match ({len(tasks)} in total)" if tasks else EMPTY
-    return "\n".join(render.list_line(t, by_id) for t in shown)
+        lines = [f"no tasks match ({len(tasks)} in total)" if tasks else EMPTY]
+    lines += [f"warning: {path.name} cannot be read; it is left out (`team doctor` says more)" for path, _ in bad]
+    return "\n".join(lines)
 
 
 def task_blocked(c: Caller, task: int | str | None) -> str:
