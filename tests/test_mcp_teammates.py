@@ -118,6 +118,10 @@ def test_a_teammate_uses_a_real_mcp_server_and_its_result_lands_in_the_task(tmp_
     calls = [json.loads(line) for line in (root / ".team" / "calls" / "alice.jsonl").read_text().splitlines()]
     mcp_calls = [(c["stage"], c["is_error"]) for c in calls if c["tool"] == "time__get_current_time"]
     assert mcp_calls == [("validate", True), ("ok", False)]
+    lines = [json.loads(line) for line in (root / ".team" / "transcripts" / "alice.jsonl").read_text().splitlines()]
+    results = [m["msg"]["content"] for m in lines if m.get("kind") == "message" and m["msg"].get("role") == "tool"]
+    assert any(r.startswith("invalid arguments for time__get_current_time") for r in results)
+    assert any(r.startswith("{") and json.loads(r)["datetime"] in t["result"] for r in results)
 
     # started with the allow-listed environment plus its declared env; reaped with the run
     env = dict(line.split("=", 1) for line in (root / "server.env").read_text().splitlines() if "=" in line)
