@@ -282,3 +282,33 @@ def test_a_lead_killed_with_sigkill_leaves_no_mcp_server_behind(tmp_path):
     while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gone(pid), f"mcp server {pid} outlived its lead"
+
+
+def test_a_retry_after_the_server_died_gets_the_server_back(tmp_path):
+    root = tmp_path
+    text = plan(f"{TIME_SERVER} --local-timezone UTC").replace("    role: clockwatcher\n", "    retries: 1\n    retry_delay: 0\n")
+    (root / "plan.yaml").write_text(text)
+    killed: list[int] = []
+
+    def kill_the_server_then_call(body: dict) -> Reply:
+        killed.append(int((root / "server.pid").read_text()))
+        os.kill(killed[0], signal.SIGKILL)
+        return Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})])
+
+    def finish(body: dict) -> Reply:
+        answer = json.loads(tool_messages(body)[-1]["content"])
+        return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed",
+                                                           "result": f"{answer['timezone']} after a restart"})])
+
+    script = {"alice": [Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})]),
+                        kill_the_server_then_call,
+                        Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})]),
+                        finish]}
+    with ScriptedServer(script) as srv:
+        r = run_team(root, "run", "plan.yaml", timeout=180, **llm_env(srv))
+        srv.assert_complete()
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = task(root, "now")
+    assert (t["status"], t["result"], t["attempts"], t["failures"]) == ("completed", "UTC after a restart", 2, 1)
+    restarted = int((root / "server.pid").read_text())
+    assert restarted != killed[0] and gone(restarted) and gone(killed[0])

@@ -119,6 +119,11 @@ class McpConnection:
         return list(self._tools)
 
     @property
+    def dead(self) -> bool:
+        """It was up and has gone away (a call found it closed, or it was closed)."""
+        return self._ready.is_set() and (self._dead is not None or self._ended.is_set())
+
+    @property
     def alive(self) -> bool:
         return self._ready.is_set() and self._failure is None and self._dead is None and not self._ended.is_set()
 

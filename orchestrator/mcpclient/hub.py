@@ -3,7 +3,8 @@
 ``McpHub(specs, root=..., workspace=...)`` knows the servers a plan declares; a role file may add
 its own (``connect(spec)`` with a spec the hub has not seen). A server is started once per run,
 the first time a teammate that may use it is spawned, and every teammate shares that connection
-(the SDK multiplexes their calls). Two declarations of one name must agree, else ``UserError``.
+(the SDK multiplexes their calls). A server that died is started again by the next ``connect``
+(a retried attempt's first call: tools/mcptools.py). Two declarations of one name must agree, else ``UserError``.
 
 Each stdio server starts in the workspace with ``team``'s environment allow-list
 (core/environ.py) plus its declared ``env`` (``$NAME`` taken from the lead's environment), and
@@ -63,6 +64,8 @@ class McpHub:
             conn = self._conns.get(spec.name)
             if conn is not None and conn.alive:
                 return conn
+            if conn is not None:
+                conn.close()  # it died: let the SDK finish with its process before a new one starts
             env = task_environment(os.environ, {k: expand_env(v) for k, v in spec.env.items()})
             conn = McpConnection(spec, env=env, cwd=self.workspace, log=team_dir(self.root) / "mcp" / f"{spec.name}.log")
             self._conns[spec.name] = conn

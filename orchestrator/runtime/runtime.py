@@ -52,6 +52,7 @@ interrupts work only through its methods (``enqueue``, ``drop``,
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -192,7 +193,7 @@ class TeamRuntime:
         for spec in specs.values():
             if role.mcp_tools is not None and not any(_may_use(p, spec.name) for p in role.mcp_tools):
                 continue
-            tools += mcp_tools(self.mcp.connect(spec), role.mcp_tools)
+            tools += mcp_tools(self.mcp.connect(spec), role.mcp_tools, reconnect=functools.partial(self.mcp.connect, spec))
         return tools
 
     def add_teammate(self, name: str, role: str, prompt: str | None) -> str:
