@@ -103,10 +103,13 @@ def run_cmd(
     tokens = usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
     if tokens is not None:
         summary["usage"] = tokens
+    if result.spend:
+        summary["spend"] = result.spend
     if json_out:
         sink({"event": "summary", **summary})
     else:
-        for line in progress.render_summary(summary) + usage.render(tokens or {}, "tokens this run"):
+        for line in (progress.render_summary(summary) + usage.render(tokens or {}, "tokens this run")
+                     + usage.render_spend(result.spend)):
             out(line)
     if not result.ok:
         raise typer.Exit(code=1)

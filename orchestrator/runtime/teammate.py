@@ -56,7 +56,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Container
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,6 +64,7 @@ from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..core import threads
 from ..core.errors import ConflictError
+from ..core.hooks import Hooks, NoHooks
 from ..core.models import Member, Message, Task
 from ..core.threads import Crash
 from ..jobs.records import Notification
@@ -74,6 +75,7 @@ from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
 from ..tools import ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
+from .budgets import Spend
 from .handshakes import TeammateHandshakes
 
 log = logging.getLogger("orchestrator.teammates")
@@ -106,6 +108,23 @@ def task_prompt(task: Task, resumed: bool) -> str:
     lines.append(f"When it is done, call task_update(task={task.id}, status=\"completed\", result=...) with a "
                  "short result, or answer in plain text. If it cannot be done, set status \"failed\" with the reason.")
     return "\n".join(lines)
+
+
+MAX_IDLE_VETOES = 3
+"""``teammate_idle`` vetoes in a row after which a teammate between tasks goes idle anyway."""
+
+
+def hook_feedback(event: str, feedback: str, task: Task | None = None) -> str:
+    """The message an agent reads when a hook vetoed (docs/hooks.md)."""
+    if event == "task_completed" and task is not None:
+        head = (f"[hook task_completed] Task #{task.id} is not done yet: a hook refused to record it "
+                "completed. Its feedback:")
+        tail = (f"Fix what it says, then call task_update(task={task.id}, status=\"completed\", result=...) "
+                "again.")
+    else:
+        head = "[hook teammate_idle] A hook asked you to keep working before going idle. Its feedback:"
+        tail = "Act on it, then finish as before."
+    return f"{head}\n{feedback.strip()}\n\n{tail}"
 
 
 # -- what a teammate needs from outside ------------------------------------------------
@@ -156,6 +175,10 @@ class TeamServices:
     """Model calls per task attempt."""
     idle_slice: float
     """Seconds an idle teammate waits on its inbox between looks at its queue and claims."""
+    hooks: Hooks = field(default_factory=NoHooks)
+    """The run's hook dispatcher (hooks/dispatch.py): ``task_completed`` and ``teammate_idle`` may veto."""
+    spend: Spend = field(default_factory=Spend)
+    """Usage against budgets (budgets.py): asked before each model call."""
 
 
 class Teammate:
@@ -177,7 +200,7 @@ class Teammate:
             name=name, role=role, model=model, tools=services.registry.only(tools), ctx=ctx,
             transcript=Transcript(transcript_path(services.root, name)), team_name=services.team_name,
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
-            on_usage=self._usage)
+            on_usage=self._usage, limit=self._limit)
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
                                              cancelled=self.agent.cancelled)
         ctx.handshakes = self.handshakes
@@ -239,7 +262,12 @@ class Teammate:
         return batch.messages, batch.ack
 
     def _usage(self, total: Usage) -> None:
+        self.services.spend.record(self.name, total)
         self._set(usage=(self.base_usage + total).model_dump())
+
+    def _limit(self) -> str | None:
+        """Before each model call: the budget this teammate (or the run) reached, else None."""
+        return self.services.spend.check(self.name)
 
     def _set(self, **fields: Any) -> None:
         self.services.roster.update(self.name, **fields)
@@ -261,27 +289,48 @@ class Teammate:
 
     # -- the thread -------------------------------------------------------------
     def _main(self) -> None:
+        why = "stopped"
         try:
             if self.first_prompt:
                 self._set(status="working")
                 self._turn(self.agent.run(self.first_prompt))
+                self._idle_hook()
             while True:
                 work = self._next_work()
                 if work is None:
                     break
                 if isinstance(work, Assignment):
                     self._task(work)
+                    self._idle_hook()
                 else:
                     self._set(status="working")
                     if work or self.agent.drain():
                         if self.stopping:  # a shutdown request approved by the harness
                             break
                         self._turn(self.agent.run(notes=work))
+                        self._idle_hook()
         except Exception as e:  # a bug in our code: log it, fail the work, never hang the scheduler
             log.exception("teammate %s crashed", self.name)
+            why = f"crashed: {type(e).__name__}: {e}"
             self._fail_all(f"teammate {self.name} crashed: {type(e).__name__}: {e}")
         finally:
             self._set(status="shutdown", task=None)
+            self.services.hooks.fire("teammate_stopped", teammate=self.name, reason=why,
+                                     usage=self.services.spend.used(self.name).model_dump())
+
+    def _idle_hook(self, task: Task | None = None) -> None:
+        """About to go idle: a ``teammate_idle`` hook that exits 2 keeps it working with the hook's
+        stderr as a message, up to ``MAX_IDLE_VETOES`` times in a row."""
+        for _ in range(MAX_IDLE_VETOES):
+            if self.stopping or not self._idle():  # more work queued: not idle
+                return
+            verdict = self.services.hooks.decide("teammate_idle", teammate=self.name, task=task)
+            if not verdict.vetoed:
+                return
+            self._set(status="working")
+            self._turn(self.agent.run(hook_feedback("teammate_idle", verdict.feedback)))
+        log.warning("teammate %s: teammate_idle hooks vetoed %d times in a row; going idle", self.name,
+                    MAX_IDLE_VETOES)
 
     def _next_work(self) -> Assignment | list[Notification] | None:
         """Idle between runs: block until an attempt (queued or claimed), job notes, or unread
@@ -356,8 +405,19 @@ class Teammate:
             result = agent.run(prompt, task_label=label, notes=notes,
                                max_steps=max(self.services.max_steps - steps, 0), deadline=a.deadline)
             total, steps, prompt = total + result.usage, steps + result.steps, None
+            if result.status == "completed":
+                # decided before the completion is recorded: a veto keeps the attempt going
+                verdict = self.services.hooks.decide("task_completed", teammate=self.name, task=task,
+                                                     outcome={"status": "completed", "result": result.result})
+                if verdict.vetoed:
+                    prompt, notes = hook_feedback("task_completed", verdict.feedback, task), []
+                    continue
             if result.status != "idle":
                 break
+            verdict = self.services.hooks.decide("teammate_idle", teammate=self.name, task=task)
+            if verdict.vetoed:  # idle inside a task, refused: go on at once with the feedback
+                prompt, notes = hook_feedback("teammate_idle", verdict.feedback, task), []
+                continue
             waited = self._wait_for_messages(a.deadline)  # idle inside a task: wait for messages, then go on
             if waited is None:
                 if a.deadline is not None and time.monotonic() >= a.deadline:

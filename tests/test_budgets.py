@@ -1,0 +1,136 @@
+"""Budgets and models per teammate in `team run`: the real CLI and openai client against the
+scripted OpenAI-compatible server on 127.0.0.1, whose replies carry the usage they report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_team
+
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
+
+KEY = "sk-budget-secret-0a9b8c7d6e"
+USAGE = {"prompt_tokens": 100, "completion_tokens": 10}
+
+
+def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
+            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
+
+
+def tasks_by_name(root: Path) -> dict[str, dict]:
+    out = {}
+    for f in sorted((root / ".tasks").glob("task_*.json")):
+        t = json.loads(f.read_text())
+        out[t.get("plan_task") or t["id"]] = t
+    return out
+
+
+def members(root: Path) -> dict[str, dict]:
+    return {m["name"]: m for m in json.loads((root / ".team" / "config.json").read_text())["members"]}
+
+
+def looping(n: int) -> list[Reply]:
+    return [Reply(tool_calls=[tool_call("glob", {"pattern": "*"})], usage=USAGE) for _ in range(n)]
+
+
+def test_a_teammate_stops_at_its_token_budget_and_its_task_fails_with_the_reason(tmp_path):
+    (tmp_path / "plan.yaml").write_text("""\
+name: capped
+team:
+  - {name: alice, role: coder, budget: {tokens: 150}}
+tasks:
+  - {id: work, assignee: alice, prompt: Work forever.}
+""")
+    # 110 tokens after the first call (under 150): a second call; 220 after it: no third call
+    with ScriptedServer({"alice": looping(2)}) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", "--json", **llm_env(srv))
+        assert r.returncode == 1, r.stdout + r.stderr
+        srv.assert_complete()
+        assert len(srv.chat_requests("alice")) == 2
+    t = tasks_by_name(tmp_path)["work"]
+    assert t["status"] == "failed"
+    assert t["error"] == "budget reached: alice used 220 of 150 tokens"
+    # the usage stored is exactly what the server reported, on the task and on the teammate
+    assert {k: t["usage"][k] for k in ("prompt_tokens", "completion_tokens", "calls")} == \
+        {"prompt_tokens": 200, "completion_tokens": 20, "calls": 2}
+    alice = members(tmp_path)["alice"]
+    assert alice["usage"]["prompt_tokens"] == 200 and alice["usage"]["completion_tokens"] == 20
+    assert alice["budget"] == {"tokens": 150}
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["event"] == "summary"
+    row = next(x for x in summary["spend"] if x["name"] == "alice")
+    assert (row["prompt_tokens"], row["completion_tokens"], row["budget"]) == (200, 20, {"tokens": 150})
+    # team status shows the spend against the budget
+    status = run_team(tmp_path, "status")
+    assert status.returncode == 0, status.stderr
+    line = next(x for x in status.stdout.splitlines() if x.strip().startswith("alice (coder)"))
+    assert line.endswith("budget 220/150 tok, $0.0000"), status.stdout
+    task_line = next(x for x in status.stdout.splitlines() if x.strip().startswith("#1 capped.work"))
+    assert task_line.endswith("budget 220/150 tok, $0.0000 (alice's)"), status.stdout
+
+
+def test_the_run_budget_caps_all_teammates_together_and_a_role_budget_applies_to_its_teammates(tmp_path):
+    (tmp_path / "agents").mkdir()
+    tester = (Path(__file__).parents[1] / "agents" / "tester.md").read_text()
+    (tmp_path / "agents" / "tester.md").write_text(tester.replace("---\nname: tester\n",
+                                                                  "---\nname: tester\nbudget: {tokens: 100}\n", 1))
+    (tmp_path / "plan.yaml").write_text("""\
+name: capped
+workers: 1
+budget: {tokens: 300}
+team:
+  - {name: alice, role: coder}
+  - {name: tess, role: tester}
+tasks:
+  - {id: check, assignee: tess, prompt: Check forever.}
+  - {id: work, assignee: alice, prompt: Work forever.}
+""")
+    # one at a time: tess's role allows 100 tokens: one call (110); then alice, under the run's 300
+    # together: two calls (110 + 220 = 330)
+    with ScriptedServer({"tess": looping(1), "alice": looping(2)}) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", "--keep-going", **llm_env(srv))
+        assert r.returncode == 1, r.stdout + r.stderr
+        srv.assert_complete()
+    tasks = tasks_by_name(tmp_path)
+    assert tasks["check"]["error"] == "budget reached: tess used 110 of 100 tokens"
+    assert tasks["work"]["error"] == "budget reached: the run used 330 of 300 tokens"
+    assert members(tmp_path)["tess"]["budget"] == {"tokens": 100}
+    lines = r.stdout.splitlines()
+    assert any(x.split()[:1] == ["tess"] and "110/100 tok" in x for x in lines), r.stdout
+    assert any(x.split()[:1] == ["run"] and "330/300 tok" in x for x in lines), r.stdout
+
+
+def test_two_teammates_two_models_each_request_names_its_teammates_model(tmp_path):
+    (tmp_path / "agents").mkdir()
+    reviewer = (Path(__file__).parents[1] / "agents" / "reviewer.md").read_text()
+    (tmp_path / "agents" / "reviewer.md").write_text(reviewer.replace("---\nname: reviewer\n",
+                                                                      "---\nname: reviewer\nmodel: model-r\n", 1))
+    (tmp_path / "plan.yaml").write_text("""\
+name: models
+team:
+  - {name: alice, role: coder, model: model-a}
+  - {name: bob, role: coder, model: model-b}
+  - {name: rita, role: reviewer}
+  - {name: carl, role: coder}
+tasks:
+  - {id: a, assignee: alice, prompt: Say a.}
+  - {id: b, assignee: bob, prompt: Say b.}
+  - {id: r, assignee: rita, prompt: Review.}
+  - {id: c, assignee: carl, prompt: Say c.}
+""")
+    script = {name: [Reply(content=f"{name} done", usage=USAGE),] for name in ("alice", "bob", "rita", "carl")}
+    with ScriptedServer(script) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
+        assert r.returncode == 0, r.stdout + r.stderr
+        srv.assert_complete()
+        seen = {name: {req.body["model"] for req in srv.chat_requests(name)}
+                for name in ("alice", "bob", "rita", "carl")}
+    # its team: entry's model, else its role's, else the run's
+    assert seen == {"alice": {"model-a"}, "bob": {"model-b"}, "rita": {"model-r"}, "carl": {"gpt-4o-mini"}}
+    assert {n: m.get("model") for n, m in members(tmp_path).items()} == \
+        {"alice": "model-a", "bob": "model-b", "rita": "model-r", "carl": "gpt-4o-mini"}
+    assert {k: t["result"] for k, t in tasks_by_name(tmp_path).items()} == \
+        {"a": "alice done", "b": "bob done", "r": "rita done", "c": "carl done"}
