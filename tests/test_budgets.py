@@ -4,9 +4,12 @@ scripted OpenAI-compatible server on 127.0.0.1, whose replies carry the usage th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from conftest import run_team
+from conftest import run_team, team_env
 
 from orchestrator.llm.script import Reply, tool_call
 from orchestrator.llm.scripted import ScriptedServer
@@ -134,3 +137,62 @@ tasks:
         {"alice": "model-a", "bob": "model-b", "rita": "model-r", "carl": "gpt-4o-mini"}
     assert {k: t["result"] for k, t in tasks_by_name(tmp_path).items()} == \
         {"a": "alice done", "b": "bob done", "r": "rita done", "c": "carl done"}
+
+
+def _ask_run(root: Path, srv: ScriptedServer, answer: str) -> subprocess.CompletedProcess[str]:
+    """`team run --ask` in a process of its own; this test answers the budget request from another
+    process (`team send`) once it is in the lead's inbox."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--ask"], cwd=root,
+                            env=team_env(root, **llm_env(srv)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        inbox = root / ".team" / "inbox" / "lead.jsonl"
+        request = None
+        deadline = time.monotonic() + 60
+        while request is None and time.monotonic() < deadline and proc.poll() is None:
+            lines = inbox.read_text().splitlines() if inbox.exists() else []
+            request = next((json.loads(x) for x in lines if json.loads(x)["type"] == "budget_request"), None)
+            time.sleep(0.05)
+        assert request is not None, "no budget request reached the lead's inbox"
+        assert request["from"] == "alice" and "alice used 220 of 150 tokens" in request["content"]
+        sent = run_team(root, "send", "alice", answer, "--type", "budget_response",
+                        "--request-id", request["request_id"])
+        assert sent.returncode == 0, sent.stderr
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+ASK_PLAN = """\
+name: asking
+team:
+  - {name: alice, role: coder, budget: {tokens: 150}}
+tasks:
+  - {id: work, assignee: alice, prompt: Work on.}
+"""
+
+
+def test_with_ask_a_teammate_at_its_budget_waits_for_the_lead_and_goes_on_when_approved(tmp_path):
+    (tmp_path / "plan.yaml").write_text(ASK_PLAN)
+    done = Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed", "result": "finished"})],
+                 usage=USAGE)
+    with ScriptedServer({"alice": [*looping(2), done]}) as srv:
+        r = _ask_run(tmp_path, srv, "approve")
+        assert r.returncode == 0, r.stdout + r.stderr
+        srv.assert_complete()
+    assert "alice reached its budget (alice used 220 of 150 tokens) and asks for more" in r.stderr
+    t = tasks_by_name(tmp_path)["work"]
+    assert (t["status"], t["result"], t["usage"]["calls"]) == ("completed", "finished", 3)
+
+
+def test_with_ask_a_teammate_told_no_fails_its_task_with_the_budget_reason(tmp_path):
+    (tmp_path / "plan.yaml").write_text(ASK_PLAN)
+    with ScriptedServer({"alice": looping(2)}) as srv:
+        r = _ask_run(tmp_path, srv, "no, too expensive")
+        assert r.returncode == 1, r.stdout + r.stderr
+        srv.assert_complete()
+    t = tasks_by_name(tmp_path)["work"]
+    assert t["error"] == "budget reached: alice used 220 of 150 tokens (the lead said no: no, too expensive)"

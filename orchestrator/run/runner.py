@@ -75,7 +75,7 @@ import dataclasses
 import difflib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,7 +278,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
     if wt is not None and Land(wt).pending() is not None:
         raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
                         f"{lp.plan.name}` to finish it before running the plan again")
-    spend = Spend(lp.plan.budget, ask=ask)
+    spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note)
     ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model, workspace=workspace,
                           team=[(m.name, m.role) for m in lp.plan.team],
                           plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
@@ -333,6 +333,20 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             iso.close()
 
 
+def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
+    """``TEAM_BUDGET_ASK_TIMEOUT``: seconds a teammate waits for the lead's answer with ``--ask`` (600)."""
+    raw = env.get("TEAM_BUDGET_ASK_TIMEOUT", "").strip()
+    if not raw:
+        return 600.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise UserError(f"TEAM_BUDGET_ASK_TIMEOUT={raw!r} must be a number of seconds > 0")
+    return value
+
+
 def spend_rows(spend: Spend, team: list[str]) -> list[dict[str, Any]]:
     """Per teammate of the run: its usage in this run and its budget (the run summary)."""
     names = list(dict.fromkeys([*team, *spend.names()]))
@@ -358,6 +372,7 @@ def preflight(lp: LoadedPlan, kinds: dict[str, list[str]]) -> None:
 
         LLMConfig.resolve(lp.model, None)
         max_steps_from_env()
+        ask_timeout_from_env()
 
 
 def check_redo(lp: LoadedPlan, redo: Iterable[str]) -> list[str]:

@@ -17,6 +17,7 @@ by their size once more.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from ..core.budget import Budget, over
 from ..llm.pricing import Usage
@@ -25,8 +26,11 @@ from ..llm.pricing import Usage
 class Spend:
     """Per-teammate usage and budgets of one runtime (see the module docstring)."""
 
-    def __init__(self, run: Budget | None = None, *, ask: bool = False):
-        self.run, self.ask = run, ask
+    def __init__(self, run: Budget | None = None, *, ask: bool = False, ask_timeout: float = 600.0,
+                 on_ask: Callable[[str], None] | None = None):
+        """``ask``: a teammate that reaches a cap asks the lead (``team run --ask``), waiting up to
+        ``ask_timeout`` seconds; ``on_ask`` tells the user (the run's note)."""
+        self.run, self.ask, self.ask_timeout, self.on_ask = run, ask, ask_timeout, on_ask
         self._lock = threading.Lock()
         self._used: dict[str, Usage] = {}
         self._budgets: dict[str, Budget | None] = {}

@@ -71,6 +71,7 @@ from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
+from ..team import protocols
 from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
 from ..tools import ToolContext, ToolRegistry
@@ -266,8 +267,23 @@ class Teammate:
         self._set(usage=(self.base_usage + total).model_dump())
 
     def _limit(self) -> str | None:
-        """Before each model call: the budget this teammate (or the run) reached, else None."""
-        return self.services.spend.check(self.name)
+        """Before each model call: the budget this teammate (or the run) reached, else None.
+
+        With ``--ask`` (``Spend.ask``) the lead is asked first (team/protocols.py ``ask_budget``):
+        approved, the cap grows and the teammate goes on."""
+        spend = self.services.spend
+        reached = spend.check(self.name)
+        if reached is None or not spend.ask:
+            return reached
+        answer = protocols.ask_budget(self.services.bus, self.name, reached, timeout=spend.ask_timeout,
+                                      on_ask=spend.on_ask,
+                                      gone=lambda: self.stopping or self.agent.cancelled.is_set())
+        if answer is None:
+            return f"{reached} (no answer from the lead)"
+        if not answer.approve:
+            return f"{reached} (the lead said no: {answer.text.strip()[:200]})"
+        spend.grant(self.name)
+        return spend.check(self.name)
 
     def _set(self, **fields: Any) -> None:
         self.services.roster.update(self.name, **fields)
