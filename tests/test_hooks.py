@@ -167,12 +167,15 @@ def test_the_dispatcher_returns_a_veto_only_for_events_that_can_be_vetoed(tmp_pa
 # -- agent tasks: the veto reaches the agent, which finishes on its next try ------------------------------
 
 def test_a_vetoed_agent_completion_comes_back_to_the_agent_as_feedback_and_it_finishes_next_try(tmp_path):
-    (tmp_path / "plan.yaml").write_text("""\
+    got = tmp_path / "got"
+    got.mkdir()
+    (tmp_path / "plan.yaml").write_text(f"""\
 name: pair
 team:
-  - {name: alice, role: coder}
+  - {{name: alice, role: coder}}
 hooks:
   task_completed: |
+    {KEEP.format(dir=got)}
     if [ ! -f fixed.txt ]; then echo "tests still fail: fixed.txt is missing" >&2; exit 2; fi
 tasks:
   - id: fix
@@ -197,6 +200,11 @@ tasks:
     t = tasks_by_name(tmp_path)["fix"]
     assert (t["status"], t["result"], t["attempts"], t.get("failures", 0)) == ("completed", "done v2", 1, 0)
     assert [x["status"] for x in hook_log(tmp_path) if x["event"] == "task_completed"] == ["veto", "ok"]
+    # each decision saw the teammate, the task as it stood (not yet completed) and what the agent said
+    seen = payloads(got)
+    assert [(p["teammate"], p["task"]["owner"], p["task"]["status"], p["outcome"]["result"]) for p in seen] == \
+        [("alice", "alice", "in_progress", "done v1"), ("alice", "alice", "in_progress", "done v2")]
+    assert {p["task"]["plan_task"] for p in seen} == {"fix"} and seen[0]["run"]["plan"] == "pair"
 
 
 def test_a_teammate_idle_veto_keeps_the_teammate_working(tmp_path):

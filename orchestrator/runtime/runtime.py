@@ -48,6 +48,11 @@ interrupts work only through its methods (``enqueue``, ``drop``,
   handed back (interrupted, unstarted).
 * ``team spawn`` reaches a running lead through team/control.py
   (``serve_control``).
+* Models and budgets (``members``: ``MemberSettings`` by name, from a plan's
+  ``team:``): a teammate's own ``model``/``budget`` win over its role's;
+  ``model_for`` gets the role with them filled in; the budget goes to the
+  shared ``Spend`` (budgets.py) and the roster. ``hooks``: the run's
+  dispatcher; the bus tells it every message sent (``message_sent``).
 """
 
 from __future__ import annotations

@@ -46,7 +46,18 @@ own conversation and transcript::
   the pending plan switches a plan-mode teammate (``ctx.mode == "plan"``:
   write/execute tools refused) to normal.
 * Roster (``.team/config.json``): status working/idle/shutdown, current
-  task, usage totals (carried across restarts).
+  task, usage totals (carried across restarts), its model and budget.
+* Hooks (``TeamServices.hooks``, docs/hooks.md): before an attempt's
+  completion is reported, ``task_completed`` hooks decide; a veto (exit 2)
+  hands the hook's stderr to the agent as a message (``hook_feedback``) and
+  the same attempt goes on, so nothing was recorded and the agent finishes on
+  a later try. About to go idle, ``teammate_idle`` hooks decide the same way
+  (between tasks at most ``MAX_IDLE_VETOES`` in a row). ``teammate_stopped``
+  is fired when the thread ends.
+* Budgets (``TeamServices.spend``, budgets.py): the agent loop asks
+  ``_limit`` before each model call; a reached cap ends the attempt as failed
+  with "budget reached: ...", or with ``--ask`` first asks the lead
+  (team/protocols.py ``ask_budget``) and, approved, goes on.
 """
 
 from __future__ import annotations
