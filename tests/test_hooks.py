@@ -244,3 +244,30 @@ tasks:
     stopped = json.loads((tmp_path / "stopped.json").read_text())
     assert stopped["event"] == "teammate_stopped" and stopped["teammate"] == "alice"
     assert stopped["usage"]["calls"] == 2
+
+
+def test_team_chat_runs_the_hooks_of_team_hooks_yaml_for_what_its_lead_and_teammates_do(tmp_path):
+    from orchestrator.chat.session import ChatSession
+    from orchestrator.llm.client import LLMClient
+    from orchestrator.llm.types import LLMConfig
+    from orchestrator.team.roster import Team
+
+    got = tmp_path / "got"
+    got.mkdir()
+    (tmp_path / ".team").mkdir()
+    (tmp_path / ".team" / "hooks.yaml").write_text(f"task_created: '{KEEP.format(dir=got)}'\n"
+                                                   f"message_sent: '{KEEP.format(dir=got)}'\n")
+    Team(tmp_path).add("bob", "tester")
+    script = {"lead": [Reply(tool_calls=[tool_call("task_create", {"subject": "Port the parser"}),
+                                         tool_call("send_message", {"to": "bob", "content": "parser is yours"})]),
+                       Reply(content="asked bob")]}
+    with ScriptedServer(script) as srv:
+        model = LLMClient(LLMConfig(model="gpt-4o-mini", base_url=srv.base_url, api_key="k-local", max_retries=0))
+        with ChatSession(tmp_path, model_for=lambda role: model, heartbeat_every=0.05) as s:
+            assert s.handle("give bob the parser").result.status == "completed"
+        srv.assert_complete()
+    seen = {p["event"]: p for p in payloads(got)}  # the session's close ran every fired hook
+    assert seen["task_created"]["task"]["subject"] == "Port the parser"
+    message = seen["message_sent"]
+    assert message["teammate"] == "lead"
+    assert (message["message"]["to"], message["message"]["content"]) == ("bob", "parser is yours")
