@@ -208,6 +208,8 @@ tasks:
 
 
 def test_a_teammate_idle_veto_keeps_the_teammate_working(tmp_path):
+    claimed = tmp_path / "claimed"
+    claimed.mkdir()
     (tmp_path / "plan.yaml").write_text(f"""\
 name: pair
 team:
@@ -217,6 +219,7 @@ hooks:
     if [ -f {tmp_path}/idle-once ]; then exit 0; fi
     touch {tmp_path}/idle-once; echo "write notes.txt before you stop" >&2; exit 2
   teammate_stopped: 'cat > {tmp_path}/stopped.json'
+  task_claimed: '{KEEP.format(dir=claimed)}'
 tasks:
   - id: work
     assignee: alice
@@ -244,6 +247,9 @@ tasks:
     stopped = json.loads((tmp_path / "stopped.json").read_text())
     assert stopped["event"] == "teammate_stopped" and stopped["teammate"] == "alice"
     assert stopped["usage"]["calls"] == 2
+    # one claim per attempt, naming who runs it: the teammate for the agent task, the lead for the shell task
+    assert sorted((p["task"]["plan_task"], p["teammate"], p["task"]["owner"]) for p in payloads(claimed)) == \
+        [("wait", "lead", "lead"), ("work", "alice", "alice")]
 
 
 def test_team_chat_runs_the_hooks_of_team_hooks_yaml_for_what_its_lead_and_teammates_do(tmp_path):

@@ -49,6 +49,9 @@ from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..core.threads import Crash
 
+LEAD = "lead"
+"""Who claims a plan's tasks in ``team run`` (the scheduler's owner)."""
+
 TAIL = 4000
 """Characters of a hook's stdout and stderr kept in ``.team/hooks.jsonl`` (the last ones)."""
 REAP_GRACE = 5.0
@@ -136,7 +139,12 @@ class HookDispatcher:
         return self._run_all(event, payload, task.id if task is not None else None)
 
     def task_observer(self, event: HookEvent, task: Task) -> None:
-        """The task store's ``TaskObserver``: the task's owner is the teammate."""
+        """The task store's ``TaskObserver``: the task's owner is the teammate.
+
+        The lead's claim of a plan's agent task is not announced: the teammate that takes the
+        attempt over announces ``task_claimed`` with its own name (runtime/teammate.py)."""
+        if event == "task_claimed" and task.kind == "agent" and task.plan and task.owner == LEAD:
+            return
         self.fire(event, teammate=task.owner or None, task=task)
 
     def message_observer(self, message: Message) -> None:

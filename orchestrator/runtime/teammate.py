@@ -413,8 +413,10 @@ class Teammate:
         self._set(status="working", task=task.id)
         if task.owner != self.name:
             try:  # the store says who runs it (`team task list`, `task blocked`)
-                self.services.store.hand_over(task.id, a.epoch, self.name)
+                taken = self.services.store.hand_over(task.id, a.epoch, self.name)
                 task.owner = self.name
+                # the scheduler's claim of an agent task is announced here, naming who runs it (docs/hooks.md)
+                self.services.hooks.fire("task_claimed", teammate=self.name, task=taken)
             except ConflictError as e:  # reclaimed meanwhile: the attempt's end will be refused too
                 log.warning("teammate %s: task #%s was not handed over: %s", self.name, task.id, e)
         resumed = bool(agent.last_task and agent.last_task.get("task") == task.id and agent.resumed)
