@@ -196,3 +196,26 @@ def test_with_ask_a_teammate_told_no_fails_its_task_with_the_budget_reason(tmp_p
         srv.assert_complete()
     t = tasks_by_name(tmp_path)["work"]
     assert t["error"] == "budget reached: alice used 220 of 150 tokens (the lead said no: no, too expensive)"
+
+
+def test_a_subagent_spends_its_callers_budget(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "scout.md").write_text(
+        "---\nname: scout\ndescription: Sends subagents to look things up.\ntools: [subagent, glob, task_update]\n"
+        "---\nYou are a scout.\n")
+    (tmp_path / "plan.yaml").write_text("""\
+name: scouting
+team:
+  - {name: alice, role: scout, budget: {tokens: 150}}
+tasks:
+  - {id: look, assignee: alice, prompt: Look around.}
+""")
+    # alice's call (110) and her subagent's (110) are both hers: 220 of 150 before her second call
+    script = {"alice": [Reply(tool_calls=[tool_call("subagent", {"prompt": "list the files", "role": "coder"})],
+                              usage=USAGE)],
+              "sub1-alice": [Reply(content="two files", usage=USAGE)]}
+    with ScriptedServer(script) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
+        assert r.returncode == 1, r.stdout + r.stderr
+        srv.assert_complete()
+    assert tasks_by_name(tmp_path)["look"]["error"] == "budget reached: alice used 220 of 150 tokens"

@@ -5,6 +5,10 @@ each teammate's ``Usage`` in this runtime (the model server's reported
 usage, summed by its agent loop; llm/pricing.py prices it), its budget (its
 ``team:`` entry's, else its role's), and the run's budget over all of them.
 
+A subagent's usage is charged to the teammate that asked for it
+(``record(..., charge=)``): its calls count against that teammate's budget
+and the subagent stops at it too (subagents.py).
+
 ``check(name)`` is asked by the agent loop before each model call (the
 teammate's ``limit``): None, or which cap was reached ("alice used 1,200 of
 1,000 tokens", "the run used ..."), which the teammate turns into the
@@ -32,7 +36,8 @@ class Spend:
         ``ask_timeout`` seconds; ``on_ask`` tells the user (the run's note)."""
         self.run, self.ask, self.ask_timeout, self.on_ask = run, ask, ask_timeout, on_ask
         self._lock = threading.Lock()
-        self._used: dict[str, Usage] = {}
+        self._used: dict[str, Usage] = {}  # by agent (teammates and their subagents)
+        self._charge: dict[str, str] = {}  # subagent -> the teammate whose budget it spends
         self._budgets: dict[str, Budget | None] = {}
         self._grants: dict[str, int] = {}
         self._run_grants = 0
@@ -45,19 +50,26 @@ class Spend:
         with self._lock:
             return self._scaled(self._budgets.get(name), 1 + self._grants.get(name, 0))
 
-    def record(self, name: str, usage: Usage) -> None:
-        """``usage``: the teammate's total so far in this runtime (replaces the last one)."""
+    def record(self, name: str, usage: Usage, *, charge: str | None = None) -> None:
+        """``usage``: agent ``name``'s total so far in this runtime (replaces the last one);
+        ``charge``: whose budget it counts against (a subagent's: the teammate that asked for it)."""
         with self._lock:
             self._used[name] = usage
+            if charge is not None:
+                self._charge[name] = charge
 
     def names(self) -> list[str]:
-        """Everyone with a budget or a spend, in the order they appeared."""
+        """Every teammate with a budget or a spend, in the order they appeared."""
         with self._lock:
-            return list(dict.fromkeys([*self._budgets, *self._used]))
+            return list(dict.fromkeys([*self._budgets, *(self._charge.get(a, a) for a in self._used)]))
 
     def used(self, name: str) -> Usage:
+        """What ``name`` spent, its subagents included."""
         with self._lock:
-            return self._used.get(name, Usage())
+            return self._mine(name)
+
+    def _mine(self, name: str) -> Usage:
+        return sum((u for agent, u in self._used.items() if self._charge.get(agent, agent) == name), Usage())
 
     def total(self) -> Usage:
         with self._lock:
@@ -66,7 +78,7 @@ class Spend:
     def check(self, name: str) -> str | None:
         """Which cap ``name``'s spend (or the run's) has reached; None: it may go on."""
         with self._lock:
-            mine = self._used.get(name, Usage())
+            mine = self._mine(name)
             budget = self._scaled(self._budgets.get(name), 1 + self._grants.get(name, 0))
             reached = over(budget, mine.prompt_tokens + mine.completion_tokens, mine.cost)
             if reached is not None:
@@ -79,7 +91,7 @@ class Spend:
     def grant(self, name: str) -> None:
         """The lead approved more: the caps ``name`` reached grow by their size once more."""
         with self._lock:
-            mine = self._used.get(name, Usage())
+            mine = self._mine(name)
             budget = self._scaled(self._budgets.get(name), 1 + self._grants.get(name, 0))
             if over(budget, mine.prompt_tokens + mine.completion_tokens, mine.cost) is not None:
                 self._grants[name] = self._grants.get(name, 0) + 1

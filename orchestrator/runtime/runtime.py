@@ -142,7 +142,7 @@ class TeamRuntime:
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
             context=lambda name, network: self.tool_context(name, network=network, subagent=True),
             team_name=team_name,
-            max_steps=subagent_steps)
+            max_steps=subagent_steps, spend=self.spend)
         self.claims = ClaimLedger(self.store, lease=claim_lease)
         self.claimer = AutoClaimer(self.store, self.claims, rescan_every=claim_rescan,
                                    recover=self.reclaim_leases) if autoclaim else None
