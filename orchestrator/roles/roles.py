@@ -144,7 +144,7 @@ def _budget(meta: dict[str, Any], path: Path) -> Budget | None:
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise UserError(f"{path}: 'budget'{'.' + where if where else ''}: {err['msg']} (e.g. budget: "
+        raise UserError(f"{path}: 'budget{'.' + where if where else ''}': {err['msg']} (e.g. budget: "
                         "{tokens: 200000, dollars: 2.5})") from None
 
 
