@@ -219,3 +219,22 @@ tasks:
         assert r.returncode == 1, r.stdout + r.stderr
         srv.assert_complete()
     assert tasks_by_name(tmp_path)["look"]["error"] == "budget reached: alice used 220 of 150 tokens"
+
+
+def test_dollar_caps_apply_to_priced_models_and_grants_raise_the_cap_that_was_reached():
+    from orchestrator.core.budget import Budget
+    from orchestrator.llm.pricing import Usage
+    from orchestrator.runtime.budgets import Spend
+
+    spend = Spend(Budget(tokens=1000))
+    spend.set_budget("alice", Budget(dollars=0.01))
+    spend.record("alice", Usage(prompt_tokens=100, completion_tokens=10, cost=0.02, calls=1))
+    assert spend.check("alice") == "alice used $0.0200 of $0.01"
+    spend.grant("alice")  # the lead said yes: twice the cap
+    assert spend.budget_of("alice") == Budget(dollars=0.02) and spend.check("alice") == "alice used $0.0200 of $0.02"
+    spend.set_budget("bob", Budget(dollars=0.01))
+    spend.record("bob", Usage(prompt_tokens=500, completion_tokens=5, cost=None, calls=1))  # an unpriced model
+    assert spend.check("bob") is None  # its cost is unknown: only a token cap could stop it
+    spend.record("bob", Usage(prompt_tokens=900, completion_tokens=5, cost=None, calls=2))
+    assert spend.check("bob") == "the run used 1,015 of 1,000 tokens"
+    assert spend.used("bob").prompt_tokens == 900 and spend.total().prompt_tokens == 1000
