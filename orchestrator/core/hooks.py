@@ -116,6 +116,10 @@ class Verdict:
 class Hooks(Protocol):
     """The one dispatcher (``hooks.dispatch.HookDispatcher``), as the layers that own an event see it."""
 
+    def wants(self, event: HookEvent) -> bool:
+        """Whether any hook runs on ``event`` (a layer may skip building what it would hand over)."""
+        ...
+
     def fire(self, event: HookEvent, *, teammate: str | None = None, task: Task | None = None,
              **extra: Any) -> None:
         """Run the event's hooks in the background; their failures are reported, never raised."""
@@ -141,6 +145,9 @@ class MessageObserver(Protocol):
 
 class NoHooks:
     """No hooks configured: nothing runs."""
+
+    def wants(self, event: HookEvent) -> bool:
+        return False
 
     def fire(self, event: HookEvent, *, teammate: str | None = None, task: Task | None = None,
              **extra: Any) -> None:

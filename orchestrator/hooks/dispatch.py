@@ -118,6 +118,9 @@ class HookDispatcher:
             return [r for r in self.runs if r.status in ("failed", "timeout", "error")]
 
     # -- the seams --------------------------------------------------------------
+    def wants(self, event: HookEvent) -> bool:
+        return bool(self.config.commands(event))
+
     def fire(self, event: HookEvent, *, teammate: str | None = None, task: Task | None = None,
              **extra: Any) -> None:
         if not self.config.commands(event):

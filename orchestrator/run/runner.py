@@ -462,7 +462,7 @@ def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor
         if "shell" in kinds:
             shell = ShellExecutor(ctx)
             # a shell task's completion passes the task_completed hooks first (agents' teammates ask themselves)
-            built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if not isinstance(ctx.hooks, NoHooks) \
+            built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
                 else shell
         if "agent" in kinds:
             from .agents import (
