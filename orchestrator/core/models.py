@@ -206,7 +206,10 @@ MESSAGE_TYPES = (
     "plan_approval_request",
     "plan_approval_response",
     "job_done",
+    "budget_request",
+    "budget_response",
 )
 PROTOCOL_TYPES = frozenset(
-    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response"}
+    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response",
+     "budget_request", "budget_response"}
 )

@@ -7,6 +7,7 @@
     model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
+    budget: {tokens: 200000}         # optional; tokens and/or dollars each teammate of it may spend
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -31,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.budget import Budget
 from ..core.errors import UserError
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget")
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
 
 
@@ -51,6 +53,7 @@ class Role:
     builtin: bool = False
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
     network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
+    budget: Budget | None = None  # what each teammate of this role may spend (core/budget.py)
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -126,7 +129,23 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     return Role(name, description, tuple(tools), body, model, path, builtin,
-                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path))
+                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
+                budget=_budget(meta, path))
+
+
+def _budget(meta: dict[str, Any], path: Path) -> Budget | None:
+    value = meta.get("budget")
+    if value is None:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        return Budget.model_validate(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"{path}: 'budget{'.' + where if where else ''}': {err['msg']} (e.g. budget: "
+                        "{tokens: 200000, dollars: 2.5})") from None
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:

@@ -48,21 +48,29 @@ interrupts work only through its methods (``enqueue``, ``drop``,
   handed back (interrupted, unstarted).
 * ``team spawn`` reaches a running lead through team/control.py
   (``serve_control``).
+* Models and budgets (``members``: ``MemberSettings`` by name, from a plan's
+  ``team:``): a teammate's own ``model``/``budget`` win over its role's;
+  ``model_for`` gets the role with them filled in; the budget goes to the
+  shared ``Spend`` (budgets.py) and the roster. ``hooks``: the run's
+  dispatcher; the bus tells it every message sent (``message_sent``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core import threads
+from ..core.budget import Budget
 from ..core.errors import UserError
+from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status, Task
 from ..core.paths import tasks_dir, team_dir
 from ..core.sandbox import Sandbox
@@ -79,11 +87,20 @@ from ..team.roster import LEAD, Team, check_name
 from ..tools import FileTruth, ToolContext
 from ..tools.coordination import agent_registry
 from .autoclaim import AutoClaimer
+from .budgets import Spend
 from .claims import ClaimLedger
 from .subagents import SubagentRunner
 from .teammate import Assignment, Done, Teammate, TeamServices
 
 log = logging.getLogger("orchestrator.teammates")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberSettings:
+    """A teammate's own settings (a plan's ``team:`` entry): they win over its role's."""
+
+    model: str | None = None
+    budget: Budget | None = None
 
 
 class TeamRuntime:
@@ -93,12 +110,19 @@ class TeamRuntime:
                  team_name: str = "team", max_steps: int = DEFAULT_MAX_STEPS, subagent_steps: int = 20,
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
                  store: TaskStore | None = None, autoclaim: bool = False, claim_lease: float = 60.0,
-                 claim_rescan: float = 5.0, sandbox: Sandbox | None = None, on_crash: Crash | None = None):
+                 claim_rescan: float = 5.0, sandbox: Sandbox | None = None, on_crash: Crash | None = None,
+                 hooks: Hooks | None = None, spend: Spend | None = None,
+                 members: Mapping[str, MemberSettings] | None = None):
         """``sandbox``: where every teammate's shell commands run (default: on, core/sandbox.py);
         ``team run`` and ``team chat`` pass the session's choice. ``on_crash``: told when a thread
         of the team dies of an exception (its heartbeats, the control server, a teammate, the job
-        watcher): ``team run`` stops (core/threads.py)."""
+        watcher): ``team run`` stops (core/threads.py). ``hooks``: the run's hook dispatcher
+        (hooks/dispatch.py; default: none); ``spend``: usage against budgets (budgets.py);
+        ``members``: a teammate's own model and budget by name (a plan's ``team:``)."""
         self.on_crash = on_crash
+        self.hooks: Hooks = hooks if hooks is not None else NoHooks()
+        self.spend = spend if spend is not None else Spend()
+        self.members: dict[str, MemberSettings] = dict(members or {})
         self.root = Path(root).absolute()
         self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.workspace = Path(workspace or root).absolute()
@@ -108,6 +132,8 @@ class TeamRuntime:
         self.max_steps, self.subagent_steps, self.idle_slice = max_steps, subagent_steps, idle_slice
         self.team = Team(self.root)
         self.bus = Bus(self.root, team=self.team, poll_interval=0.01)
+        if hooks is not None:
+            self.bus.observer = lambda m: self.hooks.fire("message_sent", teammate=m.sender, message=m.to_json())
         self.store = store if store is not None else TaskStore(self.root)
         self._own_jobs = jobs is None
         self.jobs = jobs or JobManager(self.root, on_crash=on_crash)
@@ -116,14 +142,14 @@ class TeamRuntime:
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
             context=lambda name, network: self.tool_context(name, network=network, subagent=True),
             team_name=team_name,
-            max_steps=subagent_steps)
+            max_steps=subagent_steps, spend=self.spend)
         self.claims = ClaimLedger(self.store, lease=claim_lease)
         self.claimer = AutoClaimer(self.store, self.claims, rescan_every=claim_rescan,
                                    recover=self.reclaim_leases) if autoclaim else None
         self._services = TeamServices(
             root=self.root, team_name=team_name, roster=self.team, bus=self.bus, jobs=self.jobs,
             store=self.store, registry=self.registry, claim=self.claim_for, max_steps=max_steps,
-            idle_slice=idle_slice)
+            idle_slice=idle_slice, hooks=self.hooks, spend=self.spend)
         self.mates: dict[str, Teammate] = {}
         self._lock = threading.RLock()  # guards mates (each teammate guards its own queue)
         self._stop = threading.Event()
@@ -164,10 +190,16 @@ class TeamRuntime:
                 return mate
             r = get_role(role, self.workspace)
             check_tools(r, self.registry.names())
+            own = self.members.get(name)
+            if own is not None:  # a plan's `team:` entry: its own model and budget win over the role's
+                r = dataclasses.replace(r, model=own.model or r.model, budget=own.budget or r.budget)
+            self.spend.set_budget(name, r.budget)
             plan_mode = plan_mode or r.plan_mode
+            model = self.model_for(r)
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
-                          task=None, plan_mode=plan_mode)
-            mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name, network=r.network),
+                          task=None, plan_mode=plan_mode, model=getattr(model, "model", None),
+                          budget=r.budget.model_dump(exclude_none=True) if r.budget is not None else None)
+            mate = Teammate(name, r, model, prompt, ctx=self.tool_context(name, network=r.network),
                             on_crash=self.on_crash,
                             services=self._services, plan_mode=plan_mode)
             self.mates[name] = mate
