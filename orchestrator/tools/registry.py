@@ -6,6 +6,9 @@ proposal through the contract, in this order::
     lookup    unknown tool            → error: nearest name + the known tools
     parse     arguments not JSON      → error: the JSON error and where
     validate  pydantic                → error: field: problem, and the signature
+    permit    the loaded skill's allowed-tools, then the tool's ``authorize`` against
+              the role's permissions (a coder reassigning another's task)
+                                      → error: what is refused and what is allowed
     path      confine path fields     → error: resolved location, nothing touched
     fresh     edits of existing files → error: read first / partial / changed lines
     policy    plan mode, shell rules  → error: which rule, command not run
@@ -43,7 +46,7 @@ from ..core.fsutil import append_line, file_lock
 from ..core.jsonutil import canonical, dumps, stable_json
 from . import bound
 from .base import Call, Observation, Refused, Tool, ToolContext, ToolError, ToolOutput
-from .policy import check_plan, confine
+from .policy import check_plan, check_skill, confine
 from .shellpolicy import check_shell
 
 log = logging.getLogger("orchestrator.tools")
@@ -117,6 +120,9 @@ class ToolRegistry:
         try:
             t = self._lookup(name)
             call = Call(tool=t, args=self._validate(t, self._parse(t, raw_arguments)), ctx=ctx, call_id=call_id)
+            check_skill(ctx, t.name)
+            if t.authorize is not None:
+                t.authorize(call)
             self._confine(call)
             self._check_fresh(call)
             check_plan(ctx, t.name, t.risk)
