@@ -68,6 +68,11 @@ class Permissions:
         """Everything: the lead's, and a tool context made without a role (tests, scripts)."""
         return cls(frozenset(TASK_RIGHTS), "any")
 
+    def narrow(self, other: Permissions) -> Permissions:
+        """What both allow (a subagent never gets more than its caller)."""
+        rank = WORKTREE_RIGHTS.index
+        return Permissions(self.tasks & other.tasks, min(self.worktrees, other.worktrees, key=rank))
+
     def may(self, right: str) -> bool:
         return right in self.tasks
 

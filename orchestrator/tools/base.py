@@ -318,6 +318,21 @@ class ToolContext:
         self.workspace = Path(workspace).resolve()
         self.cwd = None
 
+    def leave_worktree(self) -> None:
+        """Back to the workspace the agent had before it entered a worktree."""
+        if self.home is not None:
+            self.move_to(self.home)
+        self.home, self.worktree = None, None
+
+    def check_worktree(self) -> str:
+        """Before a call: the worktree the agent entered is gone (merged, removed)? Back home,
+        and the note saying so; else ``""``."""
+        if self.home is None or self.workspace.is_dir():
+            return ""
+        gone = self.worktree
+        self.leave_worktree()
+        return f"[worktree {gone} you were in is gone (merged or removed): you are back in {self.workspace}]\n"
+
     def rel(self, path: Path) -> str:
         """``path`` relative to the workspace when inside it, else absolute."""
         try:

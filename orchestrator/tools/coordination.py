@@ -145,7 +145,8 @@ def subagent(call: Call) -> str:
     """Run a fresh agent with an empty context on a self-contained job and get its final answer
     (bounded). Use it to keep long explorations out of your own context. Subagents cannot nest."""
     a = call.args
-    result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent, network=call.ctx.network)
+    result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent, network=call.ctx.network,
+                                           permissions=call.ctx.permissions)
     if len(result.result) > SUBAGENT_RESULT_CHARS:
         text = result.result[:SUBAGENT_RESULT_CHARS] + f"\n[... cut at {SUBAGENT_RESULT_CHARS} chars]"
     else:
@@ -284,6 +285,7 @@ HARNESS_TOOLS = ("respond_shutdown",)
 def agent_registry():
     """Every tool an agent may have (built-ins, with the loop-aware task_update, plus coordination)."""
     from . import ToolRegistry, builtin_tools
+    from .worktree import WORKTREE_TOOLS
 
     tools = [t for t in builtin_tools() if t.name != "task_update"]
-    return ToolRegistry([*tools, task_update, *COORDINATION_TOOLS])
+    return ToolRegistry([*tools, task_update, *COORDINATION_TOOLS, *WORKTREE_TOOLS])

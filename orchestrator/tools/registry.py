@@ -3,6 +3,7 @@
 ``ToolRegistry.call(name, raw_arguments, ctx, call_id)`` runs one model
 proposal through the contract, in this order::
 
+    (first)   the worktree the agent entered is gone → back to its workspace, a note on the result
     lookup    unknown tool            → error: nearest name + the known tools
     parse     arguments not JSON      → error: the JSON error and where
     validate  pydantic                → error: field: problem, and the signature
@@ -117,6 +118,7 @@ class ToolRegistry:
         if isinstance(raw_arguments, dict):
             raw_arguments = json.dumps(raw_arguments, ensure_ascii=False)
         tb = None
+        moved = ctx.check_worktree()
         try:
             t = self._lookup(name)
             call = Call(tool=t, args=self._validate(t, self._parse(t, raw_arguments)), ctx=ctx, call_id=call_id)
@@ -142,6 +144,8 @@ class ToolRegistry:
                 is_error=True,
                 stage="crash",
             )
+        if moved:
+            obs.content = moved + obs.content
         obs.meta.setdefault("duration_ms", round((time.monotonic() - started) * 1000, 1))
         self._record(ctx, name, raw_arguments, obs, tb)
         return obs
