@@ -93,8 +93,8 @@ def worktree_create(call: Call) -> str:
         status = Status.in_progress if task.status == Status.pending else None
         task = ctx.store.update(task_id, status=status, worktree=entry.name, actor=ctx.agent)
         line += f"; task #{task.id} is bound to it ({task.status.value})"
-    who = "you" if entry.owner == ctx.agent else entry.owner
-    return line + f"\n{who} work in it with worktree_enter(name={entry.name!r}) or worktree_run"
+    who = "you work" if entry.owner == ctx.agent else f"{entry.owner} works"
+    return line + f"\n{who} in it with worktree_enter(name={entry.name!r}) or worktree_run"
 
 
 # ---------------------------------------------------------------- list, status, events
