@@ -160,3 +160,12 @@ def test_a_symlink_out_of_the_workspace_does_not_move_the_directory(tmp_path, sa
     assert "the command ended in /usr, outside the workspace; the working directory stays ." in out
     assert h.ctx.cwd is None
     assert h.ok("bash", {"command": "pwd"}) == f"exit code: 0\n{h.ws}\n"
+
+
+def test_the_task_an_agent_was_given_is_its_own_to_finish(team):
+    lead, carl, _ = team
+    lead.ok("task_create", {"subject": "given to carl by a run", "owner": "runner"})
+    assert carl.call("task_update", {"task": 1, "result": "x"}).stage == "permission"
+    carl.ctx.task_id = 1  # the attempt a scheduler placed on carl (its hand-over may have lost a race)
+    assert carl.ok("task_update", {"task": 1, "status": "completed", "result": "done"}) == \
+        "updated: [x] #1: given to carl by a run"

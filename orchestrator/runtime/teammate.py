@@ -372,6 +372,7 @@ class Teammate:
         with self._lock:
             self._current = None
         self.ctx.task_id = None
+        self.ctx.leave_worktree()  # one it entered during the attempt
         if self.ctx.workspace != home:
             self.ctx.move_to(home)
             self.ctx.cwd = home_cwd

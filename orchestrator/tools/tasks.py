@@ -18,7 +18,7 @@ before the store is touched:
   empty and not the agent) needs ``assign``. The task records
   ``created_by`` (the agent).
 * ``task_update`` on a task the agent owns, or created while nobody owns it,
-  needs ``update-own``; on any other task ``update-any``. Changing the owner
+  or is working on (``ctx.task_id``), needs ``update-own``; on any other task ``update-any``. Changing the owner
   away from or to someone other than the agent or nobody needs ``assign``.
 
 A refusal is a tool error that says whose the task is and what to do
@@ -77,7 +77,8 @@ def _may_update(call: Call) -> None:
     if perms.may("update-any") and perms.may("assign"):
         return
     task = ctx.store.read(ctx.store.resolve(a.task))
-    mine = task.owner == ctx.agent or (not task.owner and task.created_by == ctx.agent)
+    mine = (task.owner == ctx.agent or (not task.owner and task.created_by == ctx.agent)
+            or task.id == ctx.task_id)  # the attempt the agent was given is its own to finish
     if not perms.may("update-any") and not (mine and perms.may("update-own")):
         raise _refuse(call, f"task #{task.id} is {_whose(task)}: you may update only tasks you own or created")
     if a.owner is not None and a.owner != task.owner and not perms.may("assign"):
