@@ -172,3 +172,13 @@ def test_outside_a_git_repository_the_tools_say_so(tmp_path):
     obs = lead.call("worktree_create", {"name": "x"})
     assert obs.is_error and obs.content.startswith(f"agent worktrees need a git repository at {tmp_path}")
     assert lead.ok("worktree_list", {}) == "no worktrees yet; worktree_create makes one"
+
+
+def test_doctor_knows_live_agent_worktrees_from_orphans(repo, team):
+    lead, carl, _ = team
+    carl.ok("worktree_create", {"name": "live"})
+    assert run_team(repo, "doctor").stdout.endswith("OK: no problems found.\n")
+    git(repo, "branch", "team/agents/ghost")
+    r = run_team(repo, "doctor")
+    assert "plan agents: task ghost: branch team/agents/ghost" in r.stdout
+    assert "task live" not in r.stdout

@@ -129,7 +129,8 @@ class AgentWorktrees:
         entry = next((e for e in self.entries() if e.name == name), None)
         if entry is None:
             known = ", ".join(e.name for e in self.entries() if e.live) or "none"
-            raise UserError(f"no agent worktree named {name!r} (live ones: {known}); worktree_list shows them all")
+            raise UserError(f"no agent worktree named {name!r} (live ones: {known}); worktree_list "
+                            f"(`team worktree list`) shows them all")
         return entry
 
     def live(self, name: str) -> Entry:
