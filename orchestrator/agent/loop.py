@@ -327,6 +327,7 @@ class Agent:
             return LoopResult("failed", "", f"ModelError: {e}", steps, usage)
         finally:
             self.ctx.deadline = None
+            self.ctx.skill = None  # a skill's allowed-tools hold for the run that loaded it
 
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline

@@ -222,7 +222,7 @@ class ChatSession:
             self.agent = LeadAgent(
                 name=LEAD, role=lead_role, model=_Streamed(self.model_for(lead_role), self),
                 tools=self.rt.registry.only(lead_role.tools),
-                ctx=self.rt.tool_context(LEAD, network=lead_role.network),
+                ctx=self.rt.tool_context(LEAD, network=lead_role.network, permissions=lead_role.permissions),
                 transcript=Transcript(tpath), team_name=name, inbox=self._fetch, jobs=self.rt.jobs,
                 roster=self.rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage)
             self.agent.goal = self.goal

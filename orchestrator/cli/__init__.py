@@ -8,6 +8,7 @@
     agentcmds.py  team spawn
     chat.py       team chat (the terminal side)
     doctor.py     team doctor
+    worktreecmd.py  team worktree list|events|keep|remove|land: the agents' worktrees
     boardcmd.py   team board (the web board, imported when it runs)
     common.py     the --root and --json options, output helpers
 
@@ -57,9 +58,9 @@ def _global(
 
 
 def _register() -> None:
-    from . import agentcmds, boardcmd, chat, doctor, review, runcmd, tasks, teamcmds
+    from . import agentcmds, boardcmd, chat, doctor, review, runcmd, tasks, teamcmds, worktreecmd
 
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd):
+    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd, worktreecmd):
         module.register(app)
 
 

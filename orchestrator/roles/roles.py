@@ -8,6 +8,9 @@
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
     budget: {tokens: 200000}         # optional; tokens and/or dollars each teammate of it may spend
+    permissions:                     # optional; what its task and worktree tools may change
+      tasks: [create, update-own]    #   create | update-own | update-any | assign
+      worktrees: own                 #   none | own | any
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -18,6 +21,19 @@ Where roles come from, later wins by name:
    repository's top-level ``agents/`` next to the package (source checkout and
    editable install);
 2. the workspace's own ``<workspace>/agents/*.md``.
+
+Permissions (``Permissions``) are enforced by the tool pipeline (tools/registry.py,
+the ``permit`` stage), not by the prompt:
+
+* ``tasks``: ``create`` (task_create: tasks owned by nobody or by the agent),
+  ``update-own`` (task_update on a task the agent owns, or created and nobody
+  owns), ``update-any`` (task_update on any task), ``assign`` (set an owner
+  other than the agent or nobody: create for, or hand a task to, someone else).
+  Without ``permissions`` a role gets ``[create, update-own]``: a teammate may
+  split its work into subtasks and update its own, and only a role with
+  ``assign`` (the built-in ``lead``) reassigns others' tasks.
+* ``worktrees``: ``own`` (create worktrees for itself, and use the ones it owns),
+  ``any`` (create them for others, merge and remove any), ``none``.
 
 A malformed file is a ``UserError`` naming the file and the field; an unknown
 role is a ``UserError`` listing the known ones. Tool names are checked
@@ -36,8 +52,35 @@ from ..core.budget import Budget
 from ..core.errors import UserError
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "permissions")
+TASK_RIGHTS = ("create", "update-own", "update-any", "assign")
+WORKTREE_RIGHTS = ("none", "own", "any")
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """What a role's task and worktree tools may change (see the module docstring)."""
+
+    tasks: frozenset[str] = frozenset({"create", "update-own"})
+    worktrees: str = "own"
+
+    @classmethod
+    def full(cls) -> Permissions:
+        """Everything: the lead's, and a tool context made without a role (tests, scripts)."""
+        return cls(frozenset(TASK_RIGHTS), "any")
+
+    def narrow(self, other: Permissions) -> Permissions:
+        """What both allow (a subagent never gets more than its caller)."""
+        rank = WORKTREE_RIGHTS.index
+        return Permissions(self.tasks & other.tasks, min(self.worktrees, other.worktrees, key=rank))
+
+    def may(self, right: str) -> bool:
+        return right in self.tasks
+
+    def describe(self) -> str:
+        tasks = ", ".join(r for r in TASK_RIGHTS if r in self.tasks) or "read only"
+        return f"tasks: {tasks}; worktrees: {self.worktrees}"
 
 
 @dataclass(frozen=True)
@@ -54,6 +97,7 @@ class Role:
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
     network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
     budget: Budget | None = None  # what each teammate of this role may spend (core/budget.py)
+    permissions: Permissions = Permissions()  # what its task and worktree tools may change
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -105,6 +149,27 @@ def _flag(meta: dict[str, Any], key: str, path: Path) -> bool:
     return value
 
 
+def _permissions(meta: dict[str, Any], path: Path) -> Permissions:
+    raw = meta.get("permissions")
+    if raw is None:
+        return Permissions()
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: 'permissions' must be a mapping like {{tasks: [create, update-own], worktrees: own}}")
+    unknown = sorted(set(raw) - {"tasks", "worktrees"})
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {unknown} in 'permissions'; allowed: ['tasks', 'worktrees']")
+    tasks = raw.get("tasks", ["create", "update-own"])
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise UserError(f"{path}: 'permissions.tasks' must be a list of {list(TASK_RIGHTS)}, got {tasks!r}")
+    bad = [t for t in tasks if t not in TASK_RIGHTS]
+    if bad:
+        raise UserError(f"{path}: unknown task right(s) {bad} in 'permissions.tasks'; known: {list(TASK_RIGHTS)}")
+    worktrees = raw.get("worktrees", "own")
+    if worktrees not in WORKTREE_RIGHTS:
+        raise UserError(f"{path}: 'permissions.worktrees' must be one of {list(WORKTREE_RIGHTS)}, got {worktrees!r}")
+    return Permissions(frozenset(tasks), str(worktrees))
+
+
 def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     """Parse one role file's text; ``path`` is used for the name check and errors."""
     meta, body = split_front_matter(text, path, what="a role file")
@@ -130,7 +195,7 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     return Role(name, description, tuple(tools), body, model, path, builtin,
                 plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
-                budget=_budget(meta, path))
+                budget=_budget(meta, path), permissions=_permissions(meta, path))
 
 
 def _budget(meta: dict[str, Any], path: Path) -> Budget | None:

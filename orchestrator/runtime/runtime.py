@@ -77,7 +77,7 @@ from ..core.sandbox import Sandbox
 from ..core.threads import Crash
 from ..jobs.manager import JobManager
 from ..llm.types import ChatModel
-from ..roles.roles import Role, check_tools, get_role
+from ..roles.roles import Permissions, Role, check_tools, get_role
 from ..tasks.store import TaskStore
 from ..team import protocols
 from ..team.control import ControlServer
@@ -140,7 +140,8 @@ class TeamRuntime:
         self.registry = agent_registry()
         self.subagents = SubagentRunner(
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
-            context=lambda name, network: self.tool_context(name, network=network, subagent=True),
+            context=lambda name, network, perms: self.tool_context(name, network=network, subagent=True,
+                                                                   permissions=perms),
             team_name=team_name,
             max_steps=subagent_steps, spend=self.spend)
         self.claims = ClaimLedger(self.store, lease=claim_lease)
@@ -159,9 +160,11 @@ class TeamRuntime:
         self.reclaim_leases()
         self._hb = threads.start("team-heartbeats", lambda: self._heartbeats(heartbeat_every), on_crash=on_crash)
 
-    def tool_context(self, name: str, *, network: bool = False, subagent: bool = False) -> ToolContext:
+    def tool_context(self, name: str, *, network: bool = False, subagent: bool = False,
+                     permissions: Permissions | None = None) -> ToolContext:
         """Agent ``name``'s tools: the runtime's workspace, store and sandbox; ``network``: its
-        shell commands may use the network (its role says so)."""
+        shell commands may use the network (its role says so); ``permissions``: what its role lets
+        its task and worktree tools change (None: everything, as for a context without a role)."""
         d = team_dir(self.root)
         return ToolContext(
             workspace=self.workspace, root=self.root, agent=name, truth=FileTruth(), store=self.store,
@@ -169,7 +172,8 @@ class TeamRuntime:
             sandbox=self.sandbox, network=network,
             bus=None if subagent else self.bus, jobs=None if subagent else self.jobs,
             spawner=None if subagent else self, subagents=None if subagent else self.subagents,
-            claims=self.claims, claim_lease=self.claims.lease)
+            claims=self.claims, claim_lease=self.claims.lease,
+            permissions=permissions if permissions is not None else Permissions.full())
 
     # -- teammates --------------------------------------------------------------
     def spawn(self, name: str, role: str = "coder", prompt: str | None = None, *,
@@ -199,7 +203,8 @@ class TeamRuntime:
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode, model=getattr(model, "model", None),
                           budget=r.budget.model_dump(exclude_none=True) if r.budget is not None else None)
-            mate = Teammate(name, r, model, prompt, ctx=self.tool_context(name, network=r.network),
+            mate = Teammate(name, r, model, prompt,
+                            ctx=self.tool_context(name, network=r.network, permissions=r.permissions),
                             on_crash=self.on_crash,
                             services=self._services, plan_mode=plan_mode)
             self.mates[name] = mate

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..llm.types import ChatModel
-from ..roles.roles import Role, get_role
+from ..roles.roles import Permissions, Role, get_role
 from ..tools import ToolContext, ToolRegistry
 from .budgets import Spend
 
@@ -36,7 +36,8 @@ class SubagentRunner:
     """``subagent`` tool backend (``tools.services.Subagents``): a fresh, non-nesting agent per call."""
 
     def __init__(self, *, root: Path, workspace: Path, registry: ToolRegistry,
-                 model_for: Callable[[Role], ChatModel], context: Callable[[str, bool], ToolContext],
+                 model_for: Callable[[Role], ChatModel],
+                 context: Callable[[str, bool, Permissions], ToolContext],
                  team_name: str = "team", max_steps: int = 20, spend: Spend | None = None):
         """``spend``: a subagent's calls are charged to its caller's budget and stop at it (budgets.py)."""
         self.spend = spend
@@ -44,8 +45,10 @@ class SubagentRunner:
         self.model_for, self.context, self.team_name, self.max_steps = model_for, context, team_name, max_steps
         self._n = itertools.count(1)
 
-    def run(self, prompt: str, role: str, *, parent: str, network: bool = False) -> LoopResult:
-        """Run a fresh agent of ``role``; ``network``: whether the caller's commands may use it."""
+    def run(self, prompt: str, role: str, *, parent: str, network: bool = False,
+            permissions: Permissions | None = None) -> LoopResult:
+        """Run a fresh agent of ``role``; ``network``: whether the caller's commands may use it;
+        ``permissions``: the caller's (the subagent gets what both its role and the caller have)."""
         r = get_role(role, self.workspace)
         while True:
             name = f"sub{next(self._n)}-{parent}"
@@ -53,7 +56,8 @@ class SubagentRunner:
                 break
         tools = self.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
         spend = self.spend
-        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=self.context(name, network and r.network),
+        ctx = self.context(name, network and r.network, r.permissions.narrow(permissions or r.permissions))
+        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=ctx,
                       transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
                       max_steps=self.max_steps,
                       on_usage=None if spend is None else lambda total: spend.record(name, total, charge=parent),

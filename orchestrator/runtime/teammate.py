@@ -407,9 +407,9 @@ class Teammate:
         with self._lock:
             self._current = a
         self.ctx.task_id = task.id
-        home = self.ctx.workspace
+        home, home_cwd = self.ctx.workspace, self.ctx.cwd
         if a.workspace is not None:
-            self.ctx.workspace = Path(a.workspace).resolve()
+            self.ctx.move_to(Path(a.workspace))
         self._set(status="working", task=task.id)
         if task.owner != self.name:
             try:  # the store says who runs it (`team task list`, `task blocked`)
@@ -460,7 +460,11 @@ class Teammate:
         result.log = str(agent.transcript.path.relative_to(self.services.root))
         with self._lock:
             self._current = None
-        self.ctx.task_id, self.ctx.workspace = None, home
+        self.ctx.task_id = None
+        self.ctx.leave_worktree()  # one it entered during the attempt
+        if self.ctx.workspace != home:
+            self.ctx.move_to(home)
+            self.ctx.cwd = home_cwd
         agent.cancelled.clear()
         agent.last_task = {"task": task.id, "epoch": a.epoch}
         a.done(result)

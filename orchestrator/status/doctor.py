@@ -351,6 +351,7 @@ def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     if not base.is_dir():
         return []  # isolation never ran here: no git call
     from ..core.errors import UserError
+    from ..git.agentwt import GROUP, AgentWorktrees
     from ..git.orphans import find_orphans
     from ..git.worktrees import Worktrees
 
@@ -358,6 +359,12 @@ def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     for plan_dir in sorted(p for p in base.iterdir() if p.is_dir()):
         live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task
                 and t.status in (Status.pending, Status.in_progress, Status.failed)}
+        if plan_dir.name == GROUP:  # the agents' worktrees: the live ones of their index
+            try:
+                live = {e.name for e in AgentWorktrees(ctx.root).entries() if e.live}
+            except UserError as e:
+                out.append(Finding("orphan-worktree", str(e), path=ctx.rel(base / "index.json")))
+                continue
         try:
             orphans = find_orphans(Worktrees(ctx.root, plan_dir.name), live)
         except UserError as e:

@@ -17,6 +17,7 @@ execute → bound → record, and always comes back as an ``Observation``
     shell.py         bash
     tasks.py         task_create, task_update, task_list, task_get, claim_task
     coordination.py  messages, background jobs, teammates, subagents, idle, skills, protocols
+    worktree.py      worktree_create/list/status/events/enter/leave/run/keep/remove/merge (git/agentwt.py)
 
 Adding a tool from another module::
 
