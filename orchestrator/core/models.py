@@ -205,8 +205,10 @@ MESSAGE_TYPES = (
     "shutdown_response",
     "plan_approval_request",
     "plan_approval_response",
+    "approval_request",
     "job_done",
 )
 PROTOCOL_TYPES = frozenset(
-    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response"}
+    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response",
+     "approval_request"}
 )

@@ -7,6 +7,7 @@
     model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
+    ask: [write_file, "bash(git push*)"]  # optional; calls a person approves first (tools/approval.py)
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -26,6 +27,7 @@ against the tool registry by ``check_tools`` (the registry lives elsewhere).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,9 @@ from typing import Any
 from ..core.errors import UserError
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "ask")
+ASK_RE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*(\(\s*\S.*\))?\s*$", re.S)
+"""The shape of an ``ask`` entry (tools/approval.py parses and checks it against the tools)."""
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
 
 
@@ -51,6 +55,7 @@ class Role:
     builtin: bool = False
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
     network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
+    ask: tuple[str, ...] = ()  # TOOL or TOOL(PATTERN): calls a person approves before they run (tools/approval.py)
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -123,10 +128,15 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     if dupes:
         raise UserError(f"{path}: 'tools' lists {dupes} more than once")
     model = _text_field(meta, "model", path)
+    ask = meta.get("ask") or []
+    if not isinstance(ask, list) or not all(isinstance(a, str) and ASK_RE.match(a) for a in ask):
+        raise UserError(f"{path}: 'ask' must be a list of TOOL or TOOL(PATTERN) entries, e.g. "
+                        f"[write_file, \"bash(git push*)\"], got {ask!r}")
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     return Role(name, description, tuple(tools), body, model, path, builtin,
-                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path))
+                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
+                ask=tuple(a.strip() for a in ask))
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:

@@ -36,8 +36,15 @@ Idle teammates also claim ready non-plan tasks by themselves (runtime/autoclaim.
 ``TEAM_AUTOCLAIM=0`` turns that off. A ``team:`` member with ``plan_mode:
 true`` starts in plan mode (team/protocols.py).
 
+A teammate whose role marks a tool ``ask`` (tools/approval.py) waits for a
+person at that call: the request goes to the lead's inbox and the request
+store, a line in the run's output says how to answer (``team approve ID`` /
+``team deny ID --reason TEXT`` from another shell), and no answer within
+``TEAM_APPROVAL_TIMEOUT`` seconds (default 300) is a denial the agent reads
+as the tool's result.
+
 Settings from the environment: ``TEAM_AGENT_MAX_STEPS`` (model calls per
-attempt, default 40).
+attempt, default 40), ``TEAM_APPROVAL_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -55,7 +62,9 @@ from ..jobs.records import JobRecord
 from ..llm.client import LLMClient
 from ..llm.types import LLMConfig
 from ..roles.roles import Role
+from ..runtime.approvals import approval_line
 from ..runtime.runtime import TeamRuntime
+from ..team.requests import Request
 from .executor import DoneCallback, ExecutorContext, Outcome
 
 STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed",
@@ -87,7 +96,8 @@ class AgentExecutor:
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
                                    on_crash=ctx.stop.fail,
-                                   autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox)
+                                   autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox,
+                                   on_approval=self._approval)
         try:
             for name, role in ctx.team:
                 self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)
@@ -95,6 +105,12 @@ class AgentExecutor:
         except BaseException:
             self.runtime.close()
             raise
+
+    def _approval(self, r: Request) -> None:
+        """A teammate's ``ask`` call waits: the lead's inbox gets the request, the run's output a line."""
+        self.runtime.tell_lead(r)
+        if self.note is not None:
+            self.note(approval_line(r))
 
     def _model_for(self, role: Role) -> LLMClient:
         model = role.model or self.config.model

@@ -26,6 +26,7 @@ from ..agent.transcript import Transcript, transcript_path
 from ..llm.types import ChatModel
 from ..roles.roles import Role, get_role
 from ..tools import ToolContext, ToolRegistry
+from ..tools.approval import ApprovalGate
 
 NO_SUBAGENT_TOOLS = frozenset({"subagent", "spawn_teammate", "list_teammates", "idle", "send_message",
                                "broadcast", "read_inbox", "background_run", "check_background"})
@@ -36,7 +37,11 @@ class SubagentRunner:
 
     def __init__(self, *, root: Path, workspace: Path, registry: ToolRegistry,
                  model_for: Callable[[Role], ChatModel], context: Callable[[str, bool], ToolContext],
-                 team_name: str = "team", max_steps: int = 20):
+                 team_name: str = "team", max_steps: int = 20,
+                 guard: Callable[[Role, ToolContext], ApprovalGate | None] | None = None):
+        """``guard``: the ``ask`` gate of a subagent of a role (runtime/approvals.py): a subagent
+        asks before the same calls a teammate of its role would."""
+        self.guard = guard
         self.root, self.workspace, self.registry = root, workspace, registry
         self.model_for, self.context, self.team_name, self.max_steps = model_for, context, team_name, max_steps
         self._n = itertools.count(1)
@@ -49,7 +54,10 @@ class SubagentRunner:
             if not transcript_path(self.root, name).exists():
                 break
         tools = self.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
-        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=self.context(name, network and r.network),
+        ctx = self.context(name, network and r.network)
+        if self.guard is not None:
+            ctx.approvals = self.guard(r, ctx)
+        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=ctx,
                       transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
                       max_steps=self.max_steps)
         return agent.run(prompt)

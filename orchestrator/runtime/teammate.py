@@ -72,6 +72,7 @@ from ..llm.types import ChatModel
 from ..roles.roles import Role
 from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
+from ..team.requests import Requests
 from ..tools import ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
 from .handshakes import TeammateHandshakes
@@ -156,6 +157,8 @@ class TeamServices:
     """Model calls per task attempt."""
     idle_slice: float
     """Seconds an idle teammate waits on its inbox between looks at its queue and claims."""
+    requests: Requests | None = None
+    """The approval requests (team/requests.py): a submitted plan is recorded there for people."""
 
 
 class Teammate:
@@ -179,7 +182,7 @@ class Teammate:
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
             on_usage=self._usage)
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
-                                             cancelled=self.agent.cancelled)
+                                             cancelled=self.agent.cancelled, requests=services.requests)
         ctx.handshakes = self.handshakes
         self.thread = threading.Thread(target=threads.guarded(f"teammate-{name}", self._main, on_crash),
                                        name=f"teammate-{name}", daemon=True)

@@ -47,6 +47,7 @@ from ..core.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from ..tasks.store import TaskStore
+    from .approval import ApprovalGate
     from .filetruth import FileTruth
     from .services import (
         ClaimTracker,
@@ -252,6 +253,8 @@ class ToolContext:
     """A teammate's side of the protocols (set by ``runtime.teammate.Teammate``)."""
     claims: ClaimTracker | None = None
     """Renews the agent's ``claim_task`` claims and releases them when it stops (the team runtime)."""
+    approvals: ApprovalGate | None = None
+    """The agent's ``ask`` rules and who answers them (tools/approval.py); None: nothing asks."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
