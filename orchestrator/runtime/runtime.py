@@ -311,7 +311,7 @@ class TeamRuntime:
         mate = self.mates.get(name)
         if mate is None:
             return
-        mate.halt()
+        mate.halt(f"{name} was shut down by `team shutdown --force`")
         mate.drop(f"{name} was shut down")
         mate.join(timeout)
 

@@ -172,6 +172,8 @@ class Teammate:
         self._current: Assignment | None = None
         self._busy = prompt is not None
         self._stop = threading.Event()
+        self.stop_reason: str | None = None
+        """Why the teammate was halted, if someone said (``team shutdown --force``)."""
         member = next((m for m in services.roster.members() if m.name == name), None)
         self.base_usage = Usage(**member.usage) if member is not None and member.usage else Usage()
         ctx.mode = "plan" if plan_mode else "normal"
@@ -226,8 +228,11 @@ class Teammate:
             if self._current is not None and self._current.task.id == task_id:
                 self.agent.cancelled.set()
 
-    def halt(self) -> None:
-        """Stop the thread soon: a running attempt ends as interrupted; queued ones stay (``drop``)."""
+    def halt(self, reason: str | None = None) -> None:
+        """Stop the thread soon: a running attempt ends as interrupted (with ``reason``, when
+        given, as its error); queued ones stay (``drop``)."""
+        if reason is not None:
+            self.stop_reason = reason
         self._stop.set()
         self.agent.cancelled.set()
 
@@ -371,6 +376,8 @@ class Teammate:
             self._set(status="working")
             notes = waited
         result.usage, result.steps = total, steps
+        if result.status == "interrupted" and self.stop_reason:
+            result.error = self.stop_reason
         result.log = str(agent.transcript.path.relative_to(self.services.root))
         with self._lock:
             self._current = None
