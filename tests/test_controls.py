@@ -202,6 +202,8 @@ def test_a_plan_is_approved_with_team_approve_from_another_process(tmp_path):
     assert "plan mode: write_file (write) is not allowed" in bodies[1]
     assert f"plan_approval_response, request {req['id']}" in bodies[3] and "go ahead, keep it short" in bodies[3]
     assert (root / "notes.txt").read_text() == "planned\n"
+    assert (f"pam submitted a plan: Write notes.txt with one line. (request {req['id']}): `team approve {req['id']}` "
+            f"or `team reject {req['id']} --reason TEXT`; it waits in plan mode until then") in output
     stored = json.loads((root / ".team" / "requests" / f"{req['id']}.json").read_text())
     assert (stored["status"], stored["decided_by"]) == ("approved", "user")
 

@@ -244,8 +244,14 @@ class ChatSession:
         return self.ask_user(req)
 
     def _approval(self, r: Request) -> None:
-        """A teammate's ``ask`` call waits: say so at the terminal (never to the lead's model)."""
-        if self.on_notice is not None:
+        """A teammate waits: say so at the terminal (an ``ask`` call never reaches the lead's
+        model; a plan reaches it by the protocol too, and whoever answers first decides)."""
+        if self.on_notice is None:
+            return
+        if r.kind == "plan":
+            self.on_notice(f"{r.sender} submitted a {r.summary}: /approve {r.id} or /deny {r.id} REASON "
+                           "(the lead may answer it too)")
+        else:
             self.on_notice(f"{r.sender} asks to run {r.summary} (rule {r.rule}): /approve {r.id} "
                            f"(or /approve {r.id} always) or /deny {r.id} REASON")
 

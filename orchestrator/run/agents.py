@@ -107,8 +107,10 @@ class AgentExecutor:
             raise
 
     def _approval(self, r: Request) -> None:
-        """A teammate's ``ask`` call waits: the lead's inbox gets the request, the run's output a line."""
-        self.runtime.tell_lead(r)
+        """A teammate waits for a person: an ``ask`` call (the lead's inbox gets the request) or a
+        plan (the protocol's message reached the lead's inbox already); the run's output says how."""
+        if r.kind == "tool":
+            self.runtime.tell_lead(r)
         if self.note is not None:
             self.note(approval_line(r))
 

@@ -78,7 +78,10 @@ class StoreAsk:
 
 
 def approval_line(r: Request) -> str:
-    """What the lead's user reads about a new tool request: what, who, how to answer."""
+    """What the lead's user reads about a new request: what, who, how to answer."""
+    if r.kind == "plan":
+        return (f"{r.sender} submitted a {r.summary} (request {r.id}): `team approve {r.id}` or "
+                f"`team reject {r.id} --reason TEXT`; it waits in plan mode until then")
     left = f"; denied if nobody answers within {r.expires - r.created:.0f}s" if r.expires else ""
     return (f"{r.sender} asks to run {r.summary} (rule {r.rule}, request {r.id}): "
             f"`team approve {r.id}` or `team deny {r.id} --reason TEXT`{left}")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from ..core.models import Message
 from ..team.protocols import Mailbox, new_request_id, respond, submit_plan
-from ..team.requests import Requests
+from ..team.requests import Request, Requests
 from ..tools.base import ToolContext, ToolError
 
 
@@ -32,9 +32,12 @@ class TeammateHandshakes:
     """One teammate's side: acts on requests and responses before the model sees them."""
 
     def __init__(self, bus: Mailbox, name: str, ctx: ToolContext, *, idle: Callable[[], bool],
-                 stop: threading.Event, cancelled: threading.Event, requests: Requests | None = None):
-        """``requests``: where a submitted plan is recorded for people (``team approve``)."""
+                 stop: threading.Event, cancelled: threading.Event, requests: Requests | None = None,
+                 on_request: Callable[[Request], None] | None = None):
+        """``requests``: where a submitted plan is recorded for people (``team approve``);
+        ``on_request``: told of it."""
         self.bus, self.name, self.ctx, self.idle, self.requests = bus, name, ctx, idle, requests
+        self.on_request = on_request
         self.stop, self.cancelled = stop, cancelled
         self.plan_request: str | None = None  # id of the plan awaiting the lead's approval
         self.shutdown_requests: dict[str, str] = {}  # request id -> requester, not answered yet
@@ -71,9 +74,13 @@ class TeammateHandshakes:
         if self.ctx.mode != "plan":
             raise ToolError("you are not in plan mode: go ahead with the work")
         rid = new_request_id()
+        recorded = None
         if self.requests is not None:  # on record before the lead can see it: `team approve` answers it
             first = next((line for line in plan.splitlines() if line.strip()), plan)
-            self.requests.create("plan", self.name, f"plan: {first}", detail=plan, rid=rid, task=self.ctx.task_id)
+            recorded = self.requests.create("plan", self.name, f"plan: {first}", detail=plan, rid=rid,
+                                            task=self.ctx.task_id)
         self.plan_request = submit_plan(self.bus, plan, sender=self.name, request_id=rid)
+        if recorded is not None and self.on_request is not None:
+            self.on_request(recorded)
         return (f"plan sent to the lead for approval (request {self.plan_request}); call idle to wait for "
                 "the answer. Write and execute tools stay refused until it is approved.")

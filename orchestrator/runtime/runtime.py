@@ -56,7 +56,8 @@ interrupts work only through its methods (``enqueue``, ``drop``,
   (team/requests.py) and wait for ``team approve``/``team deny``; each new
   request is told to ``on_approval`` (default: an ``approval_request``
   message in the lead's inbox, ``tell_lead``). A plan-mode teammate's plan
-  is a ``plan`` request in the same store.
+  is a ``plan`` request in the same store (its message to the lead is the
+  protocol's ``plan_approval_request``); ``on_approval`` hears of it too.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ class TeamRuntime:
         of the team dies of an exception (its heartbeats, the control server, a teammate, the job
         watcher): ``team run`` stops (core/threads.py). ``approval_timeout``: seconds an ``ask``
         call waits for a person (default ``TEAM_APPROVAL_TIMEOUT``, approvals.py);
-        ``on_approval``: told of each new tool request (default ``tell_lead``)."""
+        ``on_approval``: told of each new request, tool or plan (default: ``tell_lead`` for a tool
+        request; a plan's message reaches the lead by the protocol)."""
         self.on_crash = on_crash
         self.root = Path(root).absolute()
         self.sandbox = sandbox if sandbox is not None else Sandbox()
@@ -125,6 +127,7 @@ class TeamRuntime:
         self.requests = Requests(self.root)
         self.asker = StoreAsk(self.requests, timeout=approval_timeout or timeout_from_env(),
                               notify=on_approval or self.tell_lead)
+        self.on_approval = on_approval
         self.store = store if store is not None else TaskStore(self.root)
         self._own_jobs = jobs is None
         self.jobs = jobs or JobManager(self.root, on_crash=on_crash)
@@ -141,7 +144,7 @@ class TeamRuntime:
         self._services = TeamServices(
             root=self.root, team_name=team_name, roster=self.team, bus=self.bus, jobs=self.jobs,
             store=self.store, registry=self.registry, claim=self.claim_for, max_steps=max_steps,
-            idle_slice=idle_slice, requests=self.requests)
+            idle_slice=idle_slice, requests=self.requests, on_request=self._plan_submitted)
         self.mates: dict[str, Teammate] = {}
         self._lock = threading.RLock()  # guards mates (each teammate guards its own queue)
         self._stop = threading.Event()
@@ -314,6 +317,10 @@ class TeamRuntime:
         mate.halt(f"{name} was shut down by `team shutdown --force`")
         mate.drop(f"{name} was shut down")
         mate.join(timeout)
+
+    def _plan_submitted(self, r: Request) -> None:
+        if self.on_approval is not None:
+            self.on_approval(r)
 
     def tell_lead(self, r: Request) -> None:
         """The default ``on_approval``: an ``approval_request`` message in the lead's inbox."""

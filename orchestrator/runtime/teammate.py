@@ -72,7 +72,7 @@ from ..llm.types import ChatModel
 from ..roles.roles import Role
 from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
-from ..team.requests import Requests
+from ..team.requests import Request, Requests
 from ..tools import ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
 from .handshakes import TeammateHandshakes
@@ -159,6 +159,8 @@ class TeamServices:
     """Seconds an idle teammate waits on its inbox between looks at its queue and claims."""
     requests: Requests | None = None
     """The approval requests (team/requests.py): a submitted plan is recorded there for people."""
+    on_request: Callable[[Request], None] | None = None
+    """Told of each plan recorded there (the lead's user hears of it)."""
 
 
 class Teammate:
@@ -184,7 +186,8 @@ class Teammate:
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
             on_usage=self._usage)
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
-                                             cancelled=self.agent.cancelled, requests=services.requests)
+                                             cancelled=self.agent.cancelled, requests=services.requests,
+                                             on_request=services.on_request)
         ctx.handshakes = self.handshakes
         self.thread = threading.Thread(target=threads.guarded(f"teammate-{name}", self._main, on_crash),
                                        name=f"teammate-{name}", daemon=True)
