@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 from conftest import run_team
+from fake_model import FakeModel, call, say, tool_results
 from tools_harness import Harness
 from util import wait_until
 
 from orchestrator.core.errors import UserError
 from orchestrator.roles.roles import parse_role
 from orchestrator.runtime.approvals import StoreAsk, gate_for, timeout_from_env
+from orchestrator.runtime.runtime import TeamRuntime
 from orchestrator.team.inbox import Bus
 from orchestrator.team.requests import Requests, answer
 from orchestrator.team.roster import Team
@@ -223,3 +225,25 @@ def test_store_ask_waits_for_the_answer_and_a_stopped_agent_stops_waiting(tmp_pa
     t.join(10)
     assert result[1] == Decision(False, "the agent was stopped while waiting", "the harness", False, told[1])
     assert store.get(told[1]).status == "expired"
+
+
+def test_a_subagent_asks_about_the_same_calls_as_a_teammate_of_its_role(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "coder.md").write_text(
+        "---\nname: coder\ndescription: d\ntools: [bash]\nask: [\"bash(touch *)\"]\n---\nYou code.\n")
+    model = FakeModel(lambda messages, n: call(("bash", {"command": "touch made.txt"})) if n == 1
+                      else say(tool_results(messages)[-1]))
+    rt = TeamRuntime(tmp_path, model_for=lambda role: model, approval_timeout=60)
+    try:
+        answers: list[str] = []
+        t = threading.Thread(target=lambda: answers.append(rt.subagents.run("make it", "coder", parent="lead").result))
+        t.start()
+        (req,) = wait_until(lambda: rt.requests.pending(), what="the subagent's request")
+        assert (req.sender, req.summary) == ("sub1-lead", "bash: touch made.txt")
+        rt.requests.decide(req.id, False, by="user", reason="read only today")
+        t.join(30)
+    finally:
+        rt.close()
+    assert answers and answers[0].startswith("denied: this call needs approval (ask rule 'bash(touch *)') and user "
+                                             f"denied it (request {req.id}): read only today.")
+    assert not (tmp_path / "made.txt").exists()

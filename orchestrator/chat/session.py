@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -213,6 +214,9 @@ class ChatSession:
                                   sandbox=self.sandbox, approval_timeout=self.approval_timeout,
                                   on_approval=self._approval)
             self.rt.serve_control()
+            if self.ask_user is not None:  # the lead's subagents ask here too (they run in its turn)
+                rt = self.rt
+                rt.subagents.guard = lambda role, ctx: gate_for(role, rt.registry, self._ask_here)
             check_tools(lead_role, self.rt.registry.names())
             self.lead_role = lead_role
             self.agent = self._new_lead(tpath)
@@ -239,8 +243,11 @@ class ChatSession:
         return agent
 
     def _ask_here(self, req: ApprovalRequest, ctx: ToolContext) -> Decision:
-        """The lead's own ``ask`` call: the person at the terminal answers (``ask_user``)."""
-        assert self.ask_user is not None
+        """The lead's own ``ask`` call (or its subagent's): the person at the terminal answers
+        (``ask_user``). Only the lead's turn, on the main thread, may take the terminal; a call
+        from any other thread (a teammate's subagent) waits in the request store instead."""
+        if self.ask_user is None or threading.current_thread() is not threading.main_thread():
+            return self._runtime().asker(req, ctx)
         return self.ask_user(req)
 
     def _approval(self, r: Request) -> None:
