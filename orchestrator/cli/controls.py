@@ -70,21 +70,15 @@ def shutdown_cmd(
         msg = f"{name} approved shutdown request {rid}" + (f": {text}" if text else "")
         msg += "; it has shut down" if reply.get("stopped") else "; it is stopping"
     elif reply.get("timed_out"):
-        msg = text
-        if not reply.get("forced"):
-            if not json_out:
-                out(msg)
-            raise WorkFailed(f"{name} was not shut down; `team shutdown {name} --force` stops it anyway")
+        msg = text  # the handshake's own words: who, which request, how long
     else:
         msg = f"{name} refused shutdown request {rid}" + (f": {text}" if text else "")
-        if not reply.get("forced"):
-            if not json_out:
-                out(msg)
-            raise WorkFailed(f"{name} was not shut down; `team shutdown {name} --force` stops it anyway")
     if reply.get("forced"):
         msg += "; stopped anyway (--force): its running task attempt, if any, ended as interrupted"
     if not json_out:
         out(msg)
+    if not reply.get("approved") and not reply.get("forced"):
+        raise WorkFailed(f"{name} was not shut down; `team shutdown {name} --force` stops it anyway")
 
 
 def _decide(ctx: typer.Context, ref: str, approve: bool, reason: str, always: bool, by: str, root: RootOpt,
