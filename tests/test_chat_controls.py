@@ -1,6 +1,6 @@
 """`team chat`: the lead's controls as slash commands (/tools /skills /reset /doctor /approve
 /deny), the lead's own `ask` calls answered at the terminal (y / n / always), and a teammate's
-`ask` call answered with /approve — the real CLI, stdin piped, the scripted server."""
+`ask` call answered with /approve — the real CLI on piped stdin or a pseudo terminal, the scripted server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import subprocess
 import sys
 
+import pexpect
 from conftest import run_team, team_env
+from test_chat_pty import PROMPT, spawn_chat
 from test_e2e_agents import llm_env
 from util import wait_until
 
@@ -142,3 +144,46 @@ def test_a_teammates_ask_call_waits_for_slash_approve_in_the_chat(tmp_path):
     assert (tmp_path / "a.txt").read_text() == "a\n"
     # a chat does not put approval requests in the lead model's inbox
     assert "approval_request" not in run_team(tmp_path, "inbox", "lead", "--peek").stdout
+
+
+def test_at_a_terminal_the_lead_asks_y_n_always_and_a_teammates_request_prints_above_the_prompt(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "coder.md").write_text(CODER)
+    (tmp_path / "agents" / "lead.md").write_text(lead_role_with('["bash(touch *)"]'))
+
+    def said(body: dict) -> Reply:
+        result = next(m["content"] for m in reversed(body["messages"]) if m.get("role") == "tool")
+        return Reply(content="lead: " + " ".join(result.split()))
+
+    script = {"lead": [Reply(tool_calls=[tool_call("bash", {"command": "touch lead.txt"})]), said],
+              "bob": [Reply(tool_calls=[tool_call("write_file", {"path": "b.txt", "content": "b\n"})]),
+                      Reply(content="done")]}
+    with ScriptedServer(script) as srv:
+        child = spawn_chat(tmp_path, srv)
+        try:
+            child.expect_exact(PROMPT)
+            child.sendline("make lead.txt")
+            child.expect_exact("approval needed: bash: touch lead.txt (rule bash(touch *))")
+            child.expect_exact("allow? [y]es / [n]o [reason] / [a]lways: ")
+            child.sendline("maybe")
+            child.expect_exact("answer y, n (optionally with a reason) or always")
+            child.sendline("a")
+            child.expect_exact("lead: exit code: 0")
+            child.expect_exact(PROMPT)
+            # a teammate's request shows up while the prompt waits, and the prompt comes back
+            r = run_team(tmp_path, "spawn", "bob", "--prompt", "Write b.txt.")
+            assert r.returncode == 0, r.stderr
+            child.expect(r"\(bob asks to run write_file b\.txt \(new file, 1 line, 2 chars\) \(rule write_file\): "
+                         r"/approve (\w+) ")
+            rid = child.match.group(1)
+            child.expect_exact(PROMPT)
+            child.sendline(f"/approve {rid}")
+            child.expect_exact(f"approved {rid}: tool request of bob")
+            child.expect_exact(PROMPT)
+            wait_until(lambda: (tmp_path / "b.txt").exists(), 20, what="bob's write")
+            child.sendline("/quit")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        srv.assert_complete()
+    assert (tmp_path / "lead.txt").exists() and (tmp_path / "b.txt").read_text() == "b\n"

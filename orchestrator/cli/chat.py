@@ -46,6 +46,8 @@ class Console:
 
     def __init__(self, stream: IO[str]):
         self.stream, self.at_start = stream, True
+        self.at_prompt = False
+        """The prompt waits for a line: a notice from another thread prints the prompt again after it."""
 
     def text(self, chunk: str) -> None:
         """Model text and lines of ours; control characters a model (or a teammate's message)
@@ -103,8 +105,11 @@ def chat_cmd(
         return ask_at_terminal(console, req)
 
     def notice(text: str) -> None:  # from a teammate's thread, maybe while the prompt waits
+        prompting = console.at_prompt and sys.stdin.isatty()
+        if prompting:
+            console.text("\n")  # the cursor stands after the prompt
         console.line(f"({text})")
-        if sys.stdin.isatty():
+        if prompting:
             console.text(PROMPT)
 
     session = ChatSession(root_of(root, ctx), model_for=model_for, resume=resume, max_steps=max_steps,
@@ -162,6 +167,7 @@ def _loop(session: ChatSession, console: Console, model: str) -> None:
             console.line(f"({notice})")
         shown = notice
         try:
+            console.at_prompt = True
             line = input(PROMPT if tty else "")
         except EOFError:
             console.end_line()
@@ -169,6 +175,8 @@ def _loop(session: ChatSession, console: Console, model: str) -> None:
         except KeyboardInterrupt:
             console.line("^C (Ctrl-D or /quit to leave)")
             continue
+        finally:
+            console.at_prompt = False
         try:
             resp = session.handle(line)
         except KeyboardInterrupt:
