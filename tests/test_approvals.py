@@ -180,6 +180,8 @@ def _decide(root: str, approve: bool, barrier) -> str:
 
 def test_two_processes_answering_at_once_one_wins_the_other_is_told(tmp_path):
     Requests(tmp_path).create("plan", "pam", "plan: do it", rid="race1")
+    with pytest.raises(UserError, match="request race1 is a plan: 'always' applies to tool requests"):
+        Requests(tmp_path).decide("race1", True, by="user", always=True)
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Manager().Barrier(2)
     with ctx.Pool(2) as pool:

@@ -184,6 +184,9 @@ class Requests:
             current = self._load(self._path(r.id)) or r
             if kind is not None and current.kind != kind:
                 raise UserError(f"request {current.id} is a {current.kind} request, not a {kind} request")
+            if always and current.kind != "tool":
+                raise UserError(f"request {current.id} is a plan: 'always' applies to tool requests (an ask rule); "
+                                "approve the plan without it")
             if current.status != "pending":
                 raise UserError(f"request {current.id} was already {current.verdict()}")
             stale = self._stale(current)
