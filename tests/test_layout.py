@@ -18,7 +18,7 @@ import networkx as nx
 PACKAGE = Path(__file__).resolve().parent.parent / "orchestrator"
 RANK = {
     "core": 0,
-    "tasks": 1, "team": 1, "jobs": 1, "git": 1, "llm": 1, "plan": 1, "roles": 1,
+    "tasks": 1, "team": 1, "jobs": 1, "git": 1, "llm": 1, "plan": 1, "roles": 1, "hooks": 1,
     "tools": 2,
     "agent": 3,
     "runtime": 4,

@@ -148,3 +148,17 @@ def test_unknown_and_malformed_skills(tmp_path):
     write(tmp_path / "skills/broken/SKILL.md", "---\nname: other\ndescription: d\n---\nbody\n")
     with pytest.raises(UserError, match="name 'other' must equal its directory name 'broken'"):
         discover_skills(tmp_path)
+
+
+def test_a_role_budget_is_read_from_the_front_matter_and_a_bad_one_names_the_file_and_the_key(tmp_path):
+    from orchestrator.core.budget import Budget
+    from orchestrator.core.errors import UserError
+    from orchestrator.roles.roles import parse_role
+
+    head = "---\nname: scout\ndescription: d\ntools: [glob]\n"
+    role = parse_role(head + "budget: {tokens: 5000, dollars: 0.5}\n---\nbody\n", tmp_path / "scout.md")
+    assert role.budget == Budget(tokens=5000, dollars=0.5)
+    assert parse_role(head + "budget: 700\n---\nbody\n", tmp_path / "scout.md").budget == Budget(tokens=700)
+    with pytest.raises(UserError) as e:
+        parse_role(head + "budget: {tokens: 0}\n---\nbody\n", tmp_path / "scout.md")
+    assert str(e.value).startswith(f"{tmp_path}/scout.md: 'budget.tokens': Input should be greater than or equal to 1")

@@ -8,6 +8,7 @@ attempt, or a turn woken by messages) is::
     for step in 1..max_steps:
         cancelled?                      -> Interrupted
         past the deadline?              -> TimedOut
+        limit() names a budget reached  -> BudgetReached (failed, "budget reached: ...")
         drain inbox + job notes         -> one user message: <inbox>…</inbox>, then
                                            <background-results>…</background-results>
                                            (transcript, then ack)
@@ -22,7 +23,10 @@ attempt, or a turn woken by messages) is::
 Control flow uses exceptions carrying messages: ``TaskDone`` (the agent
 marked its current task completed/failed through ``task_update``; the loop
 reports it, the *executor* writes the store with the claim's epoch),
-``LimitsExceeded`` (step limit), ``Interrupted`` (cancelled by the lead),
+``LimitsExceeded`` (step limit), ``BudgetReached`` (the ``limit`` callable,
+asked before each model call, named a spending cap it reached: the run ends
+as failed with "budget reached: ..."; it may block while the lead is asked
+for more, runtime/teammate.py), ``Interrupted`` (cancelled by the lead),
 ``TimedOut`` (the task's ``timeout``: a run given a ``deadline`` stops at the
 first step past it, its model calls give up at it, and no tool call waits
 past it, ``ToolContext.deadline``).
@@ -107,6 +111,10 @@ class TimedOut(AgentStop):
     """The run reached its deadline (the task's ``timeout``)."""
 
 
+class BudgetReached(AgentStop):
+    """The agent's ``limit`` said a budget was reached (runtime/budgets.py); ``str(e)`` says which."""
+
+
 @dataclass
 class Signals:
     """What the tools asked of the loop during a step (through ``ToolContext.loop``: ``Agent``)."""
@@ -185,11 +193,13 @@ class Agent:
         budget: int = DEFAULT_BUDGET,
         on_usage: Callable[[Usage], None] | None = None,
         on_step: Callable[[], None] | None = None,
+        limit: Callable[[], str | None] | None = None,
     ):
         self.name, self.role, self.model, self.tools, self.ctx = name, role, model, tools, ctx
         self.tool_schemas = tools.schemas()  # the tool set is fixed per agent: built once
         self.transcript, self.team_name, self.inbox, self.jobs = transcript, team_name, inbox, jobs
         self.roster, self.max_steps, self.on_usage, self.on_step = roster, max_steps, on_usage, on_step
+        self.limit = limit
         self.signals = Signals()
         ctx.loop = self  # the tools' LoopControl (tools.services)
         self.cancelled = threading.Event()
@@ -295,6 +305,8 @@ class Agent:
                     raise TimedOut(f"after {steps} model call(s)")
                 if steps >= limit:
                     raise LimitsExceeded(f"step limit reached ({limit} model calls) without finishing")
+                if self.limit is not None and (reached := self.limit()) is not None:
+                    raise BudgetReached(reached)
                 self.drain(pending_notes)
                 pending_notes = []
                 steps += 1
@@ -316,6 +328,8 @@ class Agent:
                              (done.result or "the agent marked the task failed"), steps, usage)
         except LimitsExceeded as e:
             return LoopResult("failed", "", str(e), steps, usage)
+        except BudgetReached as e:
+            return LoopResult("failed", "", f"budget reached: {e}", steps, usage)
         except Interrupted as e:
             return LoopResult("interrupted", "", str(e), steps, usage)
         except TimedOut as e:

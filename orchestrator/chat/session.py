@@ -31,6 +31,11 @@ Shell commands of the lead and its teammates run in the OS sandbox
 cannot be set up, is among the ``notes`` shown at the start and in
 ``team status`` (the lead's ``lead.json``).
 
+Hooks (docs/hooks.md): ``.team/hooks.yaml`` applies to the session's
+teammates and tasks as in ``team run`` (the task store and the bus tell the
+dispatcher; teammates ask it before a completion or going idle); the lead's
+own turns fire no hook, and ``run_finished`` is ``team run``'s alone.
+
 ``resume=True`` continues the last session: the lead's transcript, the goal,
 and the teammates it had (respawned; each resumes from its own transcript).
 ``/compact`` folds older turns without a model call (extractive summary);
@@ -58,6 +63,8 @@ from ..core.models import Message, Status, Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..core.sandbox import Sandbox
+from ..hooks.config import load_hooks_file
+from ..hooks.dispatch import HookDispatcher
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
 from ..roles.roles import Role, check_tools, get_role
@@ -181,6 +188,10 @@ class ChatSession:
         self.agent: LeadAgent | None = None
         self.goal = Goal()
         self._teammates: list[str] = []
+        self.hooks: HookDispatcher | None = None
+        """``.team/hooks.yaml``'s hooks for the session's teammates and tasks (docs/hooks.md)."""
+        self.hook_reports: list[str] = []
+        """Hooks that crashed, hung or could not start (also in ``.team/hooks.jsonl``)."""
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> ChatSession:
@@ -209,10 +220,16 @@ class ChatSession:
             self.base_usage = usage.as_usage(saved.usage) or Usage()
             team = Team(self.root)
             name = team.load().team_name if team.config.exists() else "team"
+            hooks = load_hooks_file(self.root)  # a bad file: a clear error, the lock released
+            if hooks:
+                self.hooks = HookDispatcher(hooks, self.root, plan="", workspace=self.workspace,
+                                            report=self.hook_reports.append)
             self.rt = TeamRuntime(self.root, model_for=self.model_for, workspace=self.workspace, team_name=name,
                                   max_steps=self.max_steps, heartbeat_every=self.heartbeat_every,
-                                  sandbox=self.sandbox, approval_timeout=self.approval_timeout,
+                                  sandbox=self.sandbox, hooks=self.hooks, approval_timeout=self.approval_timeout,
                                   on_approval=self._approval)
+            if self.hooks is not None:
+                self.rt.store.observer = self.hooks.task_observer
             self.rt.serve_control()
             if self.ask_user is not None:  # the lead's subagents ask here too (they run in its turn)
                 rt = self.rt
@@ -286,6 +303,9 @@ class ChatSession:
             self._save()
             released = self.rt.close()
             self.rt = None
+        if self.hooks is not None:
+            self.hooks.close()  # what was fired has run (teammate_stopped too)
+            self.hooks = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None

@@ -44,6 +44,7 @@ def run_cmd(
     include_uncommitted: Annotated[bool, typer.Option("--include-uncommitted", help="isolation: worktree: start the plan from your checkout as it is (a snapshot commit of your uncommitted changes), not from your last commit.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
+    ask: Annotated[bool, typer.Option("--ask", help="A teammate that reaches its budget asks the lead (a budget_request in the lead's inbox, answered with `team send NAME --type budget_response --request-id ID approve`) instead of failing its task.")] = False,
     board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
     json_out: JsonOpt = False,
     root: RootOpt = None,
@@ -94,7 +95,7 @@ def run_cmd(
         signal.signal(sig, on_signal)
     try:
         result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh, redo=redo or [],
-                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop)
+                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop, ask=ask)
     finally:
         sink.close()
         if web is not None:
@@ -103,10 +104,13 @@ def run_cmd(
     tokens = usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
     if tokens is not None:
         summary["usage"] = tokens
+    if result.spend:
+        summary["spend"] = result.spend
     if json_out:
         sink({"event": "summary", **summary})
     else:
-        for line in progress.render_summary(summary) + usage.render(tokens or {}, "tokens this run"):
+        for line in (progress.render_summary(summary) + usage.render(tokens or {}, "tokens this run")
+                     + usage.render_spend(result.spend)):
             out(line)
     if not result.ok:
         raise typer.Exit(code=1)

@@ -43,11 +43,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ..core.budget import Budget
 from ..core.errors import PlanError
+from ..core.hooks import EVENTS, HookCommand, HooksConfig
 from .analysis import find_cycle
 from .model import Defaults, LoadedPlan, Loc, Plan, PlanTask, TeamMember
 
-_MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults}
+_MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults,
+                                       "hooks": HooksConfig, "budget": Budget,
+                                       **{event: HookCommand for event in EVENTS}}
 
 MAX_PLAN_BYTES = 4 << 20
 """Largest plan file read (4 MiB: a 1,000-task plan is ~100 KB)."""

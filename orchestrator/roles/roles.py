@@ -8,6 +8,7 @@
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
     ask: [write_file, "bash(git push*)"]  # optional; calls a person approves first (tools/approval.py)
+    budget: {tokens: 200000}         # optional; tokens and/or dollars each teammate of it may spend
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -33,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.budget import Budget
 from ..core.errors import UserError
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "ask")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "ask")
 ASK_RE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*(\(\s*\S.*\))?\s*$", re.S)
 """The shape of an ``ask`` entry (tools/approval.py parses and checks it against the tools)."""
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
@@ -56,6 +58,7 @@ class Role:
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
     network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
     ask: tuple[str, ...] = ()  # TOOL or TOOL(PATTERN): calls a person approves before they run (tools/approval.py)
+    budget: Budget | None = None  # what each teammate of this role may spend (core/budget.py)
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -136,7 +139,22 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     return Role(name, description, tuple(tools), body, model, path, builtin,
                 plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
-                ask=tuple(a.strip() for a in ask))
+                budget=_budget(meta, path), ask=tuple(a.strip() for a in ask))
+
+
+def _budget(meta: dict[str, Any], path: Path) -> Budget | None:
+    value = meta.get("budget")
+    if value is None:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        return Budget.model_validate(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"{path}: 'budget{'.' + where if where else ''}': {err['msg']} (e.g. budget: "
+                        "{tokens: 200000, dollars: 2.5})") from None
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:

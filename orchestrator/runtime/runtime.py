@@ -58,21 +58,29 @@ interrupts work only through its methods (``enqueue``, ``drop``,
   message in the lead's inbox, ``tell_lead``). A plan-mode teammate's plan
   is a ``plan`` request in the same store (its message to the lead is the
   protocol's ``plan_approval_request``); ``on_approval`` hears of it too.
+* Models and budgets (``members``: ``MemberSettings`` by name, from a plan's
+  ``team:``): a teammate's own ``model``/``budget`` win over its role's;
+  ``model_for`` gets the role with them filled in; the budget goes to the
+  shared ``Spend`` (budgets.py) and the roster. ``hooks``: the run's
+  dispatcher; the bus tells it every message sent (``message_sent``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core import threads
+from ..core.budget import Budget
 from ..core.errors import UserError
+from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status, Task
 from ..core.paths import tasks_dir, team_dir
 from ..core.sandbox import Sandbox
@@ -91,11 +99,20 @@ from ..tools import FileTruth, ToolContext
 from ..tools.coordination import agent_registry
 from .approvals import StoreAsk, approval_line, gate_for, timeout_from_env
 from .autoclaim import AutoClaimer
+from .budgets import Spend
 from .claims import ClaimLedger
 from .subagents import SubagentRunner
 from .teammate import Assignment, Done, Teammate, TeamServices
 
 log = logging.getLogger("orchestrator.teammates")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberSettings:
+    """A teammate's own settings (a plan's ``team:`` entry): they win over its role's."""
+
+    model: str | None = None
+    budget: Budget | None = None
 
 
 class TeamRuntime:
@@ -106,15 +123,23 @@ class TeamRuntime:
                  idle_slice: float = 0.05, heartbeat_every: float = 2.0, jobs: JobManager | None = None,
                  store: TaskStore | None = None, autoclaim: bool = False, claim_lease: float = 60.0,
                  claim_rescan: float = 5.0, sandbox: Sandbox | None = None, on_crash: Crash | None = None,
-                 approval_timeout: float | None = None, on_approval: Callable[[Request], None] | None = None):
+                 hooks: Hooks | None = None, spend: Spend | None = None,
+                 members: Mapping[str, MemberSettings] | None = None, approval_timeout: float | None = None,
+                 on_approval: Callable[[Request], None] | None = None):
         """``sandbox``: where every teammate's shell commands run (default: on, core/sandbox.py);
         ``team run`` and ``team chat`` pass the session's choice. ``on_crash``: told when a thread
         of the team dies of an exception (its heartbeats, the control server, a teammate, the job
-        watcher): ``team run`` stops (core/threads.py). ``approval_timeout``: seconds an ``ask``
-        call waits for a person (default ``TEAM_APPROVAL_TIMEOUT``, approvals.py);
-        ``on_approval``: told of each new request, tool or plan (default: ``tell_lead`` for a tool
-        request; a plan's message reaches the lead by the protocol)."""
+        watcher): ``team run`` stops (core/threads.py). ``hooks``: the run's hook dispatcher
+        (hooks/dispatch.py; default: none); ``spend``: usage against budgets (budgets.py);
+        ``members``: a teammate's own model and budget by name (a plan's ``team:``).
+        ``approval_timeout``: seconds an ``ask`` call waits for a person (default
+        ``TEAM_APPROVAL_TIMEOUT``, approvals.py); ``on_approval``: told of each new request, tool or
+        plan (default: ``tell_lead`` for a tool request; a plan's message reaches the lead by the
+        protocol)."""
         self.on_crash = on_crash
+        self.hooks: Hooks = hooks if hooks is not None else NoHooks()
+        self.spend = spend if spend is not None else Spend()
+        self.members: dict[str, MemberSettings] = dict(members or {})
         self.root = Path(root).absolute()
         self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.workspace = Path(workspace or root).absolute()
@@ -124,6 +149,8 @@ class TeamRuntime:
         self.max_steps, self.subagent_steps, self.idle_slice = max_steps, subagent_steps, idle_slice
         self.team = Team(self.root)
         self.bus = Bus(self.root, team=self.team, poll_interval=0.01)
+        if hooks is not None:
+            self.bus.observer = lambda m: self.hooks.fire("message_sent", teammate=m.sender, message=m.to_json())
         self.requests = Requests(self.root)
         self.asker = StoreAsk(self.requests, timeout=approval_timeout or timeout_from_env(),
                               notify=on_approval or self.tell_lead)
@@ -137,14 +164,15 @@ class TeamRuntime:
             context=lambda name, network: self.tool_context(name, network=network, subagent=True),
             guard=lambda role, ctx: gate_for(role, self.registry, self.asker.with_stop(lambda: self._stop.is_set())),
             team_name=team_name,
-            max_steps=subagent_steps)
+            max_steps=subagent_steps, spend=self.spend)
         self.claims = ClaimLedger(self.store, lease=claim_lease)
         self.claimer = AutoClaimer(self.store, self.claims, rescan_every=claim_rescan,
                                    recover=self.reclaim_leases) if autoclaim else None
         self._services = TeamServices(
             root=self.root, team_name=team_name, roster=self.team, bus=self.bus, jobs=self.jobs,
             store=self.store, registry=self.registry, claim=self.claim_for, max_steps=max_steps,
-            idle_slice=idle_slice, requests=self.requests, on_request=self._plan_submitted)
+            idle_slice=idle_slice, hooks=self.hooks, spend=self.spend, requests=self.requests,
+            on_request=self._plan_submitted)
         self.mates: dict[str, Teammate] = {}
         self._lock = threading.RLock()  # guards mates (each teammate guards its own queue)
         self._stop = threading.Event()
@@ -186,10 +214,16 @@ class TeamRuntime:
             r = get_role(role, self.workspace)
             check_tools(r, self.registry.names())
             gate_for(r, self.registry, self.asker)  # a bad ask entry: refused before anything starts
+            own = self.members.get(name)
+            if own is not None:  # a plan's `team:` entry: its own model and budget win over the role's
+                r = dataclasses.replace(r, model=own.model or r.model, budget=own.budget or r.budget)
+            self.spend.set_budget(name, r.budget)
             plan_mode = plan_mode or r.plan_mode
+            model = self.model_for(r)
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
-                          task=None, plan_mode=plan_mode)
-            mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name, network=r.network),
+                          task=None, plan_mode=plan_mode, model=getattr(model, "model", None),
+                          budget=r.budget.model_dump(exclude_none=True) if r.budget is not None else None)
+            mate = Teammate(name, r, model, prompt, ctx=self.tool_context(name, network=r.network),
                             on_crash=self.on_crash,
                             services=self._services, plan_mode=plan_mode)
             mate.ctx.approvals = gate_for(r, self.registry, self.asker.with_stop(

@@ -27,6 +27,7 @@ from ..llm.types import ChatModel
 from ..roles.roles import Role, get_role
 from ..tools import ToolContext, ToolRegistry
 from ..tools.approval import ApprovalGate
+from .budgets import Spend
 
 NO_SUBAGENT_TOOLS = frozenset({"subagent", "spawn_teammate", "list_teammates", "idle", "send_message",
                                "broadcast", "read_inbox", "background_run", "check_background"})
@@ -37,10 +38,12 @@ class SubagentRunner:
 
     def __init__(self, *, root: Path, workspace: Path, registry: ToolRegistry,
                  model_for: Callable[[Role], ChatModel], context: Callable[[str, bool], ToolContext],
-                 team_name: str = "team", max_steps: int = 20,
+                 team_name: str = "team", max_steps: int = 20, spend: Spend | None = None,
                  guard: Callable[[Role, ToolContext], ApprovalGate | None] | None = None):
-        """``guard``: the ``ask`` gate of a subagent of a role (runtime/approvals.py): a subagent
-        asks before the same calls a teammate of its role would."""
+        """``spend``: a subagent's calls are charged to its caller's budget and stop at it (budgets.py);
+        ``guard``: the ``ask`` gate of a subagent of a role (runtime/approvals.py): a subagent asks
+        before the same calls a teammate of its role would."""
+        self.spend = spend
         self.guard = guard
         self.root, self.workspace, self.registry = root, workspace, registry
         self.model_for, self.context, self.team_name, self.max_steps = model_for, context, team_name, max_steps
@@ -54,10 +57,13 @@ class SubagentRunner:
             if not transcript_path(self.root, name).exists():
                 break
         tools = self.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
+        spend = self.spend
         ctx = self.context(name, network and r.network)
         if self.guard is not None:
             ctx.approvals = self.guard(r, ctx)
         agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=ctx,
                       transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
-                      max_steps=self.max_steps)
+                      max_steps=self.max_steps,
+                      on_usage=None if spend is None else lambda total: spend.record(name, total, charge=parent),
+                      limit=None if spend is None else lambda: spend.check(parent))
         return agent.run(prompt)

@@ -82,6 +82,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from ..core.errors import ConflictError, UserError
 from ..core.fsutil import LockTimeout, atomic_write, file_lock, flock_fd, fsync_dir
+from ..core.hooks import MessageObserver
 from ..core.jsonutil import dumps
 from ..core.models import MESSAGE_TYPES, PROTOCOL_TYPES, Message
 from ..core.paths import team_dir
@@ -181,6 +182,9 @@ class Bus:
         self._stale: dict[str, tuple[int, int] | None] = {}
         self._signals: dict[str, _Signal] = {}  # inbox name -> wake-up for waiters on this Bus
         self._signals_lock = threading.Lock()
+        self.observer: MessageObserver | None = None
+        """Told about every message this bus sent, after it is on disk (core/hooks.py: the run's
+        ``message_sent`` hooks); it must not block (the hook dispatcher queues)."""
 
     def _signal_for(self, name: str) -> _Signal:
         with self._signals_lock:
@@ -236,6 +240,8 @@ class Bus:
         with sig.cond:
             sig.version += 1
             sig.cond.notify_all()
+        if self.observer is not None:
+            self.observer(msg)
         return msg
 
     def broadcast(self, content: str, *, sender: str, **extra: Any) -> list[Message]:
