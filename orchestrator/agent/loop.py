@@ -9,7 +9,9 @@ attempt, or a turn woken by messages) is::
         cancelled?                      -> Interrupted
         past the deadline?              -> TimedOut
         limit() names a budget reached  -> BudgetReached (failed, "budget reached: ...")
-        drain inbox + job notes         -> user messages (transcript, then ack)
+        drain inbox + job notes         -> one user message: <inbox>…</inbox>, then
+                                           <background-results>…</background-results>
+                                           (transcript, then ack)
         ContextWindow.prepare           -> projected request (maybe compacted)
         model.complete (stream)         -> assistant message (transcript first)
         no tool calls                   -> final answer: the run ends, "completed"
@@ -154,6 +156,16 @@ def format_message(m: Message) -> str:
     return f"[message from {m.sender} ({m.type}{extra})]\n{m.content}"
 
 
+def inbox_block(texts: Sequence[str]) -> str:
+    """Inbox messages as the model reads them: in the seed's ``<inbox>…</inbox>`` (see docs/agents.md)."""
+    return "<inbox>\n" + "\n\n".join(texts) + "\n</inbox>"
+
+
+def background_block(texts: Sequence[str]) -> str:
+    """Job notifications as the model reads them: in the seed's ``<background-results>…</background-results>``."""
+    return "<background-results>\n" + "\n\n".join(texts) + "\n</background-results>"
+
+
 def format_note(n: Notification) -> str:
     """One background-job notification as the agent reads it."""
     code = "" if n.exit_code is None else f", exit code {n.exit_code}"
@@ -255,7 +267,7 @@ class Agent:
                 ack()  # passes over messages already in the transcript
             return "no new messages"
         self._inbox_pending = (ids, ack)
-        return "\n\n".join(texts)
+        return inbox_block(texts)
 
     def drain(self, extra_notes: Sequence[Notification] = ()) -> int:
         """Fold unread inbox messages and job notifications into the conversation:
@@ -263,12 +275,13 @@ class Agent:
         self._inbox_pending = None
         texts, ids, ack = self._fetch()
         notes = list(extra_notes) + (list(self.jobs.drain(self.name)) if self.jobs is not None else [])
-        texts += [format_note(n) for n in notes]
-        if texts:
-            self.add({"role": "user", "content": "\n\n".join(texts), "_kind": "inbox"}, inbox_ids=ids)
+        blocks = ([inbox_block(texts)] if texts else []) + ([background_block([format_note(n) for n in notes])]
+                                                            if notes else [])
+        if blocks:
+            self.add({"role": "user", "content": "\n\n".join(blocks), "_kind": "inbox"}, inbox_ids=ids)
         if ack is not None:
             ack()
-        return len(texts)
+        return len(texts) + len(notes)
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompt: str | None = None, *, task_label: str | None = None,

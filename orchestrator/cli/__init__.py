@@ -6,6 +6,7 @@
     review.py     team log|diff|land: review a plan's result (isolation: worktree) and take it
     teamcmds.py   team send|broadcast|inbox|status, team jobs
     agentcmds.py  team spawn
+    controls.py   team shutdown|approve|reject|deny: the lead's controls for people
     chat.py       team chat (the terminal side)
     doctor.py     team doctor
     worktreecmd.py  team worktree list|events|keep|remove|land: the agents' worktrees
@@ -58,9 +59,20 @@ def _global(
 
 
 def _register() -> None:
-    from . import agentcmds, boardcmd, chat, doctor, review, runcmd, tasks, teamcmds, worktreecmd
+    from . import (
+        agentcmds,
+        boardcmd,
+        chat,
+        controls,
+        doctor,
+        review,
+        runcmd,
+        tasks,
+        teamcmds,
+        worktreecmd,
+    )
 
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd, worktreecmd):
+    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, controls, boardcmd, worktreecmd):
         module.register(app)
 
 

@@ -11,6 +11,13 @@ prompt just clears the line.
 
 The model and key are resolved before anything starts (exit 2 when one is
 missing), and so is the lead lock (exit 2 naming the lead that holds it).
+
+Approvals (tools/approval.py): a call of the lead's own that its role marks
+``ask`` is asked here, before it runs: ``allow? [y]es / [n]o [reason] /
+[a]lways`` (``always``: that rule stops asking for the rest of the session;
+end of input is a no). A teammate's ``ask`` call cannot take the prompt from
+under you: a line says it waits, and ``/approve ID`` or ``/deny ID REASON``
+(or ``team approve`` from another shell) answers it.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ if TYPE_CHECKING:
     from ..chat.session import ChatSession
     from ..llm.client import LLMClient
     from ..roles.roles import Role
+    from ..tools.approval import ApprovalRequest, Decision
 
 from ..core.text import shown
 from .common import RootOpt, root_of
@@ -38,6 +46,8 @@ class Console:
 
     def __init__(self, stream: IO[str]):
         self.stream, self.at_start = stream, True
+        self.at_prompt = False
+        """The prompt waits for a line: a notice from another thread prints the prompt again after it."""
 
     def text(self, chunk: str) -> None:
         """Model text and lines of ours; control characters a model (or a teammate's message)
@@ -91,8 +101,19 @@ def chat_cmd(
                                       on_retry=lambda e: console.line(f"({e})"))
         return clients[name]
 
+    def ask_user(req: ApprovalRequest) -> Decision:
+        return ask_at_terminal(console, req)
+
+    def notice(text: str) -> None:  # from a teammate's thread, maybe while the prompt waits
+        prompting = console.at_prompt and sys.stdin.isatty()
+        if prompting:
+            console.text("\n")  # the cursor stands after the prompt
+        console.line(f"({text})")
+        if prompting:
+            console.text(PROMPT)
+
     session = ChatSession(root_of(root, ctx), model_for=model_for, resume=resume, max_steps=max_steps,
-                          on_text=console.text, on_tool=console.tool)
+                          on_text=console.text, on_tool=console.tool, ask_user=ask_user, on_notice=notice)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         session.open()
@@ -102,6 +123,31 @@ def chat_cmd(
             console.line(f"(#{task.id} {task.subject}: claimed by a teammate and not finished; released to pending)")
         for client in clients.values():
             client.close()
+
+
+ANSWERS = "allow? [y]es / [n]o [reason] / [a]lways: "
+
+
+def ask_at_terminal(console: Console, req: ApprovalRequest) -> Decision:
+    """Ask the person about one of the lead's ``ask`` calls; end of input (or Ctrl-C) is a no."""
+    from ..tools.approval import Decision
+
+    console.line(f"approval needed: {req.summary} (rule {req.rule})")
+    while True:
+        try:
+            raw = input(ANSWERS if sys.stdin.isatty() else "")
+        except (EOFError, KeyboardInterrupt):
+            console.line("(no answer: denied)")
+            return Decision(False, "no answer at the terminal")
+        word, _, reason = raw.strip().partition(" ")
+        word = word.lower()
+        if word in ("y", "yes"):
+            return Decision(True)
+        if word in ("a", "always"):
+            return Decision(True, always=True)
+        if word in ("n", "no"):
+            return Decision(False, reason.strip())
+        console.line("answer y, n (optionally with a reason) or always")
 
 
 def _loop(session: ChatSession, console: Console, model: str) -> None:
@@ -121,6 +167,7 @@ def _loop(session: ChatSession, console: Console, model: str) -> None:
             console.line(f"({notice})")
         shown = notice
         try:
+            console.at_prompt = True
             line = input(PROMPT if tty else "")
         except EOFError:
             console.end_line()
@@ -128,6 +175,8 @@ def _loop(session: ChatSession, console: Console, model: str) -> None:
         except KeyboardInterrupt:
             console.line("^C (Ctrl-D or /quit to leave)")
             continue
+        finally:
+            console.at_prompt = False
         try:
             resp = session.handle(line)
         except KeyboardInterrupt:

@@ -207,11 +207,12 @@ MESSAGE_TYPES = (
     "shutdown_response",
     "plan_approval_request",
     "plan_approval_response",
+    "approval_request",
     "job_done",
     "budget_request",
     "budget_response",
 )
 PROTOCOL_TYPES = frozenset(
     {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response",
-     "budget_request", "budget_response"}
+     "approval_request", "budget_request", "budget_response"}
 )

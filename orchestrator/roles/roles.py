@@ -7,6 +7,7 @@
     model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
+    ask: [write_file, "bash(git push*)"]  # optional; calls a person approves first (tools/approval.py)
     budget: {tokens: 200000}         # optional; tokens and/or dollars each teammate of it may spend
     permissions:                     # optional; what its task and worktree tools may change
       tasks: [create, update-own]    #   create | update-own | update-any | assign
@@ -43,6 +44,7 @@ against the tool registry by ``check_tools`` (the registry lives elsewhere).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,9 +54,11 @@ from ..core.budget import Budget
 from ..core.errors import UserError
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "permissions")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "permissions", "ask")
 TASK_RIGHTS = ("create", "update-own", "update-any", "assign")
 WORKTREE_RIGHTS = ("none", "own", "any")
+ASK_RE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*(\(\s*\S.*\))?\s*$", re.S)
+"""The shape of an ``ask`` entry (tools/approval.py parses and checks it against the tools)."""
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
 
 
@@ -96,6 +100,7 @@ class Role:
     builtin: bool = False
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
     network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
+    ask: tuple[str, ...] = ()  # TOOL or TOOL(PATTERN): calls a person approves before they run (tools/approval.py)
     budget: Budget | None = None  # what each teammate of this role may spend (core/budget.py)
     permissions: Permissions = Permissions()  # what its task and worktree tools may change
 
@@ -191,11 +196,16 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     if dupes:
         raise UserError(f"{path}: 'tools' lists {dupes} more than once")
     model = _text_field(meta, "model", path)
+    ask = meta.get("ask") or []
+    if not isinstance(ask, list) or not all(isinstance(a, str) and ASK_RE.match(a) for a in ask):
+        raise UserError(f"{path}: 'ask' must be a list of TOOL or TOOL(PATTERN) entries, e.g. "
+                        f"[write_file, \"bash(git push*)\"], got {ask!r}")
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     return Role(name, description, tuple(tools), body, model, path, builtin,
                 plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
-                budget=_budget(meta, path), permissions=_permissions(meta, path))
+                budget=_budget(meta, path), permissions=_permissions(meta, path),
+                ask=tuple(a.strip() for a in ask))
 
 
 def _budget(meta: dict[str, Any], path: Path) -> Budget | None:

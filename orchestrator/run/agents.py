@@ -44,8 +44,15 @@ together (runtime/budgets.py ``Spend``). A teammate that reaches a budget
 ends its attempt as failed with "budget reached: ..." (or, with ``--ask``,
 asks the lead first: runtime/teammate.py).
 
+A teammate whose role marks a tool ``ask`` (tools/approval.py) waits for a
+person at that call: the request goes to the lead's inbox and the request
+store, a line in the run's output says how to answer (``team approve ID`` /
+``team deny ID --reason TEXT`` from another shell), and no answer within
+``TEAM_APPROVAL_TIMEOUT`` seconds (default 300) is a denial the agent reads
+as the tool's result.
+
 Settings from the environment: ``TEAM_AGENT_MAX_STEPS`` (model calls per
-attempt, default 40).
+attempt, default 40), ``TEAM_APPROVAL_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -63,8 +70,10 @@ from ..jobs.records import JobRecord
 from ..llm.client import LLMClient
 from ..llm.types import LLMConfig
 from ..roles.roles import Role
+from ..runtime.approvals import approval_line
 from ..runtime.budgets import Spend
 from ..runtime.runtime import MemberSettings, TeamRuntime
+from ..team.requests import Request
 from .executor import DoneCallback, ExecutorContext, Outcome
 
 STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed",
@@ -101,7 +110,8 @@ class AgentExecutor:
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
                                    on_crash=ctx.stop.fail,
                                    autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox,
-                                   hooks=ctx.hooks, spend=self.spend, members=members)
+                                   hooks=ctx.hooks, spend=self.spend, members=members,
+                                   on_approval=self._approval)
         try:
             for name, role in ctx.team:
                 self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)
@@ -109,6 +119,14 @@ class AgentExecutor:
         except BaseException:
             self.runtime.close()
             raise
+
+    def _approval(self, r: Request) -> None:
+        """A teammate waits for a person: an ``ask`` call (the lead's inbox gets the request) or a
+        plan (the protocol's message reached the lead's inbox already); the run's output says how."""
+        if r.kind == "tool":
+            self.runtime.tell_lead(r)
+        if self.note is not None:
+            self.note(approval_line(r))
 
     def _model_for(self, role: Role) -> LLMClient:
         """One client per model: a teammate's own (plan ``team:``), else its role's, else the run's."""

@@ -26,6 +26,7 @@ from ..agent.transcript import Transcript, transcript_path
 from ..llm.types import ChatModel
 from ..roles.roles import Permissions, Role, get_role
 from ..tools import ToolContext, ToolRegistry
+from ..tools.approval import ApprovalGate
 from .budgets import Spend
 
 NO_SUBAGENT_TOOLS = frozenset({"subagent", "spawn_teammate", "list_teammates", "idle", "send_message",
@@ -38,9 +39,13 @@ class SubagentRunner:
     def __init__(self, *, root: Path, workspace: Path, registry: ToolRegistry,
                  model_for: Callable[[Role], ChatModel],
                  context: Callable[[str, bool, Permissions], ToolContext],
-                 team_name: str = "team", max_steps: int = 20, spend: Spend | None = None):
-        """``spend``: a subagent's calls are charged to its caller's budget and stop at it (budgets.py)."""
+                 team_name: str = "team", max_steps: int = 20, spend: Spend | None = None,
+                 guard: Callable[[Role, ToolContext], ApprovalGate | None] | None = None):
+        """``spend``: a subagent's calls are charged to its caller's budget and stop at it (budgets.py);
+        ``guard``: the ``ask`` gate of a subagent of a role (runtime/approvals.py): a subagent asks
+        before the same calls a teammate of its role would."""
         self.spend = spend
+        self.guard = guard
         self.root, self.workspace, self.registry = root, workspace, registry
         self.model_for, self.context, self.team_name, self.max_steps = model_for, context, team_name, max_steps
         self._n = itertools.count(1)
@@ -57,6 +62,8 @@ class SubagentRunner:
         tools = self.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
         spend = self.spend
         ctx = self.context(name, network and r.network, r.permissions.narrow(permissions or r.permissions))
+        if self.guard is not None:
+            ctx.approvals = self.guard(r, ctx)
         agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=ctx,
                       transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
                       max_steps=self.max_steps,

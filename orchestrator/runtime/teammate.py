@@ -85,6 +85,7 @@ from ..roles.roles import Role
 from ..team import protocols
 from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
+from ..team.requests import Request, Requests
 from ..tools import ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
 from .budgets import Spend
@@ -191,6 +192,10 @@ class TeamServices:
     """The run's hook dispatcher (hooks/dispatch.py): ``task_completed`` and ``teammate_idle`` may veto."""
     spend: Spend = field(default_factory=Spend)
     """Usage against budgets (budgets.py): asked before each model call."""
+    requests: Requests | None = None
+    """The approval requests (team/requests.py): a submitted plan is recorded there for people."""
+    on_request: Callable[[Request], None] | None = None
+    """Told of each plan recorded there (the lead's user hears of it)."""
 
 
 class Teammate:
@@ -204,6 +209,8 @@ class Teammate:
         self._current: Assignment | None = None
         self._busy = prompt is not None
         self._stop = threading.Event()
+        self.stop_reason: str | None = None
+        """Why the teammate was halted, if someone said (``team shutdown --force``)."""
         member = next((m for m in services.roster.members() if m.name == name), None)
         self.base_usage = Usage(**member.usage) if member is not None and member.usage else Usage()
         ctx.mode = "plan" if plan_mode else "normal"
@@ -214,7 +221,8 @@ class Teammate:
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
             on_usage=self._usage, limit=self._limit)
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
-                                             cancelled=self.agent.cancelled)
+                                             cancelled=self.agent.cancelled, requests=services.requests,
+                                             on_request=services.on_request)
         ctx.handshakes = self.handshakes
         self.thread = threading.Thread(target=threads.guarded(f"teammate-{name}", self._main, on_crash),
                                        name=f"teammate-{name}", daemon=True)
@@ -258,8 +266,11 @@ class Teammate:
             if self._current is not None and self._current.task.id == task_id:
                 self.agent.cancelled.set()
 
-    def halt(self) -> None:
-        """Stop the thread soon: a running attempt ends as interrupted; queued ones stay (``drop``)."""
+    def halt(self, reason: str | None = None) -> None:
+        """Stop the thread soon: a running attempt ends as interrupted (with ``reason``, when
+        given, as its error); queued ones stay (``drop``)."""
+        if reason is not None:
+            self.stop_reason = reason
         self._stop.set()
         self.agent.cancelled.set()
 
@@ -457,6 +468,8 @@ class Teammate:
             self._set(status="working")
             notes = waited
         result.usage, result.steps = total, steps
+        if result.status == "interrupted" and self.stop_reason:
+            result.error = self.stop_reason
         result.log = str(agent.transcript.path.relative_to(self.services.root))
         with self._lock:
             self._current = None

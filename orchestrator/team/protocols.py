@@ -105,9 +105,9 @@ def respond(bus: Mailbox, to: str, type: str, request_id: str, approve: bool, te
 
 
 def request_shutdown(bus: Mailbox, to: str, *, reason: str = "", timeout: float = 30.0,
-                     sender: str = "lead") -> Response:
+                     sender: str = "lead", request_id: str | None = None) -> Response:
     """Ask ``to`` to shut down; its answer, or ``ProtocolTimeout`` after ``timeout`` seconds."""
-    rid = new_request_id()
+    rid = request_id or new_request_id()
     bus.send(to, reason or "please shut down", sender=sender, type="shutdown_request", request_id=rid)
     msg = wait_for(bus, sender, "shutdown_response", rid, timeout)
     if msg is None:
@@ -140,9 +140,9 @@ def ask_budget(bus: Mailbox, name: str, reached: str, *, timeout: float, gone: C
     return None
 
 
-def submit_plan(bus: Mailbox, plan: str, *, sender: str, to: str = "lead") -> str:
-    """Send a plan for approval; returns the request id."""
-    rid = new_request_id()
+def submit_plan(bus: Mailbox, plan: str, *, sender: str, to: str = "lead", request_id: str | None = None) -> str:
+    """Send a plan for approval; returns the request id (``request_id``, else a new one)."""
+    rid = request_id or new_request_id()
     bus.send(to, plan, sender=sender, type="plan_approval_request", request_id=rid)
     return rid
 

@@ -54,6 +54,7 @@ from ..roles.roles import Permissions
 
 if TYPE_CHECKING:
     from ..tasks.store import TaskStore
+    from .approval import ApprovalGate
     from .filetruth import FileTruth
     from .services import (
         ClaimTracker,
@@ -282,6 +283,8 @@ class ToolContext:
     """The agent worktree the agent entered (``worktree_enter``): ``workspace`` is its directory."""
     home: Path | None = None
     """The workspace before ``worktree_enter`` (``worktree_leave`` goes back); None: not in one."""
+    approvals: ApprovalGate | None = None
+    """The agent's ``ask`` rules and who answers them (tools/approval.py); None: nothing asks."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()

@@ -250,9 +250,16 @@ class ReviewPlanArgs(Args):
 def review_plan(call: Call) -> str:
     """Approve or reject a teammate's plan (a plan_approval_request in your inbox)."""
     from ..team.protocols import review_plan as answer
+    from ..team.requests import Requests
 
     a, ctx = call.args, call.ctx
-    answer(ctx.need_bus(), a.teammate, a.request_id, a.approve, a.feedback, sender=ctx.agent)
+    bus, requests = ctx.need_bus(), Requests(ctx.root)
+    on_record = next((r for r in requests.all() if r.id == a.request_id), None)
+    if on_record is not None:  # in the request store (team/requests.py): answered once, by whoever is first
+        if on_record.sender != a.teammate:
+            raise ToolError(f"plan {a.request_id} is {on_record.sender}'s, not {a.teammate}'s")
+        requests.decide(a.request_id, a.approve, by=ctx.agent, reason=a.feedback, kind="plan")
+    answer(bus, a.teammate, a.request_id, a.approve, a.feedback, sender=ctx.agent)
     return f"plan {a.request_id} of {a.teammate} {'approved' if a.approve else 'rejected'}"
 
 

@@ -13,6 +13,8 @@ proposal through the contract, in this order::
     path      confine path fields     → error: resolved location, nothing touched
     fresh     edits of existing files → error: read first / partial / changed lines
     policy    plan mode, shell rules  → error: which rule, command not run
+    approval  an ``ask`` rule matches → a person decides (approval.py); denied or no
+                                        answer in time → error: the rule, who, why
     execute   the handler             → ToolError/TeamError/OSError: error observation
                                         any other exception: our bug — logged with
                                         traceback, error observation names its type
@@ -130,6 +132,8 @@ class ToolRegistry:
             check_plan(ctx, t.name, t.risk)
             if t.command is not None:
                 check_shell(getattr(call.args, t.command))
+            if ctx.approvals is not None:
+                ctx.approvals.check(call)
             obs = self._execute(call)
         except (ToolError, TeamError, OSError) as e:
             obs = Observation(call_id, name, _message(e), is_error=True, stage=getattr(e, "stage", "execute"))
