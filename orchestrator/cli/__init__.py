@@ -11,6 +11,7 @@
     doctor.py     team doctor
     worktreecmd.py  team worktree list|events|keep|remove|land: the agents' worktrees
     boardcmd.py   team board (the web board, imported when it runs)
+    mcpcmd.py     team mcp (the MCP server, imported when it runs)
     common.py     the --root and --json options, output helpers
 
 Every command module registers itself on ``app``. Errors: any ``TeamError``
@@ -65,6 +66,7 @@ def _register() -> None:
         chat,
         controls,
         doctor,
+        mcpcmd,
         review,
         runcmd,
         tasks,
@@ -72,7 +74,8 @@ def _register() -> None:
         worktreecmd,
     )
 
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, controls, boardcmd, worktreecmd):
+    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, controls, boardcmd, worktreecmd,
+                   mcpcmd):
         module.register(app)
 
 

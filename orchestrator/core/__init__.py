@@ -13,4 +13,5 @@
     threads.py  threads that must not die quietly: an exception reaches their owner
     hooks.py    hook events, the hooks: config record, Verdict, the Hooks/observer seams
     budget.py   Budget (tokens and/or dollars) and how a spend is measured against one
+    mcpspec.py  an MCP server a plan or role declares (mcp_servers:), and its tools' names (server__tool)
 """

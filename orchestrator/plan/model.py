@@ -1,7 +1,8 @@
 """The ``plan.yaml`` format: pydantic models (``extra="forbid"``) and the JSON Schema.
 
 ``Plan`` holds ``defaults`` (``Defaults``), ``team`` (``TeamMember``) and
-``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``), and whether
+``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``), ``mcp_servers``
+(core/mcpspec.py: MCP servers whose tools teammates use), and whether
 agents' shell commands run in the OS sandbox (``sandbox``, core/sandbox.py:
 ``off`` is an explicit opt-out), its ``hooks`` (core/hooks.py, docs/hooks.md)
 and spending caps (``budget``: the run's; a ``team:`` member's own, with its
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.budget import Budget
 from ..core.hooks import HooksConfig
+from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
 
 Loc = tuple[Any, ...]
@@ -136,9 +138,21 @@ class Plan(_Strict):
                                                         "(docs/hooks.md); .team/hooks.yaml adds more.")
     defaults: Defaults = Field(default_factory=Defaults, description="Values every task inherits.")
     team: list[TeamMember] = Field(default_factory=list, description="Named teammates.")
+    mcp_servers: list[McpServerSpec] = Field(
+        default_factory=list, description="MCP servers whose tools the plan's teammates may use (as "
+                                          "NAME__TOOL; a role's mcp_tools narrows them). docs/mcp.md.")
     tasks: list[PlanTask] = Field(min_length=1, description="The tasks.")
 
     _sandbox = field_validator("sandbox", mode="before")(_on_off)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, value: list[McpServerSpec]) -> list[McpServerSpec]:
+        names = [s.name for s in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"mcp server names must be unique: {dupes} appear more than once")
+        return value
 
 
 @dataclass

@@ -12,6 +12,9 @@
     permissions:                     # optional; what its task and worktree tools may change
       tasks: [create, update-own]    #   create | update-own | update-any | assign
       worktrees: own                 #   none | own | any
+    mcp_servers:                     # optional; MCP servers this role brings (core/mcpspec.py)
+      - {name: time, command: mcp-server-time}
+    mcp_tools: [time.*, git.status]  # optional; the MCP tools it may use (default: all of them)
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -52,9 +55,11 @@ from typing import Any
 
 from ..core.budget import Budget
 from ..core.errors import UserError
+from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "permissions", "ask")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "permissions", "ask", "mcp_servers",
+             "mcp_tools")
 TASK_RIGHTS = ("create", "update-own", "update-any", "assign")
 WORKTREE_RIGHTS = ("none", "own", "any")
 ASK_RE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*(\(\s*\S.*\))?\s*$", re.S)
@@ -103,6 +108,8 @@ class Role:
     ask: tuple[str, ...] = ()  # TOOL or TOOL(PATTERN): calls a person approves before they run (tools/approval.py)
     budget: Budget | None = None  # what each teammate of this role may spend (core/budget.py)
     permissions: Permissions = Permissions()  # what its task and worktree tools may change
+    mcp_servers: tuple[McpServerSpec, ...] = ()  # MCP servers the role brings, besides the plan's
+    mcp_tools: tuple[str, ...] | None = None  # allow-list of MCP tools (server.tool, server.*); None: all
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -205,7 +212,8 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     return Role(name, description, tuple(tools), body, model, path, builtin,
                 plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
                 budget=_budget(meta, path), permissions=_permissions(meta, path),
-                ask=tuple(a.strip() for a in ask))
+                ask=tuple(a.strip() for a in ask), mcp_servers=_mcp_servers(meta, path),
+                mcp_tools=_mcp_tools(meta, path))
 
 
 def _budget(meta: dict[str, Any], path: Path) -> Budget | None:
@@ -221,6 +229,39 @@ def _budget(meta: dict[str, Any], path: Path) -> Budget | None:
         where = ".".join(str(p) for p in err["loc"])
         raise UserError(f"{path}: 'budget{'.' + where if where else ''}': {err['msg']} (e.g. budget: "
                         "{tokens: 200000, dollars: 2.5})") from None
+
+
+def _mcp_servers(meta: dict[str, Any], path: Path) -> tuple[McpServerSpec, ...]:
+    from pydantic import ValidationError
+
+    raw = meta.get("mcp_servers")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise UserError(f"{path}: 'mcp_servers' must be a list of servers ({{name, command, args, env}} or "
+                        f"{{name, url}}), got {raw!r}")
+    specs = []
+    for i, item in enumerate(raw):
+        try:
+            specs.append(McpServerSpec.model_validate(item))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            raise UserError(f"{path}: mcp_servers[{i}]{'.' + where if where else ''}: {err['msg']}") from None
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UserError(f"{path}: 'mcp_servers' names {dupes} more than once")
+    return tuple(specs)
+
+
+def _mcp_tools(meta: dict[str, Any], path: Path) -> tuple[str, ...] | None:
+    raw = meta.get("mcp_tools")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
+        raise UserError(f"{path}: 'mcp_tools' must be a list like [git.status, time.*], got {raw!r}")
+    return tuple(raw)
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:

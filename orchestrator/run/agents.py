@@ -32,6 +32,10 @@ attempt (``ToolContext.workspace``).
 Every teammate's shell commands run in the run's sandbox (``ExecutorContext.sandbox``,
 core/sandbox.py), with the network only when its role says ``network: true``.
 
+A plan's ``mcp_servers:`` reach the runtime, which starts each server when a teammate that may
+use it is spawned and stops them when it closes (docs/mcp.md); a server that cannot start
+fails the task that needed the teammate, and one that dies mid-run fails the task in flight.
+
 Idle teammates also claim ready non-plan tasks by themselves (runtime/autoclaim.py);
 ``TEAM_AUTOCLAIM=0`` turns that off. A ``team:`` member with ``plan_mode:
 true`` starts in plan mode (team/protocols.py).
@@ -111,7 +115,8 @@ class AgentExecutor:
                                    on_crash=ctx.stop.fail,
                                    autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox,
                                    hooks=ctx.hooks, spend=self.spend, members=members,
-                                   on_approval=self._approval)
+                                   on_approval=self._approval,
+                                   mcp_servers=ctx.mcp_servers)
         try:
             for name, role in ctx.team:
                 self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from ..core.budget import Budget
 from ..core.hooks import Hooks, NoHooks
+from ..core.mcpspec import McpServerSpec
 from ..core.models import Task
 from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
@@ -119,3 +120,4 @@ class ExecutorContext:
     models: dict[str, str] = field(default_factory=dict)  # a teammate's own model (the plan's `team:`)
     budgets: dict[str, Budget] = field(default_factory=dict)  # a teammate's own budget (the plan's `team:`)
     spend: Spend | None = None  # usage against budgets: the plan's `budget:`, `--ask` (runtime/budgets.py)
+    mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)

@@ -285,7 +285,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                           store=store,  # one store object: the scheduler's pipeline serves the teammates too
                           sandbox=sandbox, stop=stop, hooks=hooks, spend=spend,
                           models={m.name: m.model for m in lp.plan.team if m.model},
-                          budgets={m.name: m.budget for m in lp.plan.team if m.budget})
+                          budgets={m.name: m.budget for m in lp.plan.team if m.budget},
+                          mcp_servers=list(lp.plan.mcp_servers))
     execs = build_executors(set(kinds), ctx)
     iso: Isolation | None = None
     try:

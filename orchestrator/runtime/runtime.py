@@ -68,11 +68,12 @@ interrupts work only through its methods (``enqueue``, ``drop``,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,14 @@ from ..core import threads
 from ..core.budget import Budget
 from ..core.errors import UserError
 from ..core.hooks import Hooks, NoHooks
+from ..core.mcpspec import SEP, McpServerSpec
 from ..core.models import Status, Task
 from ..core.paths import tasks_dir, team_dir
 from ..core.sandbox import Sandbox
 from ..core.threads import Crash
 from ..jobs.manager import JobManager
 from ..llm.types import ChatModel
+from ..mcpclient.hub import McpHub
 from ..roles.roles import Permissions, Role, check_tools, get_role
 from ..tasks.store import TaskStore
 from ..team import protocols
@@ -95,8 +98,9 @@ from ..team.inbox import Bus
 from ..team.lead import lead_info
 from ..team.requests import Request, Requests
 from ..team.roster import LEAD, Team, check_name
-from ..tools import FileTruth, ToolContext
+from ..tools import FileTruth, Tool, ToolContext
 from ..tools.coordination import agent_registry
+from ..tools.mcptools import mcp_tools
 from .approvals import StoreAsk, approval_line, gate_for, timeout_from_env
 from .autoclaim import AutoClaimer
 from .budgets import Spend
@@ -125,7 +129,8 @@ class TeamRuntime:
                  claim_rescan: float = 5.0, sandbox: Sandbox | None = None, on_crash: Crash | None = None,
                  hooks: Hooks | None = None, spend: Spend | None = None,
                  members: Mapping[str, MemberSettings] | None = None, approval_timeout: float | None = None,
-                 on_approval: Callable[[Request], None] | None = None):
+                 on_approval: Callable[[Request], None] | None = None,
+                 mcp_servers: Sequence[McpServerSpec] = ()):
         """``sandbox``: where every teammate's shell commands run (default: on, core/sandbox.py);
         ``team run`` and ``team chat`` pass the session's choice. ``on_crash``: told when a thread
         of the team dies of an exception (its heartbeats, the control server, a teammate, the job
@@ -135,7 +140,8 @@ class TeamRuntime:
         ``approval_timeout``: seconds an ``ask`` call waits for a person (default
         ``TEAM_APPROVAL_TIMEOUT``, approvals.py); ``on_approval``: told of each new request, tool or
         plan (default: ``tell_lead`` for a tool request; a plan's message reaches the lead by the
-        protocol)."""
+        protocol). ``mcp_servers``: the plan's MCP servers (mcpclient/hub.py), started when a
+        teammate that may use them is spawned."""
         self.on_crash = on_crash
         self.hooks: Hooks = hooks if hooks is not None else NoHooks()
         self.spend = spend if spend is not None else Spend()
@@ -159,6 +165,7 @@ class TeamRuntime:
         self._own_jobs = jobs is None
         self.jobs = jobs or JobManager(self.root, on_crash=on_crash)
         self.registry = agent_registry()
+        self.mcp = McpHub(mcp_servers, root=self.root, workspace=self.workspace)
         self.subagents = SubagentRunner(
             root=self.root, workspace=self.workspace, registry=self.registry, model_for=model_for,
             context=lambda name, network, perms: self.tool_context(name, network=network, subagent=True,
@@ -223,6 +230,7 @@ class TeamRuntime:
                 r = dataclasses.replace(r, model=own.model or r.model, budget=own.budget or r.budget)
             self.spend.set_budget(name, r.budget)
             plan_mode = plan_mode or r.plan_mode
+            extra = self._mcp_tools(r)  # its MCP servers started first: one that cannot start stops the spawn
             model = self.model_for(r)
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode, model=getattr(model, "model", None),
@@ -230,13 +238,26 @@ class TeamRuntime:
             mate = Teammate(name, r, model, prompt,
                             ctx=self.tool_context(name, network=r.network, permissions=r.permissions),
                             on_crash=self.on_crash,
-                            services=self._services, plan_mode=plan_mode)
+                            services=self._services, plan_mode=plan_mode, extra_tools=extra)
             mate.ctx.approvals = gate_for(r, self.registry, self.asker.with_stop(
                 lambda: mate.stopping or mate.agent.cancelled.is_set()))
             self.mates[name] = mate
             self.team.heartbeat(name)
             mate.start()
             return mate
+
+    def _mcp_tools(self, role: Role) -> list[Tool]:
+        """The MCP tools a teammate of ``role`` gets: those of the plan's servers and the role's own,
+        narrowed by its ``mcp_tools`` allow-list; a server none of whose tools it may use is not started."""
+        tools: list[Tool] = []
+        specs = {s.name: s for s in self.mcp.specs.values()}
+        for spec in role.mcp_servers:
+            specs.setdefault(spec.name, spec)
+        for spec in specs.values():
+            if role.mcp_tools is not None and not any(_may_use(p, spec.name) for p in role.mcp_tools):
+                continue
+            tools += mcp_tools(self.mcp.connect(spec), role.mcp_tools, reconnect=functools.partial(self.mcp.connect, spec))
+        return tools
 
     def add_teammate(self, name: str, role: str, prompt: str | None) -> str:
         """The spawn_teammate tool (``tools.services.Spawner``): start ``name``, say what happened."""
@@ -419,6 +440,12 @@ class TeamRuntime:
         for m in mates:
             m.drop("the run is shutting down")
         released = self.claims.release_all("stopped before finishing it (its team was shut down)")
+        self.mcp.close()  # after the teammates: no call is in flight; the SDK stops each server's processes
         if self._own_jobs:
             self.jobs.shutdown()
         return released
+
+
+def _may_use(pattern: str, server: str) -> bool:
+    """Whether an ``mcp_tools`` entry could name a tool of ``server``."""
+    return pattern == "*" or pattern.startswith((server + ".", server + SEP))

@@ -66,7 +66,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -86,7 +86,7 @@ from ..team import protocols
 from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
 from ..team.requests import Request, Requests
-from ..tools import ToolContext, ToolRegistry
+from ..tools import Tool, ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
 from .budgets import Spend
 from .handshakes import TeammateHandshakes
@@ -202,7 +202,9 @@ class Teammate:
     """One named agent thread (see the module docstring); its work queue is safe from any thread."""
 
     def __init__(self, name: str, role: Role, model: ChatModel, prompt: str | None, *, ctx: ToolContext,
-                 services: TeamServices, plan_mode: bool = False, on_crash: Crash | None = None):
+                 services: TeamServices, plan_mode: bool = False, on_crash: Crash | None = None,
+                 extra_tools: Sequence[Tool] = ()):
+        """``extra_tools``: tools beyond the registry's, for this teammate only (its MCP servers')."""
         self.name, self.role, self.ctx, self.services, self.first_prompt = name, role, ctx, services, prompt
         self._lock = threading.Lock()  # guards _queue, _busy, _current
         self._queue: deque[Assignment] = deque()
@@ -216,7 +218,7 @@ class Teammate:
         ctx.mode = "plan" if plan_mode else "normal"
         tools = list(dict.fromkeys([*role.tools, *HARNESS_TOOLS, *(["submit_plan"] if plan_mode else [])]))
         self.agent = Agent(
-            name=name, role=role, model=model, tools=services.registry.only(tools), ctx=ctx,
+            name=name, role=role, model=model, tools=services.registry.only(tools).add(*extra_tools), ctx=ctx,
             transcript=Transcript(transcript_path(services.root, name)), team_name=services.team_name,
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
             on_usage=self._usage, limit=self._limit)

@@ -19,6 +19,7 @@ path policy → freshness → permission policy (plan mode, shell rules) →
     tasks.py         task_create, task_update, task_list, task_get, claim_task
     coordination.py  messages, background jobs, teammates, subagents, idle, skills, protocols
     worktree.py      worktree_create/list/status/events/enter/leave/run/keep/remove/merge (git/agentwt.py)
+    mcptools.py      an MCP server's tools as Tools (server__tool, its inputSchema as the schema)
 
 Adding a tool from another module::
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 from .base import (
     Args,
     Call,
+    JsonArgs,
     Observation,
     Refused,
     Risk,
@@ -75,6 +77,7 @@ __all__ = [
     "Baseline",
     "Call",
     "FileTruth",
+    "JsonArgs",
     "Observation",
     "Refused",
     "Risk",

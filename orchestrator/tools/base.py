@@ -19,6 +19,10 @@ decide on a call *before* running anything:
   ``permissions`` (``ctx.permissions``, roles/roles.py), run by the pipeline's
   ``permit`` stage before anything is touched; it raises ``Refused`` (stage
   ``permission``) saying what the role may do instead.
+* ``schema``: the arguments' JSON Schema when they are not a pydantic model (an MCP
+  server's tool: its ``inputSchema``); the pipeline validates against it (``jsonschema``),
+  the model sees it, and the handler gets the arguments as a dict. ``args`` is then
+  ``JsonArgs`` and takes no part.
 
 A handler takes one ``Call`` and returns ``str`` or ``ToolOutput``. Expected
 failures (file missing, no match, a store conflict) raise ``ToolError`` or a
@@ -106,6 +110,12 @@ class Args(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class JsonArgs(BaseModel):
+    """The ``args`` of a tool described by a JSON ``schema`` instead (see ``Tool.schema``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 @dataclass
 class ToolOutput:
     """What a handler returns when a plain string is not enough."""
@@ -179,6 +189,7 @@ class Tool:
     fresh: str | None = None
     command: str | None = None
     authorize: Authorize | None = None
+    schema: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.risk not in RISKS:

@@ -183,6 +183,8 @@ class ToolRegistry:
         return value
 
     def _validate(self, t: Tool, data: dict[str, Any]) -> Any:
+        if t.schema is not None:
+            return _validate_json(t, data)
         try:
             return t.args.model_validate(data)
         except ValidationError as e:
@@ -298,8 +300,33 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _validate_json(t: Tool, data: dict[str, Any]) -> dict[str, Any]:
+    """Arguments checked against a tool's JSON ``schema`` (an MCP server's ``inputSchema``)."""
+    import jsonschema
+
+    assert t.schema is not None
+    validator = jsonschema.validators.validator_for(t.schema)(t.schema)
+    problems = []
+    for err in sorted(validator.iter_errors(data), key=lambda e: list(e.path))[:8]:
+        where = ".".join(str(p) for p in err.path) or "arguments"
+        problems.append(f"{where}: {err.message}")
+    if problems:
+        raise Refused(f"invalid arguments for {t.name}: " + "; ".join(problems) + f". Expected {signature(t)}",
+                      "validate")
+    return data
+
+
+def _params(t: Tool) -> dict[str, Any]:
+    if t.schema is not None:
+        params = {k: v for k, v in t.schema.items() if k not in ("title", "$schema")}
+        params.setdefault("type", "object")
+        params.setdefault("properties", {})
+        return params
+    return compact_schema(t.args.model_json_schema())
+
+
 def openai_schema(t: Tool) -> dict[str, Any]:
-    params = compact_schema(t.args.model_json_schema())
+    params = _params(t)
     return canonical(
         {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": params}}
     )
@@ -307,7 +334,7 @@ def openai_schema(t: Tool) -> dict[str, Any]:
 
 def signature(t: Tool) -> str:
     """``{"path": string, "offset"?: integer}`` — a one-line reminder of the arguments."""
-    params = compact_schema(t.args.model_json_schema())
+    params = _params(t)
     req = set(params.get("required", []))
     parts = []
     for key, prop in params.get("properties", {}).items():
