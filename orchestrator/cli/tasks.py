@@ -77,7 +77,7 @@ def list_cmd(
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
-    r"""One line per task: \[ ] pending, \[>] running, \[x] done, \[!] failed, \[-] cancelled."""
+    """One line per task: [ ] pending, [>] running, [x] done, [!] failed, [-] cancelled."""
     want = parse_status(status) if status is not None else None
     readable = Readable(_store(root, ctx))
     tasks = readable.tasks
