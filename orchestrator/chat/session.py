@@ -63,7 +63,7 @@ from ..roles.roles import Role, check_tools, get_role
 from ..runtime.runtime import TeamRuntime
 from ..status import overview, usage
 from ..team.lead import LeadLock, lead_info
-from ..team.roster import LEAD, Team
+from ..team.roster import LEAD, Team, enrolled
 from .commands import (
     COMMANDS,
     GOAL_STATUSES,
@@ -212,6 +212,7 @@ class ChatSession:
             if self.resume:
                 self.notes.append(f"resumed the lead's session: {len(self.agent.messages) - 1} earlier messages")
                 self._respawn(saved.teammates, team)
+            self._start_enrolled(team)
             self._save()
         except BaseException:
             self.close()
@@ -234,6 +235,17 @@ class ChatSession:
                 self.notes.append(f"{name} ({roles.get(name, 'coder')}) is back, resuming its transcript")
             except UserError as e:
                 self.notes.append(f"{name} could not be restarted: {e}")
+
+    def _start_enrolled(self, team: Team) -> None:
+        """Start the members `team spawn` enrolled while no lead ran (runtime/enrol.py)."""
+        for m in team.members():
+            if not enrolled(m) or m.status == "shutdown" or m.name in self._runtime().mates:
+                continue
+            try:
+                self._runtime().spawn(m.name, m.role, plan_mode=bool((m.model_extra or {}).get("plan_mode")))
+                self.notes.append(f"{m.name} ({m.role}) joined: `team spawn` had enrolled it")
+            except UserError as e:
+                self.notes.append(f"{m.name} could not be started: {e}")
 
     def close(self) -> list[Task]:
         """End the session; the tasks teammates had claimed and not finished, released to pending."""

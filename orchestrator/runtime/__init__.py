@@ -7,6 +7,7 @@
     claims.py     ClaimLedger: claims teammates make themselves, leased, renewed, never stranded
     subagents.py  the ``subagent`` tool's backend: a fresh agent per call
     autoclaim.py  idle teammates claiming ready work from the task graph
+    enrol.py      `team spawn` from outside: ask the running lead, else put the member on the roster
 
 Imports point one way: runtime.py builds the others and passes them what
 they use (``TeamServices`` for teammates, constructor arguments for the

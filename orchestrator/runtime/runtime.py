@@ -166,7 +166,7 @@ class TeamRuntime:
             check_tools(r, self.registry.names())
             plan_mode = plan_mode or r.plan_mode
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
-                          task=None, plan_mode=plan_mode)
+                          task=None, plan_mode=plan_mode, enrolled=None)  # started: no longer waiting (enrol.py)
             mate = Teammate(name, r, self.model_for(r), prompt, ctx=self.tool_context(name, network=r.network),
                             on_crash=self.on_crash,
                             services=self._services, plan_mode=plan_mode)
