@@ -146,6 +146,19 @@ def test_missing_key_or_model_is_a_clear_error_before_any_work(tmp_path):
     assert not (tmp_path / ".tasks").exists()
 
 
+def test_a_dry_run_of_an_agent_plan_needs_no_model(tmp_path):
+    (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - id: a\n    prompt: do it\n  - id: b\n    run: echo\n"
+                                        "    needs: [a]\n")
+    r = run_team(tmp_path, "run", "plan.yaml", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "  wave 1: a\n  wave 2: b\n" in r.stdout
+    assert ("warning: agent tasks need a model to run (a): set `model:` in the plan, pass --model or set "
+            "$TEAM_MODEL\ndry run: nothing was run or written\n") in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
+    r = run_team(tmp_path, "run", "plan.yaml", "--dry-run", "--model", "m")
+    assert r.returncode == 0 and "warning" not in r.stdout
+
+
 def test_team_spawn_without_a_lead_enrols_and_the_next_lead_starts_it(tmp_path):
     """The README's tour: spawn with no lead, message the member, and the next lead starts it."""
     bad = run_team(tmp_path, "spawn", "dave", "--role", "architect")

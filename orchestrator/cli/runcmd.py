@@ -53,7 +53,7 @@ def run_cmd(
     from ..status import usage
     from . import progress
 
-    lp = load_plan(plan_file, model=model)
+    lp = load_plan(plan_file, model=model, need_model=not dry_run)  # a dry run calls no model
     state_root = root_of(root, ctx)
     if dry_run and board:
         raise UserError("--board shows a run as it goes: leave out --dry-run (or run `team board` on its own)")
@@ -132,6 +132,10 @@ def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
     from ..tasks.store import TaskStore
 
     warnings = _isolation_check(lp, state_root)
+    agents = [t.id for t in lp.plan.tasks if t.kind == "agent"]
+    if agents and not lp.model:
+        warnings.append(f"warning: agent tasks need a model to run ({', '.join(agents)}): set `model:` in the "
+                        "plan, pass --model or set $TEAM_MODEL")
     a = analyse(lp.plan)
     store = TaskStore(state_root)
     done = {t.plan_task for t in store.all() if t.plan == lp.plan.name and t.status.value == "completed"} \
