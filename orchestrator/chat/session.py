@@ -57,6 +57,7 @@ from ..core.models import Message, Status, Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..core.sandbox import Sandbox
+from ..core.text import plural
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
 from ..roles.roles import Role, check_tools, get_role
@@ -210,7 +211,7 @@ class ChatSession:
                 roster=self.rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage)
             self.agent.goal = self.goal
             if self.resume:
-                self.notes.append(f"resumed the lead's session: {len(self.agent.messages) - 1} earlier messages")
+                self.notes.append(f"resumed the lead's session: {plural(len(self.agent.messages) - 1, 'earlier message')}")
                 self._respawn(saved.teammates, team)
             self._start_enrolled(team)
             self._save()
@@ -288,7 +289,7 @@ class ChatSession:
         if not msgs:
             return None
         senders = ", ".join(dict.fromkeys(m.sender for m in msgs))
-        return (f"{len(msgs)} unread message(s) for the lead from {senders}: /inbox shows them; "
+        return (f"{plural(len(msgs), 'unread message')} for the lead from {senders}: /inbox shows them; "
                 "the lead reads them with your next message")
 
     # -- input ---------------------------------------------------------------------

@@ -107,7 +107,7 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     meta, body = split_front_matter(text, path, what="a role file")
     unknown = sorted(set(meta) - set(ROLE_KEYS))
     if unknown:
-        raise UserError(f"{path}: unknown front matter key(s) {unknown}; allowed: {list(ROLE_KEYS)}")
+        raise UserError(f"{path}: unknown front matter {'key' if len(unknown) == 1 else 'keys'} {unknown}; allowed: {list(ROLE_KEYS)}")
     name = _required_text(meta, "name", path)
     if not NAME_RE.match(name):
         raise UserError(f"{path}: name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -188,5 +188,5 @@ def check_tools(role: Role, known: Iterable[str]) -> None:
     missing = [t for t in role.tools if t not in known]
     if missing:
         raise UserError(
-            f"{role.path or role.name}: unknown tool(s) {missing} in 'tools'; available: {', '.join(sorted(known))}"
+            f"{role.path or role.name}: unknown {'tool' if len(missing) == 1 else 'tools'} {missing} in 'tools'; available: {', '.join(sorted(known))}"
         )

@@ -65,6 +65,7 @@ from ..agent.transcript import Transcript, transcript_path
 from ..core import threads
 from ..core.errors import ConflictError
 from ..core.models import Member, Message, Task
+from ..core.text import plural
 from ..core.threads import Crash
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
@@ -361,7 +362,7 @@ class Teammate:
             waited = self._wait_for_messages(a.deadline)  # idle inside a task: wait for messages, then go on
             if waited is None:
                 if a.deadline is not None and time.monotonic() >= a.deadline:
-                    result = LoopResult("timeout", "", f"while waiting for messages, after {steps} model call(s)")
+                    result = LoopResult("timeout", "", f"while waiting for messages, after {plural(steps, 'model call')}")
                 else:
                     result = LoopResult("interrupted", "", "stopped while waiting for messages")
                 break
