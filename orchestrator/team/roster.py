@@ -68,7 +68,7 @@ class MemberState(BaseModel):
     role: str
     status: str = Field(description="Roster status: working|idle|shutdown.")
     liveness: Liveness = Field(description="working|idle|waiting|dead|shutdown (derived).")
-    reason: str = Field("", description="Why a member counts as dead.")
+    reason: str = Field("", description="Why a member counts as dead (or what a waiting one waits for).")
     pid: int | None = None
     heartbeat_age: float | None = Field(None, description="Seconds since the last heartbeat.")
     task: int | None = None
