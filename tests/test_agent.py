@@ -74,7 +74,7 @@ def test_loop_keeps_the_prompt_stable_drains_the_inbox_and_records_before_acting
     assert reqs[0].body["tools"] == reqs[1].body["tools"]
     second = reqs[1].body["messages"]
     assert second[-2] == {"role": "tool", "tool_call_id": second[-3]["tool_calls"][0]["id"],
-                          "content": "created a.txt (1 lines, 2 bytes)"}
+                          "content": "created a.txt (1 line, 2 bytes)"}
     lines = transcript_lines(tmp_path)
     kinds = [(x["kind"], x["msg"]["role"]) for x in lines]
     assert kinds == [("message", "user"), ("message", "user"), ("message", "assistant"),

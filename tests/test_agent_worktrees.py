@@ -112,7 +112,7 @@ def test_a_worktree_bound_to_a_task_is_entered_run_in_and_merged_back(repo, team
     assert listed.stdout.startswith("wt-a [merged] team/agents/wt-a owner carl task #1 merge ")
     landed = run_team(repo, "worktree", "land")
     assert landed.returncode == 0, landed.stderr
-    assert landed.stdout.startswith("landed 1 worktree(s) (wt-a) into main: ")
+    assert landed.stdout.startswith("landed 1 worktree (wt-a) into main: ")
     assert (repo / "a.py").read_text() == "ALPHA = 1\n"
     assert index(repo)["wt-a"]["status"] == "landed"
     assert events(repo)[-1] == ("worktree.land", "")
@@ -141,7 +141,7 @@ def test_keep_remove_refusals_and_conflicts(repo, team):
     assert ("worktree.merge.failed", "mine") in events(repo)
     # people remove it (the work is discarded on their word)
     r = run_team(repo, "worktree", "remove", "mine")
-    assert r.returncode == 2 and "has 1 commit(s) not merged" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "has 1 commit not merged" in r.stderr and "Traceback" not in r.stderr
     r = run_team(repo, "worktree", "remove", "mine", "--force")
     assert r.returncode == 0 and r.stdout == "removed worktree mine\n"
     r = run_team(repo, "worktree", "keep", "mine")

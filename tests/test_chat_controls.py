@@ -51,7 +51,7 @@ def test_slash_commands_tools_skills_doctor_approve_reset_answer_locally(tmp_pat
     # /skills
     assert "skills (1; an agent loads one with load_skill):\n  release  How we cut a release.  (skills/release/SKILL.md)" in out
     # /doctor reads, never fixes
-    assert (f"doctor: 1 problem(s):\n  [temp-file] leftover temp file .tasks/{leftover.name} (a writer was killed "
+    assert (f"doctor: 1 problem:\n  [temp-file] leftover temp file .tasks/{leftover.name} (a writer was killed "
             "mid-write; the real file is intact) (fixable)\n    → safe to delete\n"
             "repair what is safe with `team doctor --fix` once you have left the chat (/quit)\n") in out
     assert leftover.exists()  # /doctor only reads

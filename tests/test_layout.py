@@ -2,8 +2,8 @@
 
 Imports point one way::
 
-    cli → {run, chat, status, board, mcpserver} → runtime → agent → tools
-        → {tasks, team, jobs, git, llm, mcpclient, plan, roles} → core
+    {cli, api} → {run, chat, status, board, mcpserver} → runtime → agent → tools
+        → {tasks, team, jobs, git, llm, mcpclient, plan, roles, hooks} → core
 
 Every import counts: module level, inside functions, under TYPE_CHECKING.
 """
@@ -23,7 +23,7 @@ RANK = {
     "agent": 3,
     "runtime": 4,
     "run": 5, "chat": 5, "status": 5, "board": 5, "mcpserver": 5,
-    "cli": 6,
+    "cli": 6, "api": 6,
 }
 
 

@@ -72,7 +72,7 @@ def test_unknown_role_lists_known_ones(tmp_path):
         ("---\nname: bad\ndescription: d\ntools: bash\n---\nbody\n", "'tools' must be a list of tool names, got 'bash'"),
         ("---\nname: bad\ndescription: d\ntools: [a, a]\n---\nbody\n", "'tools' lists ['a'] more than once"),
         ("---\nname: other\ndescription: d\ntools: [a]\n---\nbody\n", "name 'other' does not match the file name; rename the file to other.md"),
-        ("---\nname: bad\ndescription: d\ntools: [a]\ncolour: red\n---\nbody\n", "unknown front matter key(s) ['colour']"),
+        ("---\nname: bad\ndescription: d\ntools: [a]\ncolour: red\n---\nbody\n", "unknown front matter key ['colour']"),
         ("---\nname: bad\ndescription: d\ntools: [a]\nmodel: 3\n---\nbody\n", "'model' must be a non-empty string, got 3"),
         ("---\nname: bad\ndescription: d\ntools: [a]\n---\n\n", "the role prompt (the text after the front matter) is empty"),
     ],
@@ -98,7 +98,7 @@ def test_role_model_and_tool_check(tmp_path):
     role = get_role("fast", tmp_path)
     assert role.model == "gpt-4o-mini"
     check_tools(role, ["read_file", "write_file", "bash"])
-    with pytest.raises(UserError, match=r"unknown tool\(s\) \['write_file'\] in 'tools'; available: bash, read_file"):
+    with pytest.raises(UserError, match=r"unknown tool \['write_file'\] in 'tools'; available: bash, read_file"):
         check_tools(role, ["read_file", "bash"])
 
 

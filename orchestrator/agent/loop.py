@@ -73,6 +73,7 @@ from typing import Any, Protocol
 
 from ..core.errors import ModelError
 from ..core.models import Member, Message
+from ..core.text import plural
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, ToolCall
@@ -302,7 +303,7 @@ class Agent:
                 if self.cancelled.is_set():
                     raise Interrupted("stopped by the lead")
                 if self._past_deadline():
-                    raise TimedOut(f"after {steps} model call(s)")
+                    raise TimedOut(f"after {plural(steps, 'model call')}")
                 if steps >= limit:
                     raise LimitsExceeded(f"step limit reached ({limit} model calls) without finishing")
                 if self.limit is not None and (reached := self.limit()) is not None:
@@ -382,7 +383,7 @@ class Agent:
         done = self.window.compact(self.messages, self.state(), reason=reason)
         if done.replaced:
             self._adopt(done.messages, done)
-            return f"compacted {done.replaced} messages; full transcript: {done.transcript_path}"
+            return f"compacted {plural(done.replaced, 'message')}; full transcript: {done.transcript_path}"
         return "nothing to compact yet"
 
     def _adopt(self, messages: list[dict[str, Any]], info: Any) -> None:

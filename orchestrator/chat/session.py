@@ -63,6 +63,7 @@ from ..core.models import Message, Status, Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..core.sandbox import Sandbox
+from ..core.text import plural
 from ..hooks.config import load_hooks_file
 from ..hooks.dispatch import HookDispatcher
 from ..llm.pricing import Usage
@@ -74,7 +75,7 @@ from ..runtime.runtime import TeamRuntime
 from ..status import doctor, overview, usage
 from ..team.lead import LeadLock, lead_info
 from ..team.requests import Request, answer
-from ..team.roster import LEAD, Team
+from ..team.roster import LEAD, Team, enrolled
 from ..tools import ToolContext
 from ..tools.approval import ApprovalRequest, Decision
 from .commands import (
@@ -238,8 +239,9 @@ class ChatSession:
             self.lead_role = lead_role
             self.agent = self._new_lead(tpath)
             if self.resume:
-                self.notes.append(f"resumed the lead's session: {len(self.agent.messages) - 1} earlier messages")
+                self.notes.append(f"resumed the lead's session: {plural(len(self.agent.messages) - 1, 'earlier message')}")
                 self._respawn(saved.teammates, team)
+            self._start_enrolled(team)
             self._save()
         except BaseException:
             self.close()
@@ -296,6 +298,17 @@ class ChatSession:
             except UserError as e:
                 self.notes.append(f"{name} could not be restarted: {e}")
 
+    def _start_enrolled(self, team: Team) -> None:
+        """Start the members `team spawn` enrolled while no lead ran (runtime/enrol.py)."""
+        for m in team.members():
+            if not enrolled(m) or m.status == "shutdown" or m.name in self._runtime().mates:
+                continue
+            try:
+                self._runtime().spawn(m.name, m.role, plan_mode=bool((m.model_extra or {}).get("plan_mode")))
+                self.notes.append(f"{m.name} ({m.role}) joined: `team spawn` had enrolled it")
+            except UserError as e:
+                self.notes.append(f"{m.name} could not be started: {e}")
+
     def close(self) -> list[Task]:
         """End the session; the tasks teammates had claimed and not finished, released to pending."""
         released: list[Task] = []
@@ -340,7 +353,7 @@ class ChatSession:
         if not msgs:
             return None
         senders = ", ".join(dict.fromkeys(m.sender for m in msgs))
-        return (f"{len(msgs)} unread message(s) for the lead from {senders}: /inbox shows them; "
+        return (f"{plural(len(msgs), 'unread message')} for the lead from {senders}: /inbox shows them; "
                 "the lead reads them with your next message")
 
     # -- input ---------------------------------------------------------------------
@@ -453,7 +466,7 @@ class ChatSession:
         self._archive(tpath)
         self.agent = self._new_lead(tpath)
         self._save()
-        kept = f"; goal and {len(self._runtime().mates)} teammate(s) kept" if self._runtime().mates else "; goal kept"
+        kept = f"; goal and {plural(len(self._runtime().mates), 'teammate')} kept" if self._runtime().mates else "; goal kept"
         return Response(f"the lead starts a fresh conversation (the last one is kept under "
                         f"{tpath.parent.name}/lead-sessions/){kept}")
 
@@ -461,7 +474,7 @@ class ChatSession:
         findings = doctor.diagnose(self.root)
         if not findings:
             return Response("doctor: OK, no problems found")
-        lines = [f"doctor: {len(findings)} problem(s):"]
+        lines = [f"doctor: {plural(len(findings), 'problem')}:"]
         for f in findings:
             lines.append(f"  [{f.kind}] {f.message}" + (" (fixable)" if f.fix is not None else ""))
             if f.hint:

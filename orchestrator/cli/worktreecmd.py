@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from ..core.text import plural
 from ..git.agentwt import AgentWorktrees
 from ..tasks.store import TaskStore
 from ..tools.worktree import unbind
@@ -93,7 +94,7 @@ def land_cmd(
 ) -> None:
     """Bring what the lead merged (branch team/agents/integration) into your current branch."""
     landing, done = AgentWorktrees(root_of(root, ctx)).land(actor="cli", per_task=per_task)
-    out(f"landed {len(done)} worktree(s) ({', '.join(e.name for e in done)}) into "
+    out(f"landed {plural(len(done), 'worktree')} ({', '.join(e.name for e in done)}) into "
         f"{landing.intent.branch.removeprefix('refs/heads/')}: {landing.intent.old[:10]}..{landing.intent.new[:10]}")
 
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from ..core.errors import TeamError, UserError
 from ..core.fsutil import append_line, atomic_write, file_lock, read_jsonl
+from ..core.text import plural
 from .land import MODES, Land, Landing
 from .worktrees import MergeConflict, MergeResult, Worktrees, check_slug
 
@@ -219,7 +220,7 @@ class AgentWorktrees:
         kept = self.wt.kept(name)
         if kept is None:
             return None
-        parts = [f"{kept.commits} commit(s)"] if kept.commits else []
+        parts = [plural(kept.commits, "commit")] if kept.commits else []
         if kept.dirty:
             parts.append("uncommitted changes")
         return " and ".join(parts) or None
@@ -280,7 +281,7 @@ class AgentWorktrees:
             raise UserError("nothing to land: no worktree was merged since the last land")
         subjects = {e.name: f"worktree {e.name} of {e.owner}" for e in merged}
         landing = land.land(MODES[1] if per_task else MODES[0], subjects,
-                            f"{GROUP}: land {len(merged)} worktree(s) of the team")
+                            f"{GROUP}: land {plural(len(merged), 'worktree')} of the team")
         land.finish()
         done = [self._set(e.name, status="landed", landed=landing.intent.tasks.get(e.name, landing.intent.new))
                 for e in merged]

@@ -169,13 +169,13 @@ def _permissions(meta: dict[str, Any], path: Path) -> Permissions:
         raise UserError(f"{path}: 'permissions' must be a mapping like {{tasks: [create, update-own], worktrees: own}}")
     unknown = sorted(set(raw) - {"tasks", "worktrees"})
     if unknown:
-        raise UserError(f"{path}: unknown key(s) {unknown} in 'permissions'; allowed: ['tasks', 'worktrees']")
+        raise UserError(f"{path}: unknown {'key' if len(unknown) == 1 else 'keys'} {unknown} in 'permissions'; allowed: ['tasks', 'worktrees']")
     tasks = raw.get("tasks", ["create", "update-own"])
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise UserError(f"{path}: 'permissions.tasks' must be a list of {list(TASK_RIGHTS)}, got {tasks!r}")
     bad = [t for t in tasks if t not in TASK_RIGHTS]
     if bad:
-        raise UserError(f"{path}: unknown task right(s) {bad} in 'permissions.tasks'; known: {list(TASK_RIGHTS)}")
+        raise UserError(f"{path}: unknown task {'right' if len(bad) == 1 else 'rights'} {bad} in 'permissions.tasks'; known: {list(TASK_RIGHTS)}")
     worktrees = raw.get("worktrees", "own")
     if worktrees not in WORKTREE_RIGHTS:
         raise UserError(f"{path}: 'permissions.worktrees' must be one of {list(WORKTREE_RIGHTS)}, got {worktrees!r}")
@@ -187,7 +187,7 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     meta, body = split_front_matter(text, path, what="a role file")
     unknown = sorted(set(meta) - set(ROLE_KEYS))
     if unknown:
-        raise UserError(f"{path}: unknown front matter key(s) {unknown}; allowed: {list(ROLE_KEYS)}")
+        raise UserError(f"{path}: unknown front matter {'key' if len(unknown) == 1 else 'keys'} {unknown}; allowed: {list(ROLE_KEYS)}")
     name = _required_text(meta, "name", path)
     if not NAME_RE.match(name):
         raise UserError(f"{path}: name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -323,5 +323,5 @@ def check_tools(role: Role, known: Iterable[str]) -> None:
     missing = [t for t in role.tools if t not in known]
     if missing:
         raise UserError(
-            f"{role.path or role.name}: unknown tool(s) {missing} in 'tools'; available: {', '.join(sorted(known))}"
+            f"{role.path or role.name}: unknown {'tool' if len(missing) == 1 else 'tools'} {missing} in 'tools'; available: {', '.join(sorted(known))}"
         )

@@ -86,6 +86,7 @@ from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status, Task
 from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
+from ..core.text import plural
 from ..git.land import Land
 from ..git.worktrees import Start, Worktrees
 from ..hooks.config import run_hooks
@@ -166,7 +167,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         specs.append(spec)
     created = store.create_many(specs, actor=owner) if specs else []
     if created and existing:
-        note(f"plan {plan.name}: {len(created)} new task(s) added")
+        note(f"plan {plan.name}: {plural(len(created), 'new task')} added")
 
     plan_tasks = {t.id: t for t in plan.tasks}
     for old in existing:
@@ -186,7 +187,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         if old.status in (Status.failed, Status.cancelled):
             store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, error=None,
                          **fields)
-            note(f"#{old.id} ({old.plan_task}) was {old.status.value}: retrying it")
+            note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: retrying it")
         elif fields:
             store.update(old.id, actor=owner, **fields)
     for tid, (epoch, attempt) in store.unfiled_claims(existing).items():
@@ -416,13 +417,13 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
         for task in wt.task_branches():
             kept = wt.kept(task)
             if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({kept.commits} commit(s) not merged; "
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.commits, 'commit')} not merged; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)
     if existing:
         store.delete_many([t.id for t in existing], actor=owner, reason=f"team run --fresh {lp.plan.name}")
-        note(f"--fresh: removed {len(existing)} task(s) of plan {lp.plan.name}")
+        note(f"--fresh: removed {plural(len(existing), 'task')} of plan {lp.plan.name}")
     marker.unlink()
 
 

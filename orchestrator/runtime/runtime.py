@@ -234,7 +234,8 @@ class TeamRuntime:
             model = self.model_for(r)
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode, model=getattr(model, "model", None),
-                          budget=r.budget.model_dump(exclude_none=True) if r.budget is not None else None)
+                          budget=r.budget.model_dump(exclude_none=True) if r.budget is not None else None,
+                          enrolled=None)  # started: no longer waiting (enrol.py)
             mate = Teammate(name, r, model, prompt,
                             ctx=self.tool_context(name, network=r.network, permissions=r.permissions),
                             on_crash=self.on_crash,

@@ -77,6 +77,7 @@ from ..core import threads
 from ..core.errors import ConflictError
 from ..core.hooks import Hooks, NoHooks
 from ..core.models import Member, Message, Task
+from ..core.text import plural
 from ..core.threads import Crash
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
@@ -463,7 +464,7 @@ class Teammate:
             waited = self._wait_for_messages(a.deadline)  # idle inside a task: wait for messages, then go on
             if waited is None:
                 if a.deadline is not None and time.monotonic() >= a.deadline:
-                    result = LoopResult("timeout", "", f"while waiting for messages, after {steps} model call(s)")
+                    result = LoopResult("timeout", "", f"while waiting for messages, after {plural(steps, 'model call')}")
                 else:
                     result = LoopResult("interrupted", "", "stopped while waiting for messages")
                 break

@@ -52,6 +52,7 @@ from ..core.errors import UnknownRef
 from ..core.fsutil import TMP_PREFIX, read_jsonl
 from ..core.models import Status, Task
 from ..core.paths import team_dir
+from ..core.text import plural
 from ..tasks import graph, render
 from ..tasks.store import TaskStore
 
@@ -420,7 +421,7 @@ def check_inbox_lines(ctx: DoctorContext) -> list[Finding]:
             more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
             out.append(Finding(
                 "bad-inbox-line",
-                f"{ctx.rel(path)}: {len(bad)} line(s) are not messages and are skipped by readers: {where}{more}",
+                f"{ctx.rel(path)}: {plural(len(bad), 'line')} {'is not a message and is' if len(bad) == 1 else 'are not messages and are'} skipped by readers: {where}{more}",
                 hint="a writer killed mid-line or a hand edit: check the line(s), then delete them by hand",
                 path=ctx.rel(path)))
     return out

@@ -102,12 +102,13 @@ def member_lines(data: dict[str, Any]) -> list[str]:
     lines = ["members:"]
     width = max(len(m["name"]) for m in data["members"])
     for m in data["members"]:
-        bits = [f"heartbeat {age(m.get('heartbeat_age'))} ago" if "heartbeat_age" in m else "no heartbeat"]
+        bits = [f"heartbeat {age(m.get('heartbeat_age'))} ago" if "heartbeat_age" in m
+                else "not started yet" if m["liveness"] == "waiting" else "no heartbeat"]
         if m.get("task"):
             bits.append(f"task #{m['task']}")
         if m["unread"]:
             bits.append(f"{m['unread']} unread")
-        if m["reason"] and m["liveness"] == "dead":
+        if m["reason"] and m["liveness"] in ("dead", "waiting"):
             bits.append(shown(m["reason"]))
         lines.append(f"  {m['name']:<{width}}  {shown(m['role']):<10} {m['liveness']:<9} "
                      f"{' · '.join(dict.fromkeys(bits))}")

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from ..core.budget import Budget, describe
 from ..core.paths import team_dir
+from ..core.text import plural
 from ..llm.pricing import Usage
 
 CHAT_STATE = "chat.json"
@@ -164,7 +165,7 @@ def render_spend(rows: Iterable[Mapping[str, Any]], title: str = "spend this run
     for r in rows:
         budget = _budget(r.get("budget"))
         tokens = int(r["prompt_tokens"]) + int(r["completion_tokens"])
-        lines.append(f"  {r['name']:<{width}}  {describe(budget, tokens, r.get('cost'))}, {r['calls']} call(s)")
+        lines.append(f"  {r['name']:<{width}}  {describe(budget, tokens, r.get('cost'))}, {plural(r['calls'], 'call')}")
     return lines
 
 

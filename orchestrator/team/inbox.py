@@ -316,7 +316,7 @@ class Bus:
         before a crash) are left out but still acknowledged with the batch.
         ``limit`` caps the number of messages returned (the rest stay unread).
         """
-        self.team.check_recipient(name)
+        self.team.check_recipient(name, reading=True)
         if not self.path(name).exists():  # nothing was ever sent: nothing to lock, create or consume
             return InboxBatch(self, name, [], self._cursor(name), None)
         lock = self.dir / f"{name}.consumer.lock"
@@ -353,7 +353,7 @@ class Bus:
 
     def peek(self, name: str) -> list[Message]:
         """Unconsumed messages, leaving them in place (no lock, no file created)."""
-        self.team.check_recipient(name)
+        self.team.check_recipient(name, reading=True)
         return self._read_from_cursor(name)[0]
 
     def _unread_mark(self, name: str) -> tuple[int, int] | None:
@@ -368,7 +368,7 @@ class Bus:
 
     def wait_unread(self, name: str, timeout: float | None = None) -> bool:
         """Block until ``name``'s inbox holds unread bytes; False on timeout. Consumes nothing."""
-        self.team.check_recipient(name)
+        self.team.check_recipient(name, reading=True)
         sig = self._signal_for(name)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -28,6 +28,7 @@ import shlex
 
 from pydantic import Field
 
+from ..core.text import plural
 from ..roles.skills import SKILL_ALWAYS, find_skill
 from .base import MAX_SECONDS, ActiveSkill, Args, Call, ToolError, tool
 from .shell import agent_environment, sandbox_prefix, start_dir
@@ -151,7 +152,7 @@ def subagent(call: Call) -> str:
         text = result.result[:SUBAGENT_RESULT_CHARS] + f"\n[... cut at {SUBAGENT_RESULT_CHARS} chars]"
     else:
         text = result.result or "(no answer)"
-    head = f"subagent {result.status} after {result.steps} step(s)"
+    head = f"subagent {result.status} after {plural(result.steps, 'step')}"
     return head + (f": {result.error}\n" if result.error else ":\n") + text
 
 
