@@ -265,3 +265,36 @@ def test_team_shutdown_from_another_process_idle_busy_refusing_and_forced(tmp_pa
             code, output = finish(proc)
     assert srv.errors == []
     assert code == 1 and "FAIL  #1 long: ada was shut down by `team shutdown --force`" in output, output
+
+
+BUDGET_PLAN = """\
+name: asking
+team:
+  - {name: alice, role: coder, budget: {tokens: 150}}
+tasks:
+  - {id: work, assignee: alice, prompt: Work on.}
+"""
+
+
+def test_a_budget_request_under_ask_is_answered_with_team_approve_like_any_other(tmp_path):
+    (tmp_path / "plan.yaml").write_text(BUDGET_PLAN)
+    usage = {"prompt_tokens": 100, "completion_tokens": 10}
+    step = Reply(tool_calls=[tool_call("glob", {"pattern": "*"})], usage=usage)
+    done = Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed", "result": "finished"})],
+                 usage=usage)
+    with ScriptedServer({"alice": [step, step, done]}) as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--ask"], cwd=tmp_path,
+                                env=team_env(tmp_path, **llm_env(srv)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            (req,) = wait_until(lambda: pending(tmp_path), timeout=60, interval=0.2, what="alice's budget request")
+            assert (req["kind"], req["sender"], req["summary"]) == (
+                "budget", "alice", "more budget: alice used 220 of 150 tokens")
+            r = run_team(tmp_path, "approve", req["id"])
+            assert r.returncode == 0 and r.stdout.startswith(f"approved {req['id']}: budget request of alice"), r.stderr
+        finally:
+            code, output = finish(proc)
+        assert code == 0, output
+        srv.assert_complete()
+    assert f"`team approve {req['id']}` or `team deny {req['id']} --reason TEXT`" in output
+    assert json.loads((tmp_path / ".tasks" / "task_1.json").read_text())["status"] == "completed"

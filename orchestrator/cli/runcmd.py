@@ -44,7 +44,7 @@ def run_cmd(
     include_uncommitted: Annotated[bool, typer.Option("--include-uncommitted", help="isolation: worktree: start the plan from your checkout as it is (a snapshot commit of your uncommitted changes), not from your last commit.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
-    ask: Annotated[bool, typer.Option("--ask", help="A teammate that reaches its budget asks the lead (a budget_request in the lead's inbox, answered with `team send NAME --type budget_response --request-id ID approve`) instead of failing its task.")] = False,
+    ask: Annotated[bool, typer.Option("--ask", help="A teammate that reaches its budget asks for more (answered with `team approve ID` or `team deny ID`; `team approve` lists the requests) instead of failing its task.")] = False,
     board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
     json_out: JsonOpt = False,
     root: RootOpt = None,

@@ -74,7 +74,7 @@ from typing import Any, Protocol
 from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..core import threads
-from ..core.errors import ConflictError
+from ..core.errors import ConflictError, UserError
 from ..core.hooks import Hooks, NoHooks
 from ..core.models import Member, Message, Task
 from ..core.text import plural
@@ -300,15 +300,42 @@ class Teammate:
         reached = spend.check(self.name)
         if reached is None or not spend.ask:
             return reached
-        answer = protocols.ask_budget(self.services.bus, self.name, reached, timeout=spend.ask_timeout,
-                                      on_ask=spend.on_ask,
-                                      gone=lambda: self.stopping or self.agent.cancelled.is_set())
+        answer = self._ask_budget(reached, spend.ask_timeout, spend.on_ask)
         if answer is None:
             return f"{reached} (no answer from the lead)"
         if not answer.approve:
             return f"{reached} (the lead said no: {answer.text.strip()[:200]})"
         spend.grant(self.name)
         return spend.check(self.name)
+
+    def _ask_budget(self, reached: str, timeout: float,
+                    on_ask: Callable[[str], None] | None) -> protocols.Response | None:
+        """Ask for more budget: a ``budget_request`` to the lead and, with a request store, a
+        ``budget`` request there too, so ``team approve ID`` answers it like any other (and a
+        ``budget_response`` message still does); the answer, or None."""
+        requests, rid = self.services.requests, protocols.new_request_id()
+        if requests is not None:
+            requests.create("budget", self.name, f"more budget: {reached}", rid=rid, task=self.ctx.task_id,
+                            timeout=timeout)
+
+        def decided() -> protocols.Response | None:
+            r = requests.answered(rid) if requests is not None else None
+            if r is None:
+                return None
+            return protocols.Response(rid, r.decided_by or "timeout", r.approved, r.reason or r.status)
+
+        answer = protocols.ask_budget(self.services.bus, self.name, reached, timeout=timeout, on_ask=on_ask,
+                                      gone=lambda: self.stopping or self.agent.cancelled.is_set(), request_id=rid,
+                                      decided=decided if requests is not None else None)
+        if requests is not None:
+            try:  # the answer that came by message, or none: on record too
+                if answer is None:
+                    requests.expire(rid, "nobody answered in time")
+                elif requests.answered(rid) is None:
+                    requests.decide(rid, answer.approve, by=answer.sender, reason=answer.text)
+            except UserError as e:
+                log.warning("teammate %s: budget request %s: %s", self.name, rid, e)
+        return answer
 
     def _set(self, **fields: Any) -> None:
         self.services.roster.update(self.name, **fields)

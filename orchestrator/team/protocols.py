@@ -121,12 +121,17 @@ APPROVALS = frozenset({"approve", "approved", "yes", "y", "ok"})
 
 
 def ask_budget(bus: Mailbox, name: str, reached: str, *, timeout: float, gone: Callable[[], bool],
-               to: str = "lead", on_ask: Callable[[str], None] | None = None) -> Response | None:
+               to: str = "lead", on_ask: Callable[[str], None] | None = None, request_id: str | None = None,
+               decided: Callable[[], Response | None] | None = None) -> Response | None:
     """``name`` asks ``to`` for more budget; the answer, or None after ``timeout`` seconds or once
-    ``gone()`` (the teammate stops, its attempt is cancelled)."""
-    rid = new_request_id()
+    ``gone()`` (the teammate stops, its attempt is cancelled). ``decided``: an answer that came
+    another way (the request store, team/requests.py: ``team approve``), looked at between waits;
+    ``request_id``: the id it is on record under."""
+    rid = request_id or new_request_id()
     how = (f"team send {name} --type budget_response --request-id {rid} approve  (anything else: no; "
            f"no answer in {timeout:g}s: no)")
+    if decided is not None:
+        how = f"`team approve {rid}` or `team deny {rid} --reason TEXT` (or {how})"
     bus.send(to, f"{name} reached its budget: {reached}. To let it go on: {how}", sender=name,
              type="budget_request", request_id=rid)
     if on_ask is not None:
@@ -137,6 +142,9 @@ def ask_budget(bus: Mailbox, name: str, reached: str, *, timeout: float, gone: C
         if msg is not None:
             yes = bool(msg.approve) or msg.content.strip().lower() in APPROVALS
             return Response(rid, msg.sender, yes, msg.content)
+        other = decided() if decided is not None else None
+        if other is not None:
+            return other
     return None
 
 

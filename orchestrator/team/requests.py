@@ -19,6 +19,10 @@ Kinds:
   (tools/approval.py). The teammate's thread waits (``wait``) for the
   decision; nobody answering before ``expires`` is a denial (status
   ``expired``), and so is the asking process dying (its ``pid``).
+* ``budget``: a teammate at its budget under ``team run --ask``
+  (runtime/teammate.py): approved, its cap grows once more. The request id
+  is the ``budget_request`` message's, so a ``budget_response`` message
+  answers it too. Expires like a tool request.
 
 Status: ``pending`` → ``approved`` | ``rejected`` | ``expired``. Decided
 requests stay on disk as the record of who allowed what; ``pending()`` lists
@@ -43,7 +47,7 @@ from ..core.paths import team_dir
 from ..core.redact import Secrets
 from .protocols import Mailbox, review_plan
 
-Kind = Literal["plan", "tool"]
+Kind = Literal["plan", "tool", "budget"]
 State = Literal["pending", "approved", "rejected", "expired"]
 DETAIL_CHARS = 4000
 SUMMARY_CHARS = 300
@@ -149,8 +153,8 @@ class Requests:
         return [r for r in self.all() if r.status == "pending" and self._stale(r) is None]
 
     def _stale(self, r: Request) -> str | None:
-        """Why a pending tool request can no longer be approved, or None."""
-        if r.kind != "tool":
+        """Why a pending tool or budget request can no longer be approved, or None."""
+        if r.kind == "plan":
             return None
         if r.expires is not None and self.clock() >= r.expires:
             return f"nobody answered within {r.expires - r.created:.0f}s"
@@ -195,6 +199,11 @@ class Requests:
                 raise UserError(f"request {current.id} can no longer be answered: {stale}; it was denied")
             return self._close(current, "approved" if approve else "rejected", by=by, reason=reason,
                                always=always and approve)
+
+    def answered(self, rid: str) -> Request | None:
+        """``rid`` once it has been decided (or has expired), else None."""
+        current = self._load(self._path(rid))
+        return current if current is not None and current.status != "pending" else None
 
     def _close(self, r: Request, status: State, *, by: str, reason: str, always: bool = False) -> Request:
         done = r.model_copy(update={"status": status, "decided_by": by, "reason": reason,
