@@ -34,6 +34,13 @@ def test_sandbox_bench_times_the_bash_tool_with_and_without_the_sandbox():
     assert "µs per job; shell tasks run without the sandbox" in out
 
 
+def test_hooks_bench_runs_a_plan_without_and_with_hooks_and_prints_the_ratios():
+    out = run_bench("bench/hooks_bench.py", "--tasks", "5", "--repeat", "1", "--calls", "2")
+    rows = [line.split() for line in out.splitlines() if line.startswith(("none ", "notify ", "decide "))]
+    assert [r[0] for r in rows if r[-1].endswith("x")] == ["none", "notify", "decide"]
+    assert "ms per hook run" in out
+
+
 def test_mcp_bench_prints_the_tool_list_cost_and_the_read_latencies():
     out = run_bench("bench/mcp_bench.py", "--calls", "5")
     assert re.search(r"team mcp tool list: 11 tools, \d+ tokens", out)

@@ -7,6 +7,7 @@
     shell.py      ShellExecutor: shell tasks as background jobs
     agents.py     AgentExecutor: agent tasks on teammates
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
+    hooked.py     task_completed hooks asked before a shell task's completion is recorded
     reconcile.py  the task store and the integration branch made to agree before a run
                   (redo, reopened or lost merges), and checked after it
     land.py       land_plan: a finished plan's result into the user's branch (team land)
