@@ -180,7 +180,8 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                                      "reached the task file); re-running")
         note(f"#{tid} was starting when the last lead died: re-running it")
 
-    tasks_by_key = {t.plan_task: t for t in store.all() if t.plan == plan.name}
+    # a first run has nothing to re-read: the batch it just wrote is every task of the plan
+    tasks_by_key = {t.plan_task: t for t in (store.all() if existing else created) if t.plan == plan.name}
     tasks = [tasks_by_key[t.id] for t in plan.tasks]
     remaining = analyse(plan).remaining
     d = plan.defaults
