@@ -115,9 +115,10 @@ def remember(tasks_dir: Path, files: dict[Path, bytes]) -> None:
     save(tasks_dir, valid)
 
 
-def read_rows(tasks_dir: Path) -> tuple[list[Row], list[tuple[Path, str]]]:
+def read_rows(tasks_dir: Path, *, update: bool = True) -> tuple[list[Row], list[tuple[Path, str]]]:
     """Every readable task by id, and the files that could not be read (with why), like
-    ``TaskFiles.scan``; validating only what the index does not vouch for."""
+    ``TaskFiles.scan``; validating only what the index does not vouch for. ``update=False``:
+    leave the index as it is (``team run --dry-run`` writes nothing)."""
     if not tasks_dir.is_dir():
         return [], []
     ids = []
@@ -155,7 +156,7 @@ def read_rows(tasks_dir: Path) -> tuple[list[Row], list[tuple[Path, str]]]:
         if raw == dumps(data).encode():  # canonical: the bytes alone give the same task next time
             fresh[key] = h
         rows.append(Row(data))
-    if changed or fresh.keys() != valid.keys():
+    if update and (changed or fresh.keys() != valid.keys()):
         save(tasks_dir, fresh)
     return rows, bad
 
