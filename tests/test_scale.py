@@ -14,9 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import run_team, team_env
 from util import wait_until
 
+from orchestrator.core.errors import CycleError
 from orchestrator.tasks.index import INDEX_NAME, load
 from orchestrator.tasks.store import TaskStore
 
@@ -182,3 +184,14 @@ def test_the_summary_of_a_long_chain_keeps_its_ends_and_json_keeps_it_all(tmp_pa
     summary = json.loads(r.stdout.splitlines()[-1])
     assert [c["name"] for c in summary["critical_path"]] == [f"c{i}" for i in range(n)]
     assert len(summary["durations"]) == n
+
+
+def test_the_batch_cycle_check_still_sees_a_cycle_through_a_hand_edited_task(tmp_path):
+    store = TaskStore(tmp_path)
+    store.create("existing")
+    store.path(1).write_text(json.dumps({"id": 1, "subject": "existing", "blockedBy": [3]}))  # #3: not yet made
+    specs = [{"subject": f"new {i}", "blockedBy": [1] if i == 1 else []} for i in range(150)]
+    with pytest.raises(CycleError) as e:
+        store.create_many(specs)
+    assert str(e.value) == "dependency cycle: #3 → #1 → #3"
+    assert store.ids() == [1]  # nothing written

@@ -21,14 +21,13 @@ Start-up (issue 13): every command pays for importing this package, so a
 command module imports at module level only typer, ``core.states``/``text``/
 ``paths``/``errors`` and what its options' annotations need; the store,
 pydantic records, rich, networkx, yaml and the rest are imported inside the
-command functions that use them (``tests/test_startup.py`` checks this).
+command functions that use them (``tests/test_scale.py`` checks this).
 ``app`` only collects the registrations: the click command tree ``team`` runs
 is ``_root``, whose group (``_Commands``) builds a command's click object the
 first time it is looked up, so ``team task list`` does not pay for building
 the options of every other command (``team --help`` builds them all).
 
-Errors: any ``TeamError``
-reaching the edge prints ``TypeName: message`` to stderr and exits with its
+Errors: any ``TeamError`` reaching the edge prints ``TypeName: message`` to stderr and exits with its
 ``exit_code`` (2 = bad input, 1 = work failed); click usage errors exit 2.
 An ``OSError`` of a write to the state root (disk full, read-only root) is
 the same one line (``core.errors.storage_error``: the path, the errno, what
