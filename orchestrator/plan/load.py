@@ -54,6 +54,7 @@ MAX_PLAN_BYTES = 16 << 20
 """Largest plan file read (16 MiB: a 100,000-task plan of one-line commands is ~6 MB)."""
 MAX_ALIAS_VALUES = 100_000
 """Most values YAML aliases may add to a plan (each use counts the anchored node's whole size)."""
+STR_TAG = "tag:yaml.org,2002:str"
 MAX_DEPTH = 50
 """Deepest nesting of a plan document (a plan needs about 5)."""
 
@@ -194,7 +195,8 @@ def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
             return out
         if isinstance(node, yaml.SequenceNode):
             return [build(item, (*loc, i), depth + 1) for i, item in enumerate(node.value)]
-        value = loader.construct_object(node, deep=True)
+        # a plain string (most of a plan) is its node's value, as SafeConstructor would make it
+        value = node.value if node.tag == STR_TAG else loader.construct_object(node, deep=True)
         if isinstance(value, str) and "\0" in value:
             errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: contains a NUL byte (\\0), "
                           "which no command, argument, environment variable or path can carry; remove it")

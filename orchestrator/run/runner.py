@@ -257,9 +257,11 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
             for text in asked.notes:
                 note(text)
             prep = materialise(store, lp, note=note)
-            for text in reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun).notes:
+            agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
+            for text in agreed.notes:
                 note(text)
-            tasks = [store.read(t.id) for t in prep.tasks]
+            # reconcile writes only for a redo or with worktree isolation: else the tasks are as materialised
+            tasks = [store.read(t.id) for t in prep.tasks] if agreed.redone or wt is not None else prep.tasks
             if wt is not None:
                 for text in kept_work_notes(tasks, wt, rerun):
                     note(text)
