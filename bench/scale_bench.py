@@ -23,8 +23,12 @@ Two tables, every figure measured in this run:
 Bodies are ``true`` (``--sleep`` adds ``sleep 0.01`` rows). The 100k size
 is slow and runs only with ``--full``.
 
+``--compare CHECKOUT`` measures another checkout's code too (an export
+of main, say: ``git archive main | tar -x -C /tmp/base``), row by row in
+the same run, so both see the same load.
+
 Usage: python bench/scale_bench.py [--full] [--workers 8] [--sizes 1000,10000] [--sleep]
-       [--skip-startup] [--skip-scale]
+       [--skip-startup] [--skip-scale] [--compare CHECKOUT]
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from pathlib import Path
 from _disk import durable_write_ms
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+CODE = [REPO]
+"""The checkout whose code the measured `team` processes run (``--compare`` switches it)."""
 
 SPAN = 50
 """A task's dependencies are among the SPAN tasks before it."""
@@ -81,7 +86,7 @@ def write_makefile(path: Path, needs: list[list[int]], body: str) -> None:
 
 def env() -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("TEAM_")}
-    e["PYTHONPATH"] = str(REPO)
+    e["PYTHONPATH"] = str(CODE[0])
     return e
 
 
@@ -93,13 +98,22 @@ def team_argv(*args: str) -> list[str]:
 
 def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, str]:
     """Wall seconds and stdout of one process."""
+    return timed_cpu(argv, cwd)[0::2]  # type: ignore[return-value]
+
+
+def timed_cpu(argv: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system, of the process and what it waited for), stdout.
+    On a loaded machine the CPU time says more than the wall time."""
+    before = os.times()
     t0 = time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = os.times()
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-1500:]}\n"
                          f"{proc.stderr[-1500:]}")
-    return wall, proc.stdout
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return wall, cpu, proc.stdout
 
 
 def timed_rss(argv: list[str], cwd: Path | None = None) -> tuple[float, int, str, float]:
@@ -122,24 +136,33 @@ def timed_rss(argv: list[str], cwd: Path | None = None) -> tuple[float, int, str
     return wall, usage.ru_maxrss, out.decode(), start_wall
 
 
-def best(n: int, argv: list[str], cwd: Path | None = None) -> float:
-    """Median wall of n runs."""
-    return statistics.median(timed(argv, cwd)[0] for _ in range(n))
+def best(n: int, argv: list[str], cwd: Path | None = None) -> tuple[float, float]:
+    """Median wall and median CPU seconds of n runs."""
+    runs = [timed_cpu(argv, cwd) for _ in range(n)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
+MATERIALISE = """
+import sys, time
+from pathlib import Path
+from orchestrator.plan.load import load_plan
+from orchestrator.run.runner import materialise
+from orchestrator.tasks.store import TaskStore
+lp = load_plan(Path(sys.argv[1]) / "plan.yaml")
+store = TaskStore(sys.argv[1])
+t0 = time.perf_counter()
+materialise(store, lp)
+print(time.perf_counter() - t0)
+"""
 
 
 def make_store(d: Path, needs: list[list[int]], body: str, workers: int) -> float:
-    """Materialise the plan into ``d``'s store in this process; seconds it took."""
-    from orchestrator.plan.load import load_plan
-    from orchestrator.run.runner import materialise
-    from orchestrator.tasks.store import TaskStore
-
+    """Materialise the plan into ``d``'s store (``runner.materialise``, in a process of the code
+    measured); seconds it took."""
     write_plan(d / "plan.yaml", "bench", needs, body, workers)
-    lp = load_plan(d / "plan.yaml")
-    store = TaskStore(d)
     os.sync()
-    t0 = time.perf_counter()
-    materialise(store, lp)
-    return time.perf_counter() - t0
+    _, out = timed([sys.executable, "-c", MATERIALISE, str(d)], cwd=Path(tempfile.gettempdir()))
+    return float(out.split()[-1])
 
 
 def run_make(d: Path, workers: int) -> float:
@@ -163,8 +186,8 @@ def run_team(d: Path, workers: int) -> dict[str, float]:
             "makespan": end - began, "done": done}
 
 
-def startup(scratch: Path, repeat: int) -> list[tuple[str, float, str]]:
-    rows: list[tuple[str, float, str]] = []
+def startup(scratch: Path, repeat: int) -> list[tuple[str, tuple[float, float], str]]:
+    rows: list[tuple[str, tuple[float, float], str]] = []
     rows.append(("team --help", best(repeat, team_argv("--help")), "≤ 0.12 s"))
     for n, target in ((1000, "≤ 0.08 s"), (10000, "≤ 0.25 s")):
         d = scratch / f"list{n}"
@@ -207,7 +230,7 @@ def scale_row(scratch: Path, n: int, body: str, workers: int) -> dict[str, float
     row["make"] = run_make(r, workers)
     os.sync()
     row.update(run_team(r, workers))
-    row["per_task_ms"] = row["wall"] / n * 1000
+    row["per_task_ms"] = row["makespan"] / n * 1000
     return row
 
 
@@ -220,49 +243,66 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs per start-up row (median)")
     ap.add_argument("--skip-startup", action="store_true")
     ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--compare", metavar="CHECKOUT", type=Path,
+                    help="also measure the code of another checkout (e.g. an export of main), row by row in "
+                         "the same run: on a shared machine only figures taken side by side compare")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s] or ([1000, 10000, 100000] if args.full else [1000, 10000])
     bodies = ["true", "sleep 0.01"] if args.sleep else ["true"]
+    codes = [("this", REPO)] + ([("base", args.compare.resolve())] if args.compare else [])
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         scratch = Path(tmp)
         if not args.skip_startup:
-            rows = startup(scratch, args.repeat)
-            make4, team4 = layered_vs_make(scratch, 3)
             print("\nstart-up (median of runs, new process each)")
-            print(f"{'measure':34} {'seconds':>8}  target")
-            for label, s, target in rows:
-                print(f"{label:34} {s:8.3f}  {target}")
-            print(f"{'8x4 sleep 0.2: team run / make -j4':34} {team4 / make4:7.2f}×  ≤ 1.05×   "
-                  f"(team {team4:.2f} s, make {make4:.2f} s)")
+            print(f"{'measure':34} {'code':5} {'wall s':>8} {'CPU s':>7}  target (wall)")
+            results = []
+            for label, code in codes:
+                CODE[0] = code
+                sub = scratch / f"startup-{label}"
+                sub.mkdir()
+                results.append((label, startup(sub, args.repeat), layered_vs_make(sub, 3)))
+            for i in range(len(results[0][1])):
+                for label, rows, _ in results:
+                    name, (sec, cpu), target = rows[i]
+                    print(f"{name:34} {label:5} {sec:8.3f} {cpu:7.3f}  {target}")
+            for label, _, (make4, team4) in results:
+                print(f"{'8x4 sleep 0.2: team run / make -j4':34} {label:5} {team4 / make4:7.2f}×  ≤ 1.05×   "
+                      f"(team {team4:.2f} s, make {make4:.2f} s)")
         if not args.skip_scale:
             table = []
             for body in bodies:
                 for n in sizes:
-                    row = scale_row(scratch, n, body, args.workers)
-                    row["body"] = body  # type: ignore[assignment]
-                    table.append(row)
-                    print(f"  {n} {body} done", file=sys.stderr, flush=True)
+                    for label, code in codes:
+                        CODE[0] = code
+                        where = scratch / label
+                        where.mkdir(exist_ok=True)
+                        row = scale_row(where, n, body, args.workers)
+                        row["body"], row["code"] = body, label  # type: ignore[assignment]
+                        table.append(row)
+                        print(f"  {n} {body} {label} done", file=sys.stderr, flush=True)
             w = args.workers
-            print(f"\nscale: random DAG (≤ 2 needs within {SPAN}), W={w}; seconds unless noted")
-            head = (f"{'tasks':>6} {'body':10} {'materialise':>11} {'ready':>6} {'list':>6} {'dry-run':>7} "
+            print(f"\nscale: random DAG (≤ 2 needs within {SPAN}), W={w}; seconds unless noted; "
+                  "ms/task = (run_started → summary) / tasks")
+            head = (f"{'tasks':>6} {'body':10} {'code':5} {'materialise':>11} {'ready':>6} {'list':>6} {'dry-run':>7} "
                     f"{'1st start':>9} {'process':>8} {'make':>6} {'ratio':>6} {'ms/task':>7} {'RSS MB':>7}")
             print(head)
             print("-" * len(head))
             for row in table:
-                print(f"{int(row['n']):6d} {row['body']:10} {row['materialise']:11.2f} {row['ready']:6.2f} "
-                      f"{row['list_json']:6.2f} {row['dry_run']:7.2f} {row['first']:9.2f} {row['wall']:8.2f} "
-                      f"{row['make']:6.2f} {row['wall'] / row['make']:6.2f} {row['per_task_ms']:7.2f} "
-                      f"{row['rss_mb']:7.0f}")
-            true_rows = {int(r["n"]): r for r in table if r["body"] == "true"}
-            if 1000 in true_rows:
-                base = true_rows[1000]["per_task_ms"]
-                flat = " · ".join(f"{n // 1000}k {r['per_task_ms'] / base:.2f}×" for n, r in sorted(true_rows.items()))
-                print(f"per-task cost vs 1k's: {flat} (target ≤ 1.5×)")
+                print(f"{int(row['n']):6d} {row['body']:10} {row['code']:5} {row['materialise']:11.2f} "
+                      f"{row['ready']:6.2f} {row['list_json']:6.2f} {row['dry_run']:7.2f} {row['first']:9.2f} "
+                      f"{row['wall']:8.2f} {row['make']:6.2f} {row['wall'] / row['make']:6.2f} "
+                      f"{row['per_task_ms']:7.2f} {row['rss_mb']:7.0f}")
+            for label, _ in codes:
+                mine = {int(r["n"]): r for r in table if r["body"] == "true" and r["code"] == label}
+                if 1000 in mine:
+                    base = mine[1000]["per_task_ms"]
+                    flat = " · ".join(f"{n // 1000}k {r['per_task_ms'] / base:.2f}×" for n, r in sorted(mine.items()))
+                    print(f"per-task cost vs 1k's ({label}): {flat} (target ≤ 1.5×)")
             print("targets: 10k first start ≤ 1 s · 10k dry-run ≤ 0.5 s · 10k true ratio ≤ 2.5× · "
                   "100k RSS ≤ 1024 MB")
-    print(f"durable write on this disk: {durable_write_ms():.2f} ms median · bench took "
-          f"{time.perf_counter() - t_all:.0f} s")
+    print(f"durable write on this disk: {durable_write_ms():.2f} ms median · load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs · bench took {time.perf_counter() - t_all:.0f} s")
 
 
 if __name__ == "__main__":
