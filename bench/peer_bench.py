@@ -84,18 +84,33 @@ def clawteam_venv() -> tuple[Path | None, str]:
     return bin_dir, ""
 
 
+CPU: list[float] = [0.0]
+"""CPU seconds (user + system) of the last ``run``: on a loaded machine it says more than wall time."""
+
+
 def run(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    before = os.times()
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = os.times()
+    CPU[0] = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[-6:])} exited {proc.returncode}: "
                            f"{(proc.stderr or proc.stdout).strip()[-300:]}")
     return wall, proc.stdout
 
 
-def median(repeat: int, argv: list[str], env: dict[str, str]) -> float:
-    return statistics.median(run(argv, env)[0] for _ in range(repeat))
+Timing = tuple[float, float]
+"""(median wall seconds, median CPU seconds)"""
+
+
+def median(repeat: int, argv: list[str], env: dict[str, str]) -> Timing:
+    walls, cpus = [], []
+    for _ in range(repeat):
+        walls.append(run(argv, env)[0])
+        cpus.append(CPU[0])
+    return statistics.median(walls), statistics.median(cpus)
 
 
 class Team:
@@ -156,14 +171,16 @@ class ClawTeam:
         return self._cli("task", "update", TEAM, ref, *args)
 
 
-def claim_complete(tool: Team | ClawTeam, ref: str, repeat: int) -> float:
-    walls = []
+def claim_complete(tool: Team | ClawTeam, ref: str, repeat: int) -> Timing:
+    walls, cpus = [], []
     for _ in range(repeat):
         a = run(tool.update(ref, "--status", "in_progress", "--owner", "w"), tool.env)[0]
+        a_cpu = CPU[0]
         b = run(tool.update(ref, "--status", "completed"), tool.env)[0]
         walls.append(a + b)
+        cpus.append(a_cpu + CPU[0])
         run(tool.update(ref, "--status", "pending", "--owner", ""), tool.env)  # ready for the next round
-    return statistics.median(walls)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -177,7 +194,7 @@ def main() -> None:
         print(f"peer bench skipped: {why}")
         return
     t_all = time.perf_counter()
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, Timing, Timing]] = []
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
         for n in sizes:
             team = Team(Path(tmp) / f"team{n}")
@@ -196,22 +213,24 @@ def main() -> None:
                 return
             first_team = team.fill(n, 13)
             os.sync()
-            rows.append((f"cold list@{n // 1000}k", median(args.repeat, team.list(), team.env),
+            rows.append((f"cold list@{n:,}", median(args.repeat, team.list(), team.env),
                          median(args.repeat, claw.list(), claw.env)))
             if n == sizes[0]:
-                rows.append((f"cold create (store of {n // 1000}k)", median(args.repeat, team.create(), team.env),
+                rows.append((f"cold create (store of {n:,})", median(args.repeat, team.create(), team.env),
                              median(args.repeat, claw.create(), claw.env)))
-            rows.append((f"claim+complete@{n // 1000}k", claim_complete(team, first_team, args.repeat),
+            rows.append((f"claim+complete@{n:,}", claim_complete(team, first_team, args.repeat),
                          claim_complete(claw, first_claw, args.repeat)))
     version = subprocess.run([str(bin_dir / "clawteam"), "--version"], capture_output=True, text=True).stdout.strip()
     print(f"\nteam vs {version or 'clawteam'} (seconds, median of {args.repeat}; new process each; "
-          "ratio = clawteam / team, > 1 means team is faster)")
-    head = f"{'operation':28} {'team':>7} {'clawteam':>9} {'ratio':>7}"
+          "ratio = clawteam / team, > 1 means team is faster; wall, then CPU user + system)")
+    head = (f"{'operation':28} {'team':>7} {'clawteam':>9} {'ratio':>7}   {'CPU team':>8} {'clawteam':>9} "
+            f"{'ratio':>7}")
     print(head)
     print("-" * len(head))
-    for label, t, c in rows:
-        print(f"{label:28} {t:7.3f} {c:9.3f} {c / t:6.2f}×")
-    print(f"targets: list@1k and create ≥ 3× · bench took {time.perf_counter() - t_all:.0f} s")
+    for label, (t, tc), (c, cc) in rows:
+        print(f"{label:28} {t:7.3f} {c:9.3f} {c / t:6.2f}×   {tc:8.3f} {cc:9.3f} {cc / tc if tc else 0:6.2f}×")
+    print(f"targets: list@1k and create ≥ 3× · load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs · "
+          f"bench took {time.perf_counter() - t_all:.0f} s")
 
 
 if __name__ == "__main__":
