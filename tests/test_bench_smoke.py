@@ -35,6 +35,6 @@ def test_sandbox_bench_times_the_bash_tool_with_and_without_the_sandbox():
 
 def test_scale_bench_times_materialise_listing_dry_run_and_a_run_against_make():
     out = run_bench("bench/scale_bench.py", "--sizes", "120", "--skip-startup")
-    (row,) = [line.split() for line in out.splitlines() if line.split()[:2] == ["120", "true"]]
-    assert len(row) == 12 and float(row[10]) > 0  # ms per task
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:3] == ["120", "true", "this"]]
+    assert len(row) == 13 and float(row[11]) > 0  # ms per task
     assert "per-task cost vs 1k's" not in out and "durable write on this disk" in out

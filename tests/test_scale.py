@@ -195,3 +195,22 @@ def test_the_batch_cycle_check_still_sees_a_cycle_through_a_hand_edited_task(tmp
         store.create_many(specs)
     assert str(e.value) == "dependency cycle: #3 → #1 → #3"
     assert store.ids() == [1]  # nothing written
+
+
+def test_the_fast_pretty_printer_writes_what_json_dumps_writes():
+    from orchestrator.core.jsonutil import pretty
+
+    rnd = random.Random(13)
+    leaves = [None, True, False, 0, -5, 10**20, 1.5, 1e-7, 1e22, float("nan"), float("inf"), -float("inf"),
+              "x", "", 'é"\\\n\t\x01😀', "\u2028"]
+
+    def gen(depth: int = 0) -> object:
+        r = rnd.random()
+        if depth > 3 or r < 0.5:
+            return rnd.choice(leaves)
+        if r < 0.75:
+            return [gen(depth + 1) for _ in range(rnd.randint(0, 4))]
+        return {rnd.choice(["a", "é", '"q', ""]) + str(i): gen(depth + 1) for i in range(rnd.randint(0, 4))}
+
+    for obj in [gen() for _ in range(3000)] + [(1, 2), {"a": (1,)}, {1: "int key"}, {"a": {2: 3}}, [{True: 1}]]:
+        assert pretty(obj) == json.dumps(obj, ensure_ascii=False, indent=2), obj
