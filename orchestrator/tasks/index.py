@@ -21,9 +21,10 @@ writes). A reader (``read_rows``):
 A missing, torn or foreign index is treated as empty: everything is
 validated once and the index rebuilt. Staleness is decided by content, not
 by times, so there is no window (same clock tick, a copied file with its old
-mtime) in which an edit could hide behind the index. The bulk write of a
-plan's tasks adds its files to the index in the same locked batch
-(``remember``), so the first listing after ``team run`` starts is fast too.
+mtime) in which an edit could hide behind the index. A bulk create of 100
+or more tasks (``TaskStore.create_many``) adds its files to the index under
+the same lock (``remember``); the files a run writes are validated by the
+first listing after it, which rewrites the index.
 
 ``Row`` carries what the listing queries read (``graph.TaskLike``) and the
 task's JSON form; nothing here imports pydantic unless a file must be
