@@ -33,8 +33,11 @@ Order of a run (``run_plan``):
    named ``<plan>.<id>`` (so ``team task show demo.build`` works). The match
    is made once per run from one directory scan.
 
-   * Some but not all tasks exist and none was ever claimed: the last lead
-     died while creating them; they are deleted and created again.
+   * Some but not all tasks exist and none has an attempt on file: the last
+     lead died while creating them. If they sit at the ids their batch gave
+     them (plan task i at base + i), the missing ones are created with their
+     reserved ids, so claims the dead lead logged still name them (and are
+     released below); otherwise they are deleted and created again.
    * Missing tasks are created in one ``create_many`` batch. On a plan's
      first run (no task of it exists, no worktree isolation) they are only
      reserved (ids, names, checks) and the scheduler queues them as the first
