@@ -33,18 +33,9 @@ Order of a run (``run_plan``):
    named ``<plan>.<id>`` (so ``team task show demo.build`` works). The match
    is made once per run from one directory scan.
 
-   * Some but not all tasks exist and none has an attempt on file: the last
-     lead died while creating them. If they sit at the ids their batch gave
-     them (plan task i at base + i), the missing ones are created with their
-     reserved ids, so claims the dead lead logged still name them (and are
-     released below); otherwise they are deleted and created again.
-   * Missing tasks are created in one ``create_many`` batch. On a plan's
-     first run (no task of it exists, no worktree isolation) they are only
-     reserved (ids, names, checks) and the scheduler queues them as the first
-     batch of its group-commit pipeline: the first tasks start while the
-     files are written. A kill before they are all written leaves a partial
-     plan none of whose tasks ran (the next run creates it again, below) or
-     none at all.
+   * Some but not all tasks exist and none was ever claimed: the last lead
+     died while creating them; they are deleted and created again.
+   * Missing tasks are created in one ``create_many`` batch.
    * ``completed`` tasks stay done (even if their command changed: use
      ``--redo`` or ``--fresh`` to redo them).
    * ``failed`` and ``cancelled`` tasks go back to ``pending`` with a fresh
@@ -88,7 +79,6 @@ from ..git.land import Land
 from ..git.worktrees import Start, Worktrees
 from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
-from ..tasks.edits import Reserved
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
@@ -104,7 +94,6 @@ class Materialised:
     tasks: list[Task]
     priority: dict[int, float]
     retry_delay: dict[int, float]
-    unwritten: Reserved | None = None  # a new plan's tasks, for the scheduler to queue first (``defer``)
 
 
 def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
@@ -132,33 +121,14 @@ def tasks_of(store: TaskStore, plan: str) -> list[Task]:
 
 
 def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
-                note: Callable[[str], None] = lambda s: None, defer: bool = False) -> Materialised:
-    """The plan's tasks in the store (see the module docstring). ``defer``: a plan none of whose
-    tasks exists yet is only reserved (ids, names, checks: ``TaskStore.reserve_many``); the
-    caller hands ``unwritten`` to the scheduler, which queues it as its pipeline's first batch."""
+                note: Callable[[str], None] = lambda s: None) -> Materialised:
     plan = lp.plan
     existing = tasks_of(store, plan.name)
     if existing and len(existing) < len(plan.tasks) and all(t.attempts == 0 for t in existing):
-        # A lead died while creating the tasks (the batch is not one atomic write): none has a
-        # result yet, though the first ones may have been started (their claims are in the event
-        # log; ``unfiled_claims`` below releases them). The batch gave plan task i the id
-        # base + i: the missing ones are created with their ids, so those claims still name them.
-        index = {t.id: i for i, t in enumerate(plan.tasks)}
-        bases = {t.id - index[t.plan_task] for t in existing if t.plan_task in index}
-        have = {t.plan_task for t in existing}
-        missing = [t for t in plan.tasks if t.id not in have]
-        base = bases.pop() if len(bases) == 1 and len(have) == len(existing) else None
-        if base is not None and base >= 1 and not any(store.path(base + index[t.id]).exists() for t in missing):
-            spot = {t.id: i for i, t in enumerate(missing)}
-            specs = [{**_spec(lp, t), "blockedBy": [("new", spot[n]) if n in spot else base + index[n]
-                                                     for n in t.needs]} for t in missing]
-            existing += store.create_many(specs, actor=owner, ids=[base + index[t.id] for t in missing])
-            note(f"plan {plan.name}: the last run stopped while creating its tasks; creating the "
-                 f"{len(missing)} it had not written")
-        else:
-            store.delete_many([t.id for t in existing], actor=owner, reason="incomplete materialisation")
-            note(f"plan {plan.name}: the last run stopped while creating its tasks; creating them again")
-            existing = []
+        # A lead died while creating the tasks (create_many is not one atomic write): nothing ran yet.
+        store.delete_many([t.id for t in existing], actor=owner, reason="incomplete materialisation")
+        note(f"plan {plan.name}: the last run stopped while creating its tasks; creating them again")
+        existing = []
     by_key = {t.plan_task: t for t in existing}
     wanted = {t.id for t in plan.tasks}
     new = [t for t in plan.tasks if t.id not in by_key]
@@ -179,8 +149,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         spec = _spec(lp, t)
         spec["blockedBy"] = [by_key[n].id if n in by_key else ("new", new_index[n]) for n in t.needs]
         specs.append(spec)
-    unwritten = store.reserve_many(specs, actor=owner) if specs and defer and not existing else None
-    created = unwritten.tasks if unwritten is not None else store.create_many(specs, actor=owner) if specs else []
+    created = store.create_many(specs, actor=owner) if specs else []
     if created and existing:
         note(f"plan {plan.name}: {len(created)} new task(s) added")
 
@@ -221,7 +190,6 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         priority={tasks_by_key[k].id: v for k, v in remaining.items()},
         retry_delay={tasks_by_key[t.id].id: t.retry_delay if t.retry_delay is not None else d.retry_delay
                      for t in plan.tasks},
-        unwritten=unwritten,
     )
 
 
@@ -288,9 +256,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
             asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
             for text in asked.notes:
                 note(text)
-            # a new plan's files are written by the scheduler's pipeline while its first tasks run;
-            # with worktree isolation reconcile and the worktrees read them first: written here
-            prep = materialise(store, lp, note=note, defer=wt is None)
+            prep = materialise(store, lp, note=note)
             agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
             for text in agreed.notes:
                 note(text)
@@ -304,8 +270,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
             opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                               retry_delay=prep.retry_delay)
             stop.check()
-            result = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop,
-                               first_write=prep.unwritten).run()
+            result = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop).run()
             if iso is not None and wt is not None:
                 iso.close()
                 missing = missing_merges(store, tasks, wt)

@@ -75,7 +75,6 @@ from ..core.errors import (
     storage_error,
 )
 from ..core.models import Status, Task
-from ..tasks.edits import Reserved
 from ..tasks.store import TaskStore
 from .executor import Executor, Outcome
 from .stop import RunStop
@@ -132,12 +131,8 @@ class RunResult:
 class Scheduler:
     def __init__(self, store: TaskStore, tasks: list[Task], priority: dict[int, float],
                  executors: dict[str, Executor], opts: RunOptions, emit: Emit,
-                 clock: Callable[[], float] = time.time, stop: RunStop | None = None,
-                 first_write: Reserved | None = None):
-        """``stop``: how signals and failures on other threads reach the loop (stop.py).
-        ``first_write``: tasks reserved but not written (a new plan's): queued as the first
-        batch of the pipeline, so the first claims need not wait for thousands of files."""
-        self.first_write = first_write
+                 clock: Callable[[], float] = time.time, stop: RunStop | None = None):
+        """``stop``: how signals and failures on other threads reach the loop (stop.py)."""
         self.store, self.opts, self.emit, self.clock = store, opts, emit, clock
         self.stop = stop if stop is not None else RunStop()
         self.executors = executors
@@ -197,8 +192,6 @@ class Scheduler:
         try:
             try:
                 with self.store.pipelined(on_error=self.stop.fail):  # batches made durable by a writer thread
-                    if self.first_write is not None:
-                        self.store.write_reserved(self.first_write)  # queued: the writer starts on it
                     self._loop()
             finally:
                 self._hb_stop.set()

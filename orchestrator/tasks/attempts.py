@@ -232,9 +232,7 @@ class Attempts:
         the file; a lead killed in between leaves the task ``pending`` at an
         older epoch. Only ``pending`` tasks among ``tasks`` (as read from
         their files) are considered; a task id's history restarts at its
-        ``created``/``deleted`` events, so a reused id never inherits a claim
-        (except a ``created`` marked ``resumed``: the same task, its file
-        written by the run after the one that reserved its id and claimed it).
+        ``created``/``deleted`` events, so a reused id never inherits a claim.
         """
         files = {t.id: t for t in tasks if t.status == Status.pending}
         if not files:
@@ -257,7 +255,7 @@ class Attempts:
                 continue
             if event.get("event") == "claimed":
                 logged[tid] = (int(event.get("epoch") or 0), int(event.get("attempt") or 0))
-            elif not event.get("resumed"):  # a batch completed with its reserved ids keeps their claims
+            else:
                 logged.pop(tid, None)
         return {tid: claim for tid, claim in logged.items() if claim[0] > files[tid].epoch}
 

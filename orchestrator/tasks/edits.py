@@ -7,11 +7,7 @@ reads, refs, the name index, the id counter and batch writes);
 Rules:
 
 * ``create_many`` takes the next free ids under one lock and writes the
-  whole batch with one durable ``TaskFiles.write``. ``reserve_many`` takes
-  the ids and checks everything the same way but leaves the write to
-  ``write_reserved`` (``team run`` queues a new plan's tasks as the first
-  batch of its group-commit pipeline, so its first tasks start while the
-  files are written; see pipeline.py and run/runner.py).
+  whole batch with one durable ``TaskFiles.write``.
 * A dependency that does not exist, or that would close a cycle, is refused
   with the unknown ref or the cycle (``#4 → #7 → #4``) in the message. The
   cycle search walks ``blockedBy`` edges, reading only reachable task files.
@@ -24,25 +20,16 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ConflictError, CycleError, InvalidName, UnknownRef, UserError
 from ..core.models import NAME_RE, Status, Task
 from ..core.text import control_chars, shown
 from .attempts import apply_status, parse_status
-from .files import EventRecord, TaskFiles
+from .files import TaskFiles
 
 INDEX_BATCH = 100
 """A batch of at least this many new tasks (a plan's) is added to the task index as it is written."""
-
-
-@dataclass
-class Reserved:
-    """Tasks decided but not written yet (``TaskEdits.reserve_many``)."""
-
-    tasks: list[Task]
-    records: list[EventRecord]
 
 
 def format_cycle(ids: list[int]) -> str:
@@ -100,91 +87,59 @@ class TaskEdits:
             actor=actor,
         )[0]
 
-    def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli",
-                    ids: list[int] | None = None) -> list[Task]:
+    def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli") -> list[Task]:
         """Create several tasks under one lock.
 
         ``blockedBy`` entries may be ids, names of existing tasks, or
         ``("new", i)`` — the i-th task of this batch — so a whole plan can be
         materialised in one call. Batch-internal edges are acyclic by
         construction only if the caller checked; we check again here.
-        ``ids``: the ids to give them (ids a batch reserved but never wrote:
-        ``team run`` completing a plan whose creation was cut short); refused
-        if one is taken.
         """
         if not specs:
             return []
         with self.files.locked():
-            tasks, records = self._decide(specs, actor, ids)
-            self.files.write(tasks, records, index=len(tasks) >= INDEX_BATCH)
+            named = any(spec.get("name") for spec in specs)
+            if named and not self.files.names_path.exists() and self.files.ids():
+                self.files.rebuild_names_locked()  # the index was lost: names must stay unique
+            index = self.files.name_entries() if named else []
+            first = self.files.next_id()
+            ids = [first + i for i in range(len(specs))]
+            now = self.files.clock()
+            tasks = []
+            seen_names: set[str] = set()
+            for i, spec in enumerate(specs):
+                spec = dict(spec)
+                deps: list[int] = []
+                for dep in spec.pop("blockedBy", []) or []:
+                    if isinstance(dep, tuple) and dep[0] == "new":
+                        deps.append(ids[dep[1]])
+                    else:
+                        deps.append(self.files.resolve(dep))
+                name = spec.get("name")
+                self._check_name(name, index)
+                self._check_owner(spec.get("owner"))
+                _check_subject(spec.get("subject"))
+                if name is not None:
+                    if name in seen_names:
+                        raise UserError(f"a task named {name!r} appears twice; names must be unique")
+                    seen_names.add(name)
+                status = parse_status(spec.pop("status", Status.pending))
+                tasks.append(
+                    Task(id=ids[i], blockedBy=sorted(set(deps)), status=status, created_at=now, **spec)
+                )
+            for t in tasks:  # dependencies exist: resolve() checked old ones, new ones are in the batch
+                if t.id in t.blockedBy:
+                    raise CycleError(f"task #{t.id} cannot depend on itself: {format_cycle([t.id, t.id])}", [t.id, t.id])
+            batch = {t.id: t for t in tasks}
+            for t in self._maybe_cyclic(tasks, batch):
+                cycle = self._find_path(t.blockedBy, t.id, batch)
+                if cycle:
+                    raise CycleError(f"dependency cycle: {format_cycle([t.id, *cycle])}", [t.id, *cycle])
+            self.files.set_counter(ids[-1] + 1)
+            self.files.add_names(tasks)
+            self.files.write(tasks, [self.files.event_record(t, "created", actor, None) for t in tasks],
+                             index=len(tasks) >= INDEX_BATCH)
             return tasks
-
-    def reserve_many(self, specs: list[dict[str, Any]], *, actor: str) -> Reserved:
-        """``create_many`` without the write: the tasks are decided under the lock (ids past the
-        counter, which is moved on, names indexed, edges checked) and returned with their event
-        lines for ``write_reserved``. ``team run`` reserves a new plan's tasks, then the
-        scheduler queues them as the first batch of its group-commit pipeline: the first tasks
-        start while the files are written. Until then no file exists; a reservation never
-        written costs ids, nothing else."""
-        with self.files.locked():
-            return Reserved(*self._decide(specs, actor))
-
-    def write_reserved(self, reserved: Reserved) -> None:
-        """Write reserved tasks (queued when this thread holds the pipeline's commit section)."""
-        with self.files.locked_for_commit():
-            # the ``created`` lines go first: every claim of these tasks is logged after them
-            self.files.write(reserved.tasks, logged_first=reserved.records, alone=True)
-
-    def _decide(self, specs: list[dict[str, Any]], actor: str,
-                given: list[int] | None = None) -> tuple[list[Task], list[EventRecord]]:
-        """The tasks of a batch and their ``created`` lines (under the lock; nothing written but
-        the id counter and the name index)."""
-        named = any(spec.get("name") for spec in specs)
-        if named and not self.files.names_path.exists() and self.files.ids():
-            self.files.rebuild_names_locked()  # the index was lost: names must stay unique
-        index = self.files.name_entries() if named else []
-        first = self.files.next_id()
-        ids = [first + i for i in range(len(specs))] if given is None else list(given)
-        if given is not None:
-            taken = [i for i in ids if self.files.path(i).exists()]
-            if taken or len(set(ids)) != len(specs):
-                raise ConflictError(f"task #{taken[0] if taken else ids[0]} exists already")
-        now = self.files.clock()
-        tasks = []
-        seen_names: set[str] = set()
-        for i, spec in enumerate(specs):
-            spec = dict(spec)
-            deps: list[int] = []
-            for dep in spec.pop("blockedBy", []) or []:
-                if isinstance(dep, tuple) and dep[0] == "new":
-                    deps.append(ids[dep[1]])
-                else:
-                    deps.append(self.files.resolve(dep))
-            name = spec.get("name")
-            self._check_name(name, index)
-            self._check_owner(spec.get("owner"))
-            _check_subject(spec.get("subject"))
-            if name is not None:
-                if name in seen_names:
-                    raise UserError(f"a task named {name!r} appears twice; names must be unique")
-                seen_names.add(name)
-            status = parse_status(spec.pop("status", Status.pending))
-            tasks.append(
-                Task(id=ids[i], blockedBy=sorted(set(deps)), status=status, created_at=now, **spec)
-            )
-        for t in tasks:  # dependencies exist: resolve() checked old ones, new ones are in the batch
-            if t.id in t.blockedBy:
-                raise CycleError(f"task #{t.id} cannot depend on itself: {format_cycle([t.id, t.id])}", [t.id, t.id])
-        batch = {t.id: t for t in tasks}
-        for t in self._maybe_cyclic(tasks, batch):
-            cycle = self._find_path(t.blockedBy, t.id, batch)
-            if cycle:
-                raise CycleError(f"dependency cycle: {format_cycle([t.id, *cycle])}", [t.id, *cycle])
-        self.files.set_counter(max(first, max(ids) + 1))
-        self.files.add_names(tasks)
-        # a batch completed with its reserved ids says so: claims logged since still name these tasks
-        resumed = True if given is not None else None
-        return tasks, [self.files.event_record(t, "created", actor, None, resumed=resumed) for t in tasks]
 
     # ------------------------------------------------------------------ graph checks
     def _deps_of(self, tid: int, overlay: dict[int, Task]) -> list[int]:

@@ -199,18 +199,16 @@ class TaskFiles:
             raise UnknownRef(f"no task #{task_id}; `team task list` shows the tasks") from None
 
     def ids(self) -> list[int]:
-        """Ids of the task files, and (with a pipeline) of tasks queued but not yet written."""
-        found: set[int] = set()
-        if self.dir.is_dir():
-            with os.scandir(self.dir) as it:
-                for entry in it:
-                    tid = task_id_from_filename(entry.name)
-                    if tid is not None:
-                        found.add(tid)
-        pipe = self.pipeline
-        if pipe is not None:
-            found.update(tid for name in pipe.queued_names() if (tid := task_id_from_filename(name)) is not None)
-        return sorted(found)
+        if not self.dir.is_dir():
+            return []
+        out = []
+        with os.scandir(self.dir) as it:
+            for entry in it:
+                tid = task_id_from_filename(entry.name)
+                if tid is not None:
+                    out.append(tid)
+        out.sort()
+        return out
 
     def all(self) -> list[Task]:
         """Every task, by id. A corrupt file raises ``CorruptFile`` naming it."""
@@ -356,7 +354,7 @@ class TaskFiles:
 
     def write(self, tasks: Sequence[Task], records: Sequence[EventRecord] = (),
               logged_first: Sequence[EventRecord] = (), on_logged: Callable[[], None] | None = None,
-              *, index: bool = False, alone: bool = False) -> None:
+              *, index: bool = False) -> None:
         """Atomic per file, durable as a batch, then the batch's event lines (under the lock).
 
         ``logged_first`` lines are appended before any file is written, and
@@ -364,8 +362,7 @@ class TaskFiles:
         Inside a pipeline's commit section the files and ``records`` are
         queued for the group-commit writer instead of written here.
         ``index``: add the files to the task index once they are durable
-        (index.py; a plan's bulk create). ``alone``: queued, the batch is a pipeline group
-        of its own (pipeline.py).
+        (index.py; a plan's bulk create).
         """
         if logged_first:
             self._append_events(self._event_lines(logged_first))
@@ -380,7 +377,7 @@ class TaskFiles:
         lines = self._event_lines(records) if records else ""
         pipe = self.pipeline
         if pipe is not None and pipe.queueing == threading.get_ident():
-            pipe.submit(WriteBatch(files, lines, logged=bool(logged_first), alone=alone))
+            pipe.submit(WriteBatch(files, lines, logged=bool(logged_first)))
             return
         self.write_now(files, lines, synced_lines=bool(logged_first))
         if index:

@@ -13,10 +13,7 @@ the directory and the event log fsynced once for the group). The
 scheduler goes on handling outcomes and starting jobs while the disk
 works, so a slow ``fsync`` (0.5 ms on a quiet disk, several ms under
 writeback) costs it nothing, and a task claimed and finished within one
-group is written once. A batch marked ``alone`` (a new plan's tasks, queued
-first by ``team run``) is a group of its own: every task of the plan is on
-disk before any claim or result is, so a kill in between leaves a partial
-plan that never ran (run/runner.py starts it again).
+group is written once.
 
 Why this is still a compare-and-set store: this process keeps the store
 lock (the flock on ``.tasks/.lock``) from the first queued batch until the
@@ -100,7 +97,6 @@ class WriteBatch:
     files: dict[Path, bytes] = field(default_factory=dict)
     lines: str = ""
     logged: bool = False  # claim lines of this batch were appended before it was queued
-    alone: bool = False  # written as a group of its own (a new plan's tasks: all on disk before any claim)
 
 
 class Pipeline:
@@ -179,11 +175,6 @@ class Pipeline:
         """The queued bytes of ``path`` (a file of this ``.tasks``), newer than the file, if any."""
         with self.cond:
             return self.overlay.get(path.name)
-
-    def queued_names(self) -> list[str]:
-        """Names of the files queued and not yet renamed (a new plan's tasks, in the first moments)."""
-        with self.cond:
-            return list(self.overlay)
 
     def submit(self, batch: WriteBatch) -> None:
         """Queue a decided batch (inside ``exclusive(drain=False)``, on its thread)."""
@@ -269,11 +260,9 @@ class Pipeline:
                 self.cond.wait()
             if not self.queue:
                 return False
-            if GROUP_DELAY and not self._closing and not self._draining and not self.queue[0].alone:
+            if GROUP_DELAY and not self._closing and not self._draining:
                 self.cond.wait_for(lambda: self._closing or self._draining, GROUP_DELAY)
-            cut = next((i for i, b in enumerate(self.queue) if b.alone), len(self.queue))
-            cut = cut or 1  # an ``alone`` batch first: just it; else everything before the next one
-            group, self.queue = self.queue[:cut], self.queue[cut:]
+            group, self.queue = self.queue, []
             self.busy = True
         files: dict[Path, bytes] = {}
         for batch in group:

@@ -34,7 +34,7 @@ from typing import Any
 from ..core.models import Status, Task
 from ..core.redact import Secrets
 from .attempts import Attempts, Finish
-from .edits import Reserved, TaskEdits
+from .edits import TaskEdits
 from .files import Clock, TaskFiles
 
 
@@ -112,18 +112,9 @@ class TaskStore:
         """Create one task with the next id (``TaskEdits.create``)."""
         return self.edits.create(subject, description, blocked_by, owner, actor=actor, **fields)
 
-    def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli",
-                    ids: list[int] | None = None) -> list[Task]:
+    def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli") -> list[Task]:
         """Create several tasks in one locked, durable batch (``TaskEdits.create_many``)."""
-        return self.edits.create_many(specs, actor=actor, ids=ids)
-
-    def reserve_many(self, specs: list[dict[str, Any]], *, actor: str = "cli") -> Reserved:
-        """``create_many``'s decisions without its write (``TaskEdits.reserve_many``)."""
-        return self.edits.reserve_many(specs, actor=actor)
-
-    def write_reserved(self, reserved: Reserved) -> None:
-        """Write reserved tasks; inside the run's pipeline, queued as one batch (``TaskEdits.write_reserved``)."""
-        self.edits.write_reserved(reserved)
+        return self.edits.create_many(specs, actor=actor)
 
     def update(self, ref: int | str, *, status: str | Status | None = None, owner: str | None = None,
                add_blocked_by: Iterable[int | str] = (), remove_blocked_by: Iterable[int | str] = (),
