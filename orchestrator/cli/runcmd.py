@@ -45,6 +45,8 @@ def run_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
     board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
+    backend: Annotated[str | None, typer.Option("--backend", help="Where tasks run: local (this machine) or ray (a Ray cluster; docs/scale.md). Default: the plan's `backend`, else local.", metavar="local|ray")] = None,
+    address: Annotated[str | None, typer.Option("--address", help="--backend ray: the cluster, `auto` (this machine is a node) or HOST:PORT of its head; without it an embedded local Ray instance on 127.0.0.1 is started.", metavar="auto|HOST:PORT")] = None,
     json_out: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -60,10 +62,11 @@ def run_cmd(
     if dry_run:
         _dry_run(lp, state_root, workers, json_out)
         return
-    from ..run.runner import check_redo, run_plan
+    from ..run.runner import Backend, check_redo, run_plan
     from ..run.stop import RunStop
 
     check_redo(lp, redo or [])
+    where = Backend.choose(lp, backend, address)
 
     sink: progress.JsonProgress | progress.LiveProgress | progress.PlainProgress
     if json_out:
@@ -94,7 +97,7 @@ def run_cmd(
         signal.signal(sig, on_signal)
     try:
         result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh, redo=redo or [],
-                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop)
+                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop, backend=where)
     finally:
         sink.close()
         if web is not None:

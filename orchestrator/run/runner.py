@@ -108,11 +108,18 @@ def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
         retries=t.retries if t.retries is not None else d.retries,
         env={**d.env, **t.env}, cwd=str(lp.task_cwd(t)),
         isolation=t.isolation or (lp.plan.isolation if lp.plan.isolation != "none" else None),
+        outputs=_pick(t.outputs, d.outputs) or [], num_cpus=_pick(t.num_cpus, d.num_cpus),
+        resources=_pick(t.resources, d.resources) or {}, lost_retries=_pick(t.lost_retries, d.lost_retries, 3),
     )
 
 
+def _pick(*values: Any) -> Any:
+    """The first value that is set (a task's own, then the plan's defaults, then the built-in)."""
+    return next((v for v in values if v is not None), None)
+
+
 _MUTABLE = ("subject", "description", "command", "prompt", "role", "assignee", "estimate", "timeout",
-            "retries", "env", "cwd", "isolation")
+            "retries", "env", "cwd", "isolation", "outputs", "num_cpus", "resources", "lost_retries")
 
 
 def tasks_of(store: TaskStore, plan: str) -> list[Task]:
@@ -199,24 +206,46 @@ def kinds_of(lp: LoadedPlan) -> dict[str, list[str]]:
     return out
 
 
+@dataclass(frozen=True)
+class Backend:
+    """Where tasks run: ``local`` (this machine) or ``ray`` (a Ray cluster at ``address``: ``auto``,
+    ``HOST:PORT``, or None for an embedded local instance; ray_backend.py)."""
+
+    name: str = "local"
+    address: str | None = None
+
+    @classmethod
+    def choose(cls, lp: LoadedPlan, backend: str | None, address: str | None) -> Backend:
+        name = backend or lp.plan.backend
+        if name not in ("local", "ray"):
+            raise UserError(f"--backend {name}: unknown backend; use local or ray")
+        if address is not None and name != "ray":
+            raise UserError("--address names a Ray cluster: use it with --backend ray (or `backend: ray` in the plan)")
+        return cls(name, address)
+
+
 def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_going: bool = False,
              fresh: bool = False, redo: Iterable[str] = (), include_uncommitted: bool = False,
-             emit: Emit, note: Callable[[str], None], stop: RunStop | None = None) -> RunResult:
+             emit: Emit, note: Callable[[str], None], stop: RunStop | None = None,
+             backend: Backend | None = None) -> RunResult:
     """Everything ``team run`` does after parsing its options (see the module docstring).
 
     ``stop``: how signals reach the run (the CLI's handler calls ``stop.request``) and how the
-    threads of the executors report their death (stop.py)."""
+    threads of the executors report their death (stop.py). ``backend``: where tasks run (default:
+    the plan's ``backend``, else this machine)."""
     stop = stop if stop is not None else RunStop()
+    backend = backend if backend is not None else Backend.choose(lp, None, None)
     with stop.deferred():  # a signal is taken at a safe point (stop.check(), the scheduler's turns)
-        result = _run(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop)
+        result = _run(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop, backend)
     stop.check()  # a signal during the last cleanup: the run's work is saved; say it was stopped
     return result
 
 
 def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fresh: bool, redo: Iterable[str],
-         include_uncommitted: bool, emit: Emit, note: Callable[[str], None], stop: RunStop) -> RunResult:
+         include_uncommitted: bool, emit: Emit, note: Callable[[str], None], stop: RunStop,
+         backend: Backend) -> RunResult:
     kinds = kinds_of(lp)
-    preflight(lp, kinds)  # every refusal that needs no state comes before any state
+    preflight(lp, kinds, backend)  # every refusal that needs no state comes before any state
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
     wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written
@@ -224,6 +253,8 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     agents = "agent" in kinds
     # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
     info = {"sandbox": sandbox.state()} if agents else {}
+    if backend.name == "ray":  # `team status` says where the lead runs its tasks
+        info["backend"] = f"ray ({backend.address or 'embedded, 127.0.0.1'})"
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
         if agents and (said := sandbox.note()) is not None:
             note(said)
@@ -238,7 +269,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
                               plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
                               store=store,  # one store object: the scheduler's pipeline serves the teammates too
                               sandbox=sandbox, stop=stop)
-        execs = build_executors(set(kinds), ctx)
+        execs = build_executors(set(kinds), ctx, backend)
         iso: Isolation | None = None
         try:
             stop.check()
@@ -284,17 +315,40 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
                 iso.close()
 
 
-def preflight(lp: LoadedPlan, kinds: dict[str, list[str]]) -> None:
+def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | None = None) -> None:
     """Refuse what can be refused before the lead lock, executors or tasks exist (a refused run
     leaves no state): the model service's settings of agent tasks (a missing model or key, a bad
     ``TEAM_AGENT_MAX_STEPS``), which the agent executor would otherwise refuse after the job
-    server had started."""
+    server had started; on ``--backend ray``, tasks that could not bring their work back
+    (``ray_problems``)."""
+    if backend is not None and backend.name == "ray":
+        problems = ray_problems(lp)
+        if problems:
+            raise PlanError("\n".join(problems))
     if "agent" in kinds:
         from ..llm.types import LLMConfig
         from .agents import max_steps_from_env
 
         LLMConfig.resolve(lp.model, None)
         max_steps_from_env()
+
+
+def ray_problems(lp: LoadedPlan) -> list[str]:
+    """``file:line: field: problem`` for tasks ``--backend ray`` cannot run: a shell task on another
+    machine must say what comes back (``outputs:`` globs, ``[]`` for nothing but its exit and log) or
+    run in a git worktree (its commits come back); agent tasks run on the lead's machine only so far."""
+    d = lp.plan.defaults
+    out = []
+    for i, t in enumerate(lp.plan.tasks):
+        line = lp.lines.get(("tasks", i), 1)
+        if t.kind == "agent":
+            out.append(f"{lp.path}:{line}: tasks[{i}]: {t.id} is an agent task; backend ray runs shell tasks "
+                       f"only: run this plan with --backend local")
+        elif (t.isolation or lp.plan.isolation) != "worktree" and t.outputs is None and d.outputs is None:
+            out.append(f"{lp.path}:{line}: tasks[{i}].outputs: {t.id} would run on another machine with "
+                       f"nothing coming back: declare `outputs:` (globs of the files to bring back to "
+                       f"{lp.task_cwd(t)}; `outputs: []` for none) or use isolation: worktree")
+    return out
 
 
 def check_redo(lp: LoadedPlan, redo: Iterable[str]) -> list[str]:
@@ -376,12 +430,17 @@ def _started(start: Start, wt: Worktrees, include: bool, rerun: str, note: Calla
              f"`{rerun} --fresh --include-uncommitted` to put them in the plan's base")
 
 
-def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor]:
+def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | None = None) -> dict[str, Executor]:
     """The executors for these task kinds. The shell executor first: it forks its job
-    server while this process has a single thread; the agent executor starts threads."""
+    server while this process has a single thread; the agent executor starts threads.
+    On ``--backend ray`` shell tasks run on the cluster (ray_backend.py, which imports ray)."""
     built: dict[str, Executor] = {}
     try:
-        if "shell" in kinds:
+        if "shell" in kinds and backend is not None and backend.name == "ray":
+            from .ray_backend import RayExecutor  # imports ray: only runs on the cluster pay for it
+
+            built["shell"] = RayExecutor(ctx, backend.address)
+        elif "shell" in kinds:
             built["shell"] = ShellExecutor(ctx)
         if "agent" in kinds:
             from .agents import (

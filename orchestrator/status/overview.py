@@ -69,6 +69,12 @@ def status_data(root: Path) -> dict[str, Any]:
     for t in tasks:
         counts[t.status.value] += 1
     ready = len(graph.ready(tasks))
+    nodes: dict[str, int] = {}  # backend ray: where the tasks' last attempts ran
+    lost = 0
+    for t in tasks:
+        if t.node:
+            nodes[t.node] = nodes.get(t.node, 0) + 1
+        lost += t.lost
     jobs = JobManager(root).list()
     running = [j for j in jobs if j.status == "running"]
     lead = lead_info(root)
@@ -77,6 +83,7 @@ def status_data(root: Path) -> dict[str, Any]:
         "lead": {"alive": lead is not None, **(lead or {})},
         "members": members,
         "tasks": {"total": len(tasks), **counts, "ready": ready, "unreadable": len(bad)},
+        "nodes": {"tasks": dict(sorted(nodes.items())), "lost_attempts": lost},
         "jobs": {"total": len(jobs), "running": [job_data(j) for j in running]},
         "usage": usage.report(roster.members, tasks, usage.lead_usage(root)),
     }
@@ -87,6 +94,8 @@ def lead_text(lead: dict[str, Any]) -> str:
     if not lead["alive"]:
         return "not running"
     what = " · team chat" if lead.get("mode") == "chat" else ""
+    if lead.get("backend"):
+        what += f" · backend {shown(str(lead['backend']))}"
     sandbox = lead.get("sandbox")
     if isinstance(sandbox, str) and sandbox != "on":
         what += f" · sandbox {sandbox}"
@@ -122,6 +131,11 @@ def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
         lines.append(f"tasks: {' · '.join(parts)}{extra}{bad}")
     else:
         lines.append("tasks: none")
+    nodes = data.get("nodes") or {}
+    if nodes.get("tasks"):
+        lost = nodes.get("lost_attempts", 0)
+        lines.append("nodes: " + " · ".join(f"{shown(n)} {k} task(s)" for n, k in nodes["tasks"].items())
+                     + (f" · {lost} attempt(s) lost with a node" if lost else ""))
     running = data["jobs"]["running"]
     orphans = sum(1 for j in running if j.get("orphaned"))
     lines.append(f"jobs: {len(running)} running{f' ({orphans} orphaned)' if orphans else ''}, "

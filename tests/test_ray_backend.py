@@ -1,0 +1,254 @@
+"""``team run --backend ray`` on a real local Ray cluster: a head and two worker nodes started with
+``ray start`` (each with its own --temp-dir) inside a network namespace this module makes, so nothing
+leaves loopback (tests/raycluster.py). The lead runs in the namespace too (``nsenter``). No mocks of Ray.
+
+One cluster for the module (starting one takes seconds); the chaos test kills a worker node and
+starts a new one, so it runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_team, team_env
+from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse: the user's identity only where given)
+from raycluster import LocalCluster, unshare_works
+
+ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
+why_not = unshare_works()
+pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    base = Path(tempfile.mkdtemp(prefix="trc", dir="/tmp"))  # short: Ray's socket paths live under it
+    c = LocalCluster(base, workers=2)
+    yield c
+    c.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def lead(cluster: LocalCluster, root: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    return cluster.run([sys.executable, "-m", "orchestrator", *args], cwd=root, env=team_env(root),
+                       capture_output=True, text=True, timeout=timeout)
+
+
+def tasks_of(root: Path) -> dict[str, dict]:
+    out = {}
+    for f in (root / ".tasks").glob("task_*.json"):
+        t = json.loads(f.read_text())
+        out[t["plan_task"]] = t
+    return out
+
+
+def events_of(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / ".tasks" / "events.jsonl").read_text().splitlines() if line]
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={**team_env(cwd), **USER_ID}).stdout.strip()
+
+
+MIXED = """\
+name: mix
+workers: 3
+tasks:
+  - {id: gen-a, run: "sleep 1; mkdir -p out; echo A > out/a.txt", outputs: ["out/a.txt"]}
+  - {id: gen-b, run: "sleep 1; mkdir -p out; echo B > out/b.txt", outputs: ["out/b.txt"]}
+  - {id: gen-c, run: "sleep 1; mkdir -p out; echo C > out/c.txt", outputs: ["out/*.txt"]}
+  - id: report
+    run: "cat out/a.txt out/b.txt out/c.txt > out/all.txt"
+    outputs: ["out/all.txt"]
+    needs: [gen-a, gen-b, gen-c]
+  - {id: rename, run: "sed -i s/old/new/ src/lib.txt", isolation: worktree, needs: [gen-a]}
+  - {id: extend, run: "echo more >> src/more.txt && git add -A && git -c user.name=T -c user.email=t@x commit -qm extend", isolation: worktree, needs: rename}
+  - {id: docs, run: "mkdir -p docs && echo doc > docs/x.md", isolation: worktree}
+"""
+
+
+def make_repo(path: Path) -> Path:
+    (path / "src").mkdir(parents=True)
+    (path / "src" / "lib.txt").write_text("old\n")
+    (path / ".gitignore").write_text("out/\n.team/\n.tasks/\n")
+    (path / "plan.yaml").write_text(MIXED)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "start")
+    return path
+
+
+def test_shell_and_worktree_tasks_run_across_nodes_with_the_local_backends_result(cluster, tmp_path):
+    ray_repo, local_repo = make_repo(tmp_path / "r"), make_repo(tmp_path / "l")
+    head = git(ray_repo, "rev-parse", "HEAD")
+
+    r = lead(cluster, ray_repo, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address, "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    loc = run_team(local_repo, "run", "plan.yaml", timeout=120)
+    assert loc.returncode == 0, loc.stdout + loc.stderr
+
+    # The store says which node ran each task; the three parallel 1 s tasks needed three 1-CPU nodes.
+    tasks = tasks_of(ray_repo)
+    assert all(t["status"] == "completed" for t in tasks.values())
+    nodes = {t["node"] for t in tasks.values()}
+    assert len({tasks[k]["node"] for k in ("gen-a", "gen-b", "gen-c")}) == 3, nodes
+    assert nodes <= {"head", "w1", "w2"}
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    done = [e for e in events if e["event"] == "completed"]
+    assert {e["name"]: e["node"] for e in done} == {k: t["node"] for k, t in tasks.items()}
+    summary = events[-1]
+    assert summary["event"] == "summary" and {d["node"] for d in summary["durations"]} == nodes
+
+    # Outputs came back into the lead's tree; a dependent saw its needs' outputs.
+    assert (ray_repo / "out" / "all.txt").read_text() == "A\nB\nC\n"
+    for name in ("a", "b", "c", "all"):
+        assert (ray_repo / "out" / f"{name}.txt").read_text() == (local_repo / "out" / f"{name}.txt").read_text()
+
+    # The worktree tasks' commits came back as bundles and were merged as the local backend merges:
+    # the integration branch holds the same tree; the user's checkout is untouched.
+    integ = "team/mix/integration"
+    assert git(ray_repo, "rev-parse", f"{integ}^{{tree}}") == git(local_repo, "rev-parse", f"{integ}^{{tree}}")
+    assert git(ray_repo, "show", f"{integ}:src/lib.txt") == "new"
+    assert git(ray_repo, "show", f"{integ}:src/more.txt") == "more"
+    assert git(ray_repo, "rev-parse", "HEAD") == head
+    assert git(ray_repo, "status", "--porcelain") == ""
+    assert (ray_repo / "src" / "lib.txt").read_text() == "old\n"
+
+    status = lead(cluster, ray_repo, "status")
+    assert status.returncode == 0 and "nodes:" in status.stdout, status.stdout
+
+
+def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
+    (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - {id: a, run: 'true'}\n  - {id: b, run: 'true', outputs: []}\n")
+    r = run_team(tmp_path, "run", "plan.yaml", "--backend", "ray")
+    assert r.returncode == 2
+    assert "plan.yaml:3: tasks[0].outputs: a would run on another machine with nothing coming back" in r.stderr
+    assert "Traceback" not in r.stderr and "b would" not in r.stderr
+    assert not (tmp_path / ".team").exists() and not (tmp_path / ".tasks").exists()
+    r = run_team(tmp_path, "run", "plan.yaml", "--address", "auto")
+    assert r.returncode == 2 and "--address names a Ray cluster: use it with --backend ray" in r.stderr
+
+
+def test_the_plan_schema_has_the_ray_keys():
+    r = subprocess.run([sys.executable, "-m", "orchestrator", "plan", "schema"], capture_output=True, text=True,
+                       cwd=REPO, env=team_env(REPO))
+    schema = json.loads(r.stdout)
+    assert schema["properties"]["backend"]["enum"] == ["local", "ray"]
+    task = schema["$defs"]["PlanTask"]["properties"]
+    assert {"outputs", "num_cpus", "resources", "lost_retries"} <= set(task)
+
+
+CHAOS_TASKS = 42
+
+
+def chaos_plan(n: int = CHAOS_TASKS, sleep: float = 0.6) -> str:
+    lines = ["name: chaos", "workers: 3", "defaults:", "  retries: 0", "  lost_retries: 50", "tasks:"]
+    for i in range(n):
+        needs = f", needs: [t{i - 3:02d}]" if i >= 3 and i % 2 == 0 else ""
+        lines.append(f'  - {{id: t{i:02d}, run: "sleep {sleep}; mkdir -p ledger; echo t{i:02d} >> ledger/t{i:02d}",'
+                     f' outputs: ["ledger/t{i:02d}"]{needs}}}')
+    return "\n".join(lines) + "\n"
+
+
+def completed(root: Path) -> int:
+    n = 0
+    for f in (root / ".tasks").glob("task_*.json"):
+        try:
+            n += json.loads(f.read_text()).get("status") == "completed"
+        except (OSError, ValueError):
+            pass  # being replaced right now: read again next time
+    return n
+
+
+def wait_for(pred, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not pred():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def check_exactly_once(root: Path, n: int) -> list[dict]:
+    """Every task completed exactly once in the store, its ledger line present once, every file parses;
+    an extra attempt only where one was lost with a node or with the lead. Returns the events."""
+    for f in (root / ".tasks").iterdir():
+        if f.suffix == ".json":
+            json.loads(f.read_text())
+    events = events_of(root)  # every line parses
+    tasks = tasks_of(root)
+    assert len(tasks) == n and all(t["status"] == "completed" for t in tasks.values())
+    completions: dict[int, int] = {}
+    for e in events:
+        if e.get("to") == "completed":
+            completions[e["task"]] = completions.get(e["task"], 0) + 1
+    assert sorted(completions.values()) == [1] * n, completions
+    for slug, t in tasks.items():
+        assert (root / "ledger" / slug).read_text() == f"{slug}\n"
+        assert t.get("failures", 0) == 0  # a lost attempt used no retry
+        extra = [e for e in events if e["task"] == t["id"] and e["event"] == "released"]
+        assert len(extra) == t["attempts"] - 1, (slug, t, extra)
+        for e in extra:
+            assert "lost with node" in e.get("reason", "") or "lead died" in e.get("reason", ""), e
+    return events
+
+
+def test_chaos_a_worker_node_and_the_lead_killed_mid_run(cluster, tmp_path):
+    (tmp_path / "plan.yaml").write_text(chaos_plan())
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address, "--json"]
+    first = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: completed(tmp_path) >= 6, 90, "6 completions")
+        assert cluster.kill_node("w1") > 0  # three 1-CPU nodes, three workers: w1 was running one
+        cluster.add_node("w3")
+        wait_for(lambda: completed(tmp_path) >= 20, 90, "20 completions")
+        first.kill()  # SIGKILL the lead
+    finally:
+        first.kill()
+        out, err = first.communicate(timeout=30)
+    assert first.returncode == -9
+    before = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    lost = [e for e in before if e["event"] == "lost"]
+    assert lost and {e["node"] for e in lost} == {"w1"}, (lost, err[-2000:])
+
+    second = lead(cluster, tmp_path, *argv[3:])
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    check_exactly_once(tmp_path, CHAOS_TASKS)
+    tasks = tasks_of(tmp_path)
+    assert any(t.get("lost", 0) >= 1 for t in tasks.values())
+    assert "w3" in {t["node"] for t in tasks.values()}
+
+
+@pytest.mark.chaos
+def test_chaos_twenty_node_kills(cluster, tmp_path):
+    """The long version (`make chaos`): a worker node SIGKILLed 20 times (and started again each time)
+    while a 300-task plan runs; then every task completed exactly once."""
+    n = 300
+    (tmp_path / "plan.yaml").write_text(chaos_plan(n, sleep=1.5))
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address, "--json"]
+    proc = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    kills = 0
+    try:
+        while kills < 20 and proc.poll() is None:
+            time.sleep(1.0)
+            victim = "w1" if kills % 2 == 0 else "w2"
+            if cluster.kill_node(victim):
+                kills += 1
+            cluster.add_node(victim)
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        proc.kill()
+    assert kills == 20
+    assert proc.returncode == 0, out[-3000:]
+    lost = [json.loads(line) for line in out.splitlines() if '"event": "lost"' in line]
+    assert len(lost) >= 20
+    check_exactly_once(tmp_path, n)
