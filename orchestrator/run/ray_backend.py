@@ -11,6 +11,10 @@ embedded local Ray instance bound to 127.0.0.1 (no dashboard), for trying the
 backend on a laptop. The driver's own address is 127.0.0.1 when the head is
 on loopback.
 
+A run is a new Ray job, whose worker processes start on demand: the executor
+starts one per CPU of the cluster as soon as it is built (``ray_remote.warm``)
+and waits for them (at most ``WARM_WAIT`` seconds) before the run starts.
+
 Per attempt (``start``, non-blocking, so it may run inside the store's
 commit): the task's workspace goes into the object store once and is shared
 by every attempt that starts from it (``Workspaces``); the attempt is
@@ -64,10 +68,12 @@ from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..jobs.records import JobRecord
 from .executor import DoneCallback, ExecutorContext, Outcome
-from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt
+from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt, warm
 
 ARCHIVE_CAP = 512 * 1024 * 1024
 """The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
+WARM_WAIT = 20.0
+"""Seconds the lead waits, at most, for the run's worker processes to start before running tasks."""
 SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
 """Folders never put into a shipped workspace archive."""
 
@@ -207,6 +213,13 @@ class RayExecutor:
         if ctx.note is not None:
             ctx.note(f"backend ray: running tasks on {said}")
         self._remote = ray.remote(run_attempt)
+        # A run is a new Ray job, whose worker processes start on demand (a second or more each): start
+        # one per CPU of the cluster now, and give them up to WARM_WAIT seconds to come up, so the first
+        # attempts (and the scheduler's first turns) do not wait on process start-up one by one.
+        cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
+        warming = [ray.remote(warm).options(num_cpus=1, max_retries=0).remote() for _ in range(min(cpus, 256))]
+        if warming:
+            ray.wait(warming, num_returns=len(warming), timeout=WARM_WAIT)
         self.workspaces = Workspaces()
         self.secrets = Secrets.from_environ()
         self.logs = team_dir(ctx.root) / "ray"
@@ -324,9 +337,12 @@ class RayExecutor:
                 status, error = "failed", f"bringing its work back from node {node} failed: {e}"
         return Outcome(task.id, epoch, status, res.exit_code, res.duration, log, tail, error=error, node=node)
 
-    def _write_log(self, task: Task, res: AttemptResult) -> str:
+    def _write_log(self, task: Task, res: AttemptResult) -> str | None:
+        if not res.log:
+            return None  # it printed nothing: no file to keep
         path = self.logs / f"{task.id}-{task.attempts}.log"
-        atomic_write(path, self.secrets.scrub_bytes(res.log))
+        # Like a local job's log: not fsynced (the store's record of the attempt is the durable part).
+        atomic_write(path, self.secrets.scrub_bytes(res.log), durable=False)
         return str(path.relative_to(self.ctx.root)) if path.is_relative_to(self.ctx.root) else str(path)
 
     def _bring_back(self, task: Task, res: AttemptResult) -> None:
