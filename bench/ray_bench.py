@@ -25,6 +25,12 @@ CPUs; the lead and the raw-Ray driver run in the namespace too.
 layer before), ``workers`` = the cluster's slots; bound = max(critical path,
 work / slots). Target ≤ 1.15×.
 
+(c) One lead's ceiling: the scheduler and its group commit alone (a durable
+``TaskStore``, an executor that completes every attempt at once, no Ray):
+transitions per second (a claim and a completion per task) for N tasks with
+``workers`` 64 and 1024. What docs/scale.md says about scaling past one lead
+comes from here.
+
 Usage: python bench/ray_bench.py [--tasks 1000] [--cpus 2] [--layers 6] [--width 12]
 """
 
@@ -103,12 +109,34 @@ def layered_plan(layers: int, width: int, slots: int, body: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def lead_ceiling(base: Path, n: int, workers: int) -> float:
+    """Transitions per second of one lead's scheduler + group commit with instant attempts."""
+    sys.path.insert(0, str(REPO))
+    from orchestrator.run.scheduler import RunOptions, Scheduler
+    from orchestrator.run.sync import SyncExecutor
+    from orchestrator.tasks.store import TaskStore
+
+    root = base / f"ceiling-{workers}"
+    root.mkdir()
+    store = TaskStore(root)
+    tasks = store.create_many([{"subject": f"t{i}", "kind": "shell", "command": "true", "plan": "c",
+                                "plan_task": f"t{i}"} for i in range(n)], actor="lead")
+    sched = Scheduler(store, tasks, {}, {"shell": SyncExecutor("shell", lambda t: "completed")},
+                      RunOptions(workers=workers), lambda ev: None)
+    t0 = time.perf_counter()
+    result = sched.run()
+    wall = time.perf_counter() - t0
+    assert result.counts == {"completed": n}, result.counts
+    return 2 * n / wall
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--cpus", type=int, default=2, help="CPUs per node (3 nodes)")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--width", type=int, default=12)
+    ap.add_argument("--ceiling", type=int, default=5000, help="tasks for (c)")
     args = ap.parse_args()
     why = unshare_works()
     if why is not None:
@@ -138,6 +166,9 @@ def main() -> None:
         assert s2["counts"] == {"completed": n}, s2["counts"]
     finally:
         cluster.stop()
+    try:
+        ceiling = {w: lead_ceiling(base, args.ceiling, w) for w in (64, 1024)}
+    finally:
         shutil.rmtree(base, ignore_errors=True)
 
     print()
@@ -152,7 +183,16 @@ def main() -> None:
     print(f"(b) layered DAG, {args.layers} layers x {args.width} tasks of sleep {body}, {slots} slots")
     print(f"    makespan {dag_ms:.2f}s · bound max(critical path {args.layers * body:.2f}s, work/slots "
           f"{n * body / slots:.2f}s) = {bound:.2f}s · ratio {dag_ms / bound:.3f}× (target <= 1.15×)")
+    _report_ceiling(ceiling, args.ceiling, 2 * args.tasks / team_ms)
 
 
 if __name__ == "__main__":
     main()
+
+
+def _report_ceiling(ceiling: dict[int, float], n: int, team_rate: float) -> None:
+    print()
+    print(f"(c) one lead's scheduler + group commit, {n} instant tasks (a claim + a completion each)")
+    for w, rate in ceiling.items():
+        print(f"    workers {w:5}: {rate:8.0f} transitions/s")
+    print(f"    (a) ran at {team_rate:.0f} transitions/s")

@@ -174,6 +174,18 @@ def wait_for(pred, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def running_on(cluster: LocalCluster, names: list[str]) -> str | None:
+    """A node among ``names`` running an attempt right now (a chaos task's ``sleep`` among its processes)."""
+    for name in names:
+        for pid in cluster.pids(name):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    return name
+            except OSError:
+                continue
+    return None
+
+
 def check_exactly_once(root: Path, n: int) -> list[dict]:
     """Every task completed exactly once in the store, its ledger line present once, every file parses;
     an extra attempt only where one was lost with a node or with the lead. Returns the events."""
@@ -198,32 +210,61 @@ def check_exactly_once(root: Path, n: int) -> list[dict]:
     return events
 
 
-def test_chaos_a_worker_node_and_the_lead_killed_mid_run(cluster, tmp_path):
+def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
+    """A worker node running an attempt has all its processes SIGKILLed. That attempt is lost with the
+    node, runs again elsewhere without using a retry, and the summary says where it was lost; a new node
+    joins and takes work."""
+    (tmp_path / "plan.yaml").write_text(chaos_plan())
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address]
+    run = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: completed(tmp_path) >= 6, 90, "6 completions")
+        victim = None
+
+        def busy() -> bool:
+            nonlocal victim
+            victim = running_on(cluster, ["w1", "w2"])
+            return victim is not None
+
+        wait_for(busy, 60, "an attempt running on a worker node")
+        assert cluster.kill_node(victim) > 0
+        cluster.add_node("w3")
+        out, err = run.communicate(timeout=150)
+    finally:
+        run.kill()
+    assert run.returncode == 0, out[-3000:] + err[-3000:]
+    assert f"lost with node {victim}; running it again elsewhere" in out, out[-3000:]
+    assert f"\nlost with node {victim}: #" in out  # the summary
+    check_exactly_once(tmp_path, CHAOS_TASKS)
+    tasks = tasks_of(tmp_path)
+    assert any(t.get("lost", 0) >= 1 for t in tasks.values())
+    assert "w3" in {t["node"] for t in tasks.values()}
+    status = lead(cluster, tmp_path, "status")
+    assert "attempt(s) lost with a node" in status.stdout, status.stdout
+
+
+def test_chaos_the_lead_killed_mid_run_and_resumed(cluster, tmp_path):
+    """SIGKILL the lead with attempts in flight on the cluster; `team run` again finishes the plan and
+    nothing completes twice (the old attempts died with their driver; their tasks were claimed anew)."""
     (tmp_path / "plan.yaml").write_text(chaos_plan())
     argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
             cluster.address, "--json"]
     first = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: completed(tmp_path) >= 6, 90, "6 completions")
-        assert cluster.kill_node("w1") > 0  # three 1-CPU nodes, three workers: w1 was running one
-        cluster.add_node("w3")
-        wait_for(lambda: completed(tmp_path) >= 20, 90, "20 completions")
-        first.kill()  # SIGKILL the lead
+        wait_for(lambda: completed(tmp_path) >= 15, 90, "15 completions")
+        first.kill()
     finally:
         first.kill()
-        out, err = first.communicate(timeout=30)
+        first.communicate(timeout=30)
     assert first.returncode == -9
-    before = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    lost = [e for e in before if e["event"] == "lost"]
-    assert lost and {e["node"] for e in lost} == {"w1"}, (lost, err[-2000:])
-
+    assert completed(tmp_path) < CHAOS_TASKS
     second = lead(cluster, tmp_path, *argv[3:])
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     check_exactly_once(tmp_path, CHAOS_TASKS)
-    tasks = tasks_of(tmp_path)
-    assert any(t.get("lost", 0) >= 1 for t in tasks.values())
-    assert "w3" in {t["node"] for t in tasks.values()}
+    assert any(t["attempts"] > 1 for t in tasks_of(tmp_path).values())  # some were in flight at the kill
 
 
 @pytest.mark.chaos
@@ -239,8 +280,10 @@ def test_chaos_twenty_node_kills(cluster, tmp_path):
     kills = 0
     try:
         while kills < 20 and proc.poll() is None:
-            time.sleep(1.0)
-            victim = "w1" if kills % 2 == 0 else "w2"
+            victim = running_on(cluster, ["w1", "w2"])
+            if victim is None:
+                time.sleep(0.1)
+                continue
             if cluster.kill_node(victim):
                 kills += 1
             cluster.add_node(victim)

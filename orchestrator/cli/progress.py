@@ -272,6 +272,7 @@ def summarise(result: RunResult, workers: int, root: Path | None = None) -> dict
                               **({"node": r.node} if r.node else {}),
                               **({"lost_with": r.lost} if r.lost else {})} for r in ran),
                             key=lambda d: -d["seconds"]),
+        "lost": [{"task": r.id, "name": r.name, "nodes": r.lost} for r in runs.values() if r.lost],
         "critical_path": [{"task": i, "name": runs[i].name, "seconds": round(runs[i].duration, 3)} for i in path],
         "stopped": result.stopped,
         "deadlock": result.deadlock,
@@ -288,13 +289,11 @@ def _earlier(d: dict[str, Any]) -> str:
     lost = d.get("lost_with", [])
     interrupted -= min(len(lost), interrupted)  # a lost attempt is counted as interrupted too
     parts = ([f"{failed} failed"] if failed else []) + ([f"{interrupted} interrupted"] if interrupted else [])
-    nodes = list(dict.fromkeys(lost))
+    said = [f"{' and '.join(parts)} attempt{'s' if failed + interrupted > 1 else ''}"] if parts else []
     if lost:
-        parts.append(f"{len(lost)} lost with node {', '.join(nodes)}")
-    if not parts:
-        return ""
-    plural = "s" if failed + interrupted + len(lost) > 1 else ""
-    return f" (after {' and '.join(parts)} attempt{plural})"
+        said.append(f"{len(lost)} attempt{'s' if len(lost) > 1 else ''} lost with node "
+                    f"{', '.join(dict.fromkeys(lost))}")
+    return f" (after {'; '.join(said)})" if said else ""
 
 
 def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
@@ -314,6 +313,13 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         lines.append(f"durations{more}:")
         lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}" + (f" on {d['node']}" if d.get("node") else "")
                   + _earlier(d) for d in listed]
+    by_node: dict[str, list[str]] = {}
+    for item in s.get("lost", []):
+        for node in dict.fromkeys(item["nodes"]):
+            by_node.setdefault(node, []).append(f"#{item['task']} {item['name']}")
+    for node, names in by_node.items():
+        shown_names = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+        lines.append(f"lost with node {shown(node)}: {shown(shown_names)} (run again elsewhere; no retry used)")
     for f in s["failed"]:
         error = shown(f["error"], lines=True).replace("\n", "\n    ")  # continuation lines stay indented
         lines.append(f"FAILED #{f['task']} {f['name']}: {error}" + (f"\n  log: {f['log']}" if f["log"] else ""))
