@@ -136,6 +136,27 @@ def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
     assert r.returncode == 2 and "--address names a Ray cluster: use it with --backend ray" in r.stderr
 
 
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+def test_the_embedded_default_binds_loopback_only(tmp_path):
+    """`--backend ray` without --address starts Ray in the lead's process; every socket it (and the task
+    it runs) listens on is on 127.0.0.1 / ::1. Run in a network namespace of its own: the task lists the
+    namespace's listening sockets into an output."""
+    (tmp_path / "plan.yaml").write_text(
+        "name: emb\ntasks:\n  - id: sockets\n    run: mkdir -p out && cat /proc/net/tcp /proc/net/tcp6 > out/sockets\n"
+        "    outputs: [out/sockets]\n")
+    script = f"ip link set lo up && exec {sys.executable} -m orchestrator run plan.yaml --backend ray"
+    r = subprocess.run(["unshare", "-n", "sh", "-c", script], cwd=tmp_path, env=team_env(tmp_path),
+                       capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "backend ray: running tasks on an embedded local Ray instance on 127.0.0.1" in r.stderr
+    listening = [line.split()[1].rsplit(":", 1)[0] for line in (tmp_path / "out" / "sockets").read_text().splitlines()
+                 if len(line.split()) > 3 and line.split()[3] == "0A"]
+    assert len(listening) >= 3  # Ray's own servers were up while the task ran
+    assert set(listening) <= LOOPBACK, listening
+
+
 def test_the_plan_schema_has_the_ray_keys():
     r = subprocess.run([sys.executable, "-m", "orchestrator", "plan", "schema"], capture_output=True, text=True,
                        cwd=REPO, env=team_env(REPO))
@@ -295,3 +316,16 @@ def test_chaos_twenty_node_kills(cluster, tmp_path):
     lost = [json.loads(line) for line in out.splitlines() if '"event": "lost"' in line]
     assert len(lost) >= 20
     check_exactly_once(tmp_path, n)
+
+
+def test_the_cluster_example_runs(cluster, tmp_path):
+    """examples/cluster/plan.yaml (its run.sh starts a cluster like this module's): the matrix reports
+    come back, the refactor is merged and its tests pass on the merged result."""
+    dest = tmp_path / "ex"
+    subprocess.run([str(REPO / "examples" / "refactor" / "setup.sh"), str(dest)], check=True, capture_output=True)
+    shutil.copy(REPO / "examples" / "cluster" / "plan.yaml", dest / "plan.yaml")
+    r = lead(cluster, dest, "run", "plan.yaml", "--address", cluster.address)  # the plan says backend: ray
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (dest / "results" / "matrix.txt").read_text().count("\nOK\n") == 3
+    assert "def load_data" in git(dest, "show", "team/cluster-demo/integration:shop/api.py")
+    assert "backend ray: running tasks on the Ray cluster at 127.0.0.1:6379" in r.stderr

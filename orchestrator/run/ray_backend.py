@@ -91,7 +91,7 @@ def connect(address: str | None) -> str:
                                  configure_logging=True)
     try:
         if address is None:
-            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, **quiet)
+            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, **quiet)
             return "an embedded local Ray instance on 127.0.0.1"
         host = address.rsplit(":", 1)[0]
         local = host in ("127.0.0.1", "localhost", "::1")
