@@ -31,7 +31,7 @@ transitions per second (a claim and a completion per task) for N tasks with
 ``workers`` 64 and 1024. What docs/scale.md says about scaling past one lead
 comes from here.
 
-Usage: python bench/ray_bench.py [--tasks 1000] [--cpus 2] [--layers 6] [--width 12]
+Usage: python bench/ray_bench.py [--tasks 1000] [--cpus 1] [--layers 6] [--width 12]
 """
 
 from __future__ import annotations
@@ -130,10 +130,18 @@ def lead_ceiling(base: Path, n: int, workers: int) -> float:
     return 2 * n / wall
 
 
+def _report_ceiling(ceiling: dict[int, float], n: int, team_rate: float) -> None:
+    print()
+    print(f"(c) one lead's scheduler + group commit, {n} instant tasks (a claim + a completion each)")
+    for w, rate in ceiling.items():
+        print(f"    workers {w:5}: {rate:8.0f} transitions/s")
+    print(f"    (a) ran at {team_rate:.0f} transitions/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=1000)
-    ap.add_argument("--cpus", type=int, default=2, help="CPUs per node (3 nodes)")
+    ap.add_argument("--cpus", type=int, default=1, help="CPUs per node (3 nodes; the machine's cores are what they share)")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--width", type=int, default=12)
     ap.add_argument("--ceiling", type=int, default=5000, help="tasks for (c)")
@@ -189,10 +197,3 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
-
-def _report_ceiling(ceiling: dict[int, float], n: int, team_rate: float) -> None:
-    print()
-    print(f"(c) one lead's scheduler + group commit, {n} instant tasks (a claim + a completion each)")
-    for w, rate in ceiling.items():
-        print(f"    workers {w:5}: {rate:8.0f} transitions/s")
-    print(f"    (a) ran at {team_rate:.0f} transitions/s")

@@ -7,13 +7,14 @@ a head and ``workers`` worker nodes, each with its own ``--temp-dir`` (so its
 processes can be found, and killed, by that folder). ``run``/``popen`` run a
 command inside the namespace (``nsenter``). ``kill_node`` SIGKILLs every
 process of one node (its raylet, workers, agents and what they started);
-``add_node`` starts another. ``stop`` kills everything the cluster started
-and the namespace; it never uses ``ray stop`` (which would stop every Ray on
+``add_node`` starts another. ``stop`` kills every process in the namespace
+(the nodes, their helpers, leads still running) and the namespace; it never uses ``ray stop`` (which would stop every Ray on
 the machine, other users' too).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -57,10 +58,15 @@ def _cmdline_has(pid: int, text: str) -> bool:
 
 
 class LocalCluster:
-    def __init__(self, base: Path, workers: int = 2, cpus: int = 1, env: dict[str, str] | None = None):
+    def __init__(self, base: Path, workers: int = 2, cpus: int = 1, env: dict[str, str] | None = None,
+                 resources: dict[str, dict[str, float]] | None = None):
+        """``resources``: custom resources of some nodes, e.g. ``{"w2": {"gpu": 1}}``."""
+        self.resources = resources or {}
         self.base = base
         self.base.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+        # RAY_AUTH_MODE explicit: a token left in ~/.ray by an embedded `ray.init()` must not turn token
+        # authentication on for some of the nodes and not for others (Ray reads it when the mode is unset).
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **(env or {})}
         self.env.pop("RAY_ADDRESS", None)
         self.cpus = cpus
         self.address = f"127.0.0.1:{PORT}"
@@ -72,6 +78,7 @@ class LocalCluster:
             if time.time() > deadline or self.ns.poll() is not None:
                 raise RuntimeError("the network namespace did not come up")
             time.sleep(0.02)
+        self.netns = os.readlink(f"/proc/{self.ns.pid}/ns/net")
         try:
             self._start("head", head=True)
             starts = [self._start(f"w{i + 1}", wait=False) for i in range(workers)]
@@ -90,11 +97,11 @@ class LocalCluster:
         return ["nsenter", "-t", str(self.ns.pid), "-n", *argv]
 
     def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
-        kw.setdefault("env", self.env)
+        kw["env"] = {**kw.get("env", self.env), "RAY_AUTH_MODE": "disabled"}
         return subprocess.run(self.ns_argv(argv), **kw)
 
     def popen(self, argv: list[str], **kw) -> subprocess.Popen:
-        kw.setdefault("env", self.env)
+        kw["env"] = {**kw.get("env", self.env), "RAY_AUTH_MODE": "disabled"}
         return subprocess.Popen(self.ns_argv(argv), **kw)
 
     def _start(self, name: str, head: bool = False, wait: bool = True) -> subprocess.Popen:
@@ -103,6 +110,8 @@ class LocalCluster:
         argv = [str(BIN / "ray"), "start", "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp),
                 "--num-cpus", str(self.cpus), "--object-store-memory", str(80 * 1024 * 1024),
                 "--disable-usage-stats", "--node-name", name]
+        if name in self.resources:
+            argv += ["--resources", json.dumps(self.resources[name])]
         argv += ["--head", "--port", str(PORT), "--include-dashboard", "false"] if head else \
             ["--address", self.address]
         p = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -145,8 +154,29 @@ class LocalCluster:
             time.sleep(0.1)
         return len(killed)
 
+    def in_namespace(self) -> list[int]:
+        """Every process in the cluster's network namespace (its nodes, leads, what they started)."""
+        out = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != self.ns.pid:
+                try:
+                    if os.readlink(f"/proc/{entry}/ns/net") == self.netns:
+                        out.append(int(entry))
+                except OSError:
+                    continue
+        return out
+
     def stop(self) -> None:
+        """Kill every process in the namespace (a node's helpers too, e.g. the head's client server), then
+        the namespace's own process."""
         for name in list(self.nodes)[::-1]:
             self.kill_node(name)
+        for _ in range(3):
+            for pid in self.in_namespace():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
         self.ns.kill()
         self.ns.wait()

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
 @pytest.fixture(scope="module")
 def cluster():
     base = Path(tempfile.mkdtemp(prefix="trc", dir="/tmp"))  # short: Ray's socket paths live under it
-    c = LocalCluster(base, workers=2)
+    c = LocalCluster(base, workers=2, resources={"w2": {"gpu": 1}})
     yield c
     c.stop()
     shutil.rmtree(base, ignore_errors=True)
@@ -125,6 +125,21 @@ def test_shell_and_worktree_tasks_run_across_nodes_with_the_local_backends_resul
     assert status.returncode == 0 and "nodes:" in status.stdout, status.stdout
 
 
+def test_custom_resources_choose_the_node_and_an_impossible_ask_fails_clearly(cluster, tmp_path):
+    (tmp_path / "plan.yaml").write_text(
+        "name: res\ndefaults: {outputs: []}\ntasks:\n"
+        "  - {id: on-gpu, run: 'true', resources: {gpu: 1}, num_cpus: 0.5}\n"
+        "  - {id: on-tpu, run: 'true', resources: {tpu: 2}}\n")
+    r = lead(cluster, tmp_path, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address,
+             "--keep-going")
+    assert r.returncode == 1, r.stdout + r.stderr
+    tasks = tasks_of(tmp_path)
+    assert tasks["on-gpu"]["status"] == "completed" and tasks["on-gpu"]["node"] == "w2"
+    assert tasks["on-tpu"]["status"] == "failed"
+    assert "cannot start: no node of the cluster has CPU: 1, tpu: 2" in tasks["on-tpu"]["error"]
+    assert "FAILED #2 on-tpu: cannot start: no node of the cluster has CPU: 1, tpu: 2" in r.stdout
+
+
 def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
     (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - {id: a, run: 'true'}\n  - {id: b, run: 'true', outputs: []}\n")
     r = run_team(tmp_path, "run", "plan.yaml", "--backend", "ray")
@@ -134,6 +149,11 @@ def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
     assert not (tmp_path / ".team").exists() and not (tmp_path / ".tasks").exists()
     r = run_team(tmp_path, "run", "plan.yaml", "--address", "auto")
     assert r.returncode == 2 and "--address names a Ray cluster: use it with --backend ray" in r.stderr
+    (tmp_path / "plan.yaml").write_text("name: p\nbackend: ray\ntasks:\n  - {id: a, run: 'true'}\n")
+    r = run_team(tmp_path, "plan", "check", "plan.yaml")
+    assert r.returncode == 2 and "plan.yaml:4: tasks[0].outputs: a would run on another machine" in r.stderr
+    r = run_team(tmp_path, "run", "plan.yaml", "--backend", "local")  # the flag wins over the plan
+    assert r.returncode == 0, r.stderr
 
 
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}

@@ -178,10 +178,15 @@ def check_cmd(
     """Validate a plan without running it (exit 2 with file:line: field: problem).
 
     With isolation: worktree it also checks the git repository holding the state
-    root (--root, $TEAM_ROOT or the current directory): every task must run inside it."""
+    root (--root, $TEAM_ROOT or the current directory): every task must run inside it.
+    With `backend: ray`, that every shell task brings its work back (outputs: or a worktree)."""
+    from ..core.errors import PlanError
     from ..plan.load import load_plan
+    from ..run.runner import ray_problems
 
     lp = load_plan(plan_file, model=model)
+    if lp.plan.backend == "ray" and (problems := ray_problems(lp)):
+        raise PlanError("\n".join(problems))
     for w in _isolation_check(lp, root_of(root, ctx)):
         err(w)
     out(f"{plan_file}: ok ({len(lp.plan.tasks)} tasks)")

@@ -46,6 +46,7 @@ epochs, so nothing completes twice.
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import queue
@@ -54,6 +55,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,8 @@ from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt, warm
 
 ARCHIVE_CAP = 512 * 1024 * 1024
 """The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
+COMPRESS_OVER = 8 * 1024 * 1024
+"""A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either)."""
 WARM_WAIT = 20.0
 """Seconds the lead waits, at most, for the run's worker processes to start before running tasks."""
 SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
@@ -193,9 +197,11 @@ def _archive(folder: Path) -> bytes:
                             f"in a smaller folder (`cwd:`), or use isolation: worktree")
         return info
 
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+    with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.add(folder, arcname=".", filter=keep)
-    return buf.getvalue()
+    if total < COMPRESS_OVER:
+        return buf.getvalue()  # unpacked once per attempt: a small one is not worth inflating each time
+    return gzip.compress(buf.getvalue(), compresslevel=1)
 
 
 class RayExecutor:
@@ -228,6 +234,8 @@ class RayExecutor:
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
         self._nodes: dict[str, str] = {}
+        self._totals: list[dict[str, float]] = []
+        self._totals_at = -1e9
         self._stop = threading.Event()
         self._landing: queue.SimpleQueue[tuple[int, int, Future[AttemptResult]] | None] = queue.SimpleQueue()
         self._lander = threads.start("team-ray-landing", self._land_loop, on_crash=ctx.stop.fail)
@@ -249,13 +257,19 @@ class RayExecutor:
         except (OSError, TeamError) as e:
             done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
             return
+        need = {"CPU": task.num_cpus if task.num_cpus is not None else 1.0, **task.resources}
+        lacking = self._infeasible(need)
+        if lacking:
+            done(Outcome(task.id, epoch, "failed", error=f"cannot start: no node of the cluster has {lacking} "
+                                                          f"(ray start --num-cpus/--resources on a node gives it)"))
+            return
         env = {k: expand_env(v) for k, v in task.env.items()}
         env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
                    TEAM_ATTEMPT=str(task.attempts))
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
                            list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
                            self.ident)
-        opts: dict[str, Any] = {"num_cpus": task.num_cpus if task.num_cpus is not None else 1,
+        opts: dict[str, Any] = {"num_cpus": need["CPU"],
                                 "max_retries": 0, "retry_exceptions": False,
                                 "name": f"team:{task.plan_task or task.id}"}
         if task.resources:
@@ -361,6 +375,18 @@ class RayExecutor:
                 _git_out(top, "merge", "-q", "--ff-only", "FETCH_HEAD")
 
     # ------------------------------------------------------------------ nodes
+    def _infeasible(self, need: dict[str, float]) -> str:
+        """What no live node of the cluster has (``""`` when some node has all of ``need``): such an
+        attempt would wait in Ray forever. The nodes' totals are read again at most every 10 s."""
+        now = time.monotonic()
+        if now - self._totals_at > 10.0:
+            nodes: list[dict[str, Any]] = self._ray.nodes()  # type: ignore[no-untyped-call]
+            self._totals = [dict(n.get("Resources", {})) for n in nodes if n.get("Alive")]
+            self._totals_at = now
+        if any(all(t.get(k, 0.0) >= v for k, v in need.items()) for t in self._totals):
+            return ""
+        return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
+
     def node_label(self, node_id: str) -> str:
         """How a node is shown: its name (``ray start --node-name``, else its address), with the start of
         its id when several nodes share that name (several nodes on one machine)."""

@@ -18,7 +18,10 @@ Order of a run (``run_plan``):
 3. Build the executors the plan needs (``build_executors``: shell first, so
    its job server forks while this process has one thread) and reap orphaned
    jobs of a dead lead (they are killed and marked ``lost``) so nothing from
-   the old run keeps going.
+   the old run keeps going. On ``--backend ray`` (``Backend``; the plan's
+   ``backend:``) shell tasks run on a Ray cluster (ray_backend.py); a plan
+   whose shell tasks would bring nothing back from another machine was
+   refused in step 1 (``ray_problems``).
 4. ``start_fresh``: ``--fresh`` (or the marker of an interrupted one) deletes
    the plan's branches, worktrees and tasks between writing a marker and
    removing it, so a kill in between is finished by the next run.
@@ -176,7 +179,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                           reason=f"the previous lead died during attempt {old.attempts}; re-running")
             note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
         if old.status in (Status.failed, Status.cancelled):
-            store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, error=None,
+            store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, lost=0, error=None,
                          **fields)
             note(f"#{old.id} ({old.plan_task}) was {old.status.value}: retrying it")
         elif fields:
