@@ -258,8 +258,9 @@ def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
     (tmp_path / "plan.yaml").write_text(chaos_plan())
     argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
             cluster.address]
-    run = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, text=True)
+    with open(tmp_path / "out.txt", "w") as o, open(tmp_path / "err.txt", "w") as e:
+        # files, not pipes: a pipe nobody reads while the test waits fills up and blocks the lead
+        run = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=o, stderr=e)
     try:
         wait_for(lambda: completed(tmp_path) >= 6, 90, "6 completions")
         victim = None
@@ -272,9 +273,10 @@ def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
         wait_for(busy, 60, "an attempt running on a worker node")
         assert cluster.kill_node(victim) > 0
         cluster.add_node("w3")
-        out, err = run.communicate(timeout=150)
+        run.wait(timeout=150)
     finally:
         run.kill()
+    out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
     assert run.returncode == 0, out[-3000:] + err[-3000:]
     assert f"lost with node {victim}; running it again elsewhere" in out, out[-3000:]
     assert f"\nlost with node {victim}: #" in out  # the summary
@@ -292,14 +294,14 @@ def test_chaos_the_lead_killed_mid_run_and_resumed(cluster, tmp_path):
     (tmp_path / "plan.yaml").write_text(chaos_plan())
     argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
             cluster.address, "--json"]
-    first = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    first = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: completed(tmp_path) >= 15, 90, "15 completions")
         first.kill()
     finally:
         first.kill()
-        first.communicate(timeout=30)
+        first.wait(timeout=30)
     assert first.returncode == -9
     assert completed(tmp_path) < CHAOS_TASKS
     second = lead(cluster, tmp_path, *argv[3:])
@@ -316,8 +318,8 @@ def test_chaos_twenty_node_kills(cluster, tmp_path):
     (tmp_path / "plan.yaml").write_text(chaos_plan(n, sleep=1.5))
     argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
             cluster.address, "--json"]
-    proc = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
+    with open(tmp_path / "out.json", "w") as o:  # a file: an unread pipe would fill and block the lead
+        proc = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=o, stderr=subprocess.DEVNULL)
     kills = 0
     try:
         while kills < 20 and proc.poll() is None:
@@ -328,9 +330,10 @@ def test_chaos_twenty_node_kills(cluster, tmp_path):
             if cluster.kill_node(victim):
                 kills += 1
             cluster.add_node(victim)
-        out, _ = proc.communicate(timeout=900)
+        proc.wait(timeout=900)
     finally:
         proc.kill()
+    out = (tmp_path / "out.json").read_text()
     assert kills == 20
     assert proc.returncode == 0, out[-3000:]
     lost = [json.loads(line) for line in out.splitlines() if '"event": "lost"' in line]

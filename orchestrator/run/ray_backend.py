@@ -234,6 +234,7 @@ class RayExecutor:
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
         self._nodes: dict[str, str] = {}
+        self._submitters: dict[tuple[tuple[str, float], ...], Any] = {}
         self._totals: list[dict[str, float]] = []
         self._totals_at = -1e9
         self._stop = threading.Event()
@@ -269,16 +270,25 @@ class RayExecutor:
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
                            list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
                            self.ident)
-        opts: dict[str, Any] = {"num_cpus": need["CPU"],
-                                "max_retries": 0, "retry_exceptions": False,
-                                "name": f"team:{task.plan_task or task.id}"}
-        if task.resources:
-            opts["resources"] = dict(task.resources)
-        ref = self._remote.options(**opts).remote(spec, ws)
+        ref = self._submitter(need).remote(spec, ws)
         with self._lock:
             self._running[task.id] = _Flight(task, epoch, done, ref)
         fut: Future[AttemptResult] = ref.future()
         fut.add_done_callback(lambda f: self._landing.put((task.id, epoch, f)))
+
+    def _submitter(self, need: dict[str, float]) -> Any:
+        """The remote function with these resources (one per distinct ask: Ray validates options each
+        time they are set, so they are set once)."""
+        key = tuple(sorted(need.items()))
+        with self._lock:
+            fn = self._submitters.get(key)
+        if fn is None:
+            custom = {k: v for k, v in need.items() if k != "CPU"}
+            fn = self._remote.options(num_cpus=need["CPU"], max_retries=0, retry_exceptions=False,
+                                      **({"resources": custom} if custom else {}))
+            with self._lock:
+                self._submitters[key] = fn
+        return fn
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
