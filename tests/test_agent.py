@@ -69,18 +69,18 @@ def test_loop_keeps_the_prompt_stable_drains_the_inbox_and_records_before_acting
     assert systems[0]["content"].startswith("You are alice, a coder on team team.")
     first = reqs[0].body["messages"]
     assert [m["role"] for m in first] == ["system", "user", "user", "user"]
-    assert first[2]["content"] == "[message from bob (message)]\nuse UTF-8"
+    assert first[2]["content"] == "<inbox>\n[message from bob (message)]\nuse UTF-8\n</inbox>"
     assert first[3]["content"].startswith("[team state:")  # the state block is always last
     assert reqs[0].body["tools"] == reqs[1].body["tools"]
     second = reqs[1].body["messages"]
     assert second[-2] == {"role": "tool", "tool_call_id": second[-3]["tool_calls"][0]["id"],
-                          "content": "created a.txt (1 lines, 2 bytes)"}
+                          "content": "created a.txt (1 line, 2 bytes)"}
     lines = transcript_lines(tmp_path)
     kinds = [(x["kind"], x["msg"]["role"]) for x in lines]
     assert kinds == [("message", "user"), ("message", "user"), ("message", "assistant"),
                      ("message", "tool"), ("message", "assistant")]
     # the inbox message and its id are one transcript line: on disk together or not at all
-    assert lines[1]["msg"]["content"] == "[message from bob (message)]\nuse UTF-8"
+    assert lines[1]["msg"]["content"] == "<inbox>\n[message from bob (message)]\nuse UTF-8\n</inbox>"
     assert [x.get("inbox_ids") for x in lines] == [None, [sent.id], None, None, None]
     assert Bus(tmp_path).peek("alice") == []
 
@@ -129,8 +129,8 @@ def test_job_notifications_are_drained_before_the_next_call(tmp_path):
     finally:
         jobs.shutdown()
     note = first[2]["content"]
-    assert note.startswith(f"[background job {rec.id} completed, exit code 0 after ")
-    assert note.endswith(f"s; full log: .team/jobs/{rec.id}.log]\njob-output")
+    assert note.startswith(f"<background-results>\n[background job {rec.id} completed, exit code 0 after ")
+    assert note.endswith(f"s; full log: .team/jobs/{rec.id}.log]\njob-output\n</background-results>")
     assert jobs.drain("alice") == []
 
 
@@ -211,5 +211,5 @@ def test_an_inbox_message_reaches_the_model_exactly_once_across_a_kill(tmp_path,
     last = json.loads(calls.read_text().splitlines()[-1])
     carrying = [m for m in last if MARK in str(m.get("content"))]
     assert [(m["role"], m["content"]) for m in carrying] == [
-        (role, f"[message from bob (message)]\n{MARK}: no deploys today")]
+        (role, f"<inbox>\n[message from bob (message)]\n{MARK}: no deploys today\n</inbox>")]
     assert Bus(tmp_path).peek("alice") == []  # acked: a third life gets nothing again

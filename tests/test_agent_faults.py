@@ -163,7 +163,7 @@ def test_a_teammate_killed_mid_task_resumes_from_its_transcript(tmp_path):
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "user", "user"]
     assert msgs[1]["content"].startswith("Task #1, attempt 1: write notes")
     assert msgs[2]["tool_calls"][0]["function"]["name"] == "write_file"
-    assert msgs[3]["content"] == "created notes.txt (1 lines, 2 bytes)"
+    assert msgs[3]["content"] == "created notes.txt (1 line, 2 bytes)"
     assert msgs[4]["content"].startswith("Task #1, attempt 2: write notes")
     assert "You were working on this task when you were restarted" in msgs[4]["content"]
     assert (tmp_path / "notes.txt").read_text() == "n\n"

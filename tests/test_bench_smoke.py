@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -31,3 +32,17 @@ def test_sandbox_bench_times_the_bash_tool_with_and_without_the_sandbox():
     rows = [line.split()[0] for line in out.splitlines() if line.startswith(("true ", "echo ", "1 MB"))]
     assert rows == ["true", "echo", "1"] and "on/off" in out
     assert "µs per job; shell tasks run without the sandbox" in out
+
+
+def test_hooks_bench_runs_a_plan_without_and_with_hooks_and_prints_the_ratios():
+    out = run_bench("bench/hooks_bench.py", "--tasks", "5", "--repeat", "1", "--calls", "2")
+    rows = [line.split() for line in out.splitlines() if line.startswith(("none ", "notify ", "decide "))]
+    assert [r[0] for r in rows if r[-1].endswith("x")] == ["none", "notify", "decide"]
+    assert "ms per hook run" in out
+
+
+def test_mcp_bench_prints_the_tool_list_cost_and_the_read_latencies():
+    out = run_bench("bench/mcp_bench.py", "--calls", "5")
+    assert re.search(r"team mcp tool list: 11 tools, \d+ tokens", out)
+    rows = [line for line in out.splitlines() if line.startswith(("team task show", "task_get over", "MCP fx__peek"))]
+    assert len(rows) == 4

@@ -121,7 +121,7 @@ def test_missing_key_or_model_fails_before_the_prompt(tmp_path):
     assert r.stderr == "UserError: no API key: set OPENAI_API_KEY (any non-empty value for local servers)\n"
     r = run_team(tmp_path, "chat", input="hello\n", OPENAI_API_KEY="sk-x")
     assert (r.returncode, r.stdout) == (2, "")
-    assert "no model configured: pass --model" in r.stderr
+    assert r.stderr == "UserError: no model configured: pass --model, or set TEAM_MODEL\n"  # chat has no plan
     r = run_team(tmp_path, "chat", "--resume", input="", OPENAI_API_KEY="sk-x", TEAM_MODEL="m")
     assert r.returncode == 2
     assert r.stderr.startswith("UserError: nothing to resume: no earlier `team chat` session in")

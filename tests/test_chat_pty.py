@@ -8,11 +8,11 @@ import json
 import sys
 
 import pexpect
-from conftest import team_env
+from conftest import run_team, team_env
 from test_e2e_agents import llm_env
 
 from orchestrator.agent.transcript import transcript_path
-from orchestrator.llm.script import Reply
+from orchestrator.llm.script import Fault, Reply
 from orchestrator.llm.scripted import ScriptedServer
 from orchestrator.team.lead import lead_info
 
@@ -87,3 +87,28 @@ def test_a_person_chats_with_the_lead_then_resumes_the_session(tmp_path):
         ("user", "What is the plan?"), ("assistant", ANSWER), ("user", "And next?")]
     assert "Goal (active): Ship the parser" in resumed[-1]["content"]
     assert json.loads((tmp_path / ".team/chat.json").read_text())["usage"]["calls"] == 2
+
+
+def test_a_teammate_s_retry_line_names_it_and_the_prompt_comes_back_with_the_input(tmp_path):
+    """A teammate's model call fails once while the person is typing at the prompt: the line says
+    whose call it was, sits above the prompt, and the prompt returns with what was typed."""
+    script = {"lead": [], "bob": [Fault(status=429, retry_after=0.1), Reply(content="hello back")]}
+    with ScriptedServer(script) as srv:
+        child = spawn_chat(tmp_path, srv)
+        try:
+            child.expect_exact(PROMPT)
+            child.send("/sta")
+            child.expect_exact("/sta")
+            r = run_team(tmp_path, "spawn", "bob", "--role", "tester", "--prompt", "Say hello.")
+            assert r.returncode == 0, r.stderr
+            child.expect_exact("\r\x1b[K(bob: model call failed, retrying in 0.1 s (")
+            child.expect_exact(")\r\n" + PROMPT + "/sta")
+            child.sendline("tus")
+            child.expect(r"team: team   lead: running \(pid \d+\) · team chat\r\n")
+            child.expect_exact(PROMPT)
+            child.sendline("/quit")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        assert child.exitstatus == 0
+        srv.assert_complete()

@@ -52,12 +52,13 @@ def test_unknown_recipient_and_bad_names_exit_2_without_files(crew):
     r = crew("send", "carol", "hi")
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == ("UnknownRef: unknown recipient 'carol': known are lead, alice, bob; "
-                        "add a member with `team spawn` while a lead runs (`team run` or `team chat`)\n")
+                        "add a member with `team spawn carol --role ROLE`\n")
     r = crew("send", "../alice", "hi")
     assert r.returncode == 2 and r.stderr.startswith("InvalidName: invalid recipient '../alice'")
     assert len(r.stderr.splitlines()) == 1
     r = crew("inbox", "carol")
-    assert r.returncode == 2 and r.stderr.startswith("UnknownRef: unknown recipient 'carol'")
+    assert (r.returncode, r.stderr) == (2, "UnknownRef: no inbox 'carol': the inboxes are lead, alice, bob; "
+                                           "add a member with `team spawn carol --role ROLE`\n")
     assert not (crew.root / ".team" / "inbox").exists()
     r = crew("send", "alice", "x", "--type", "gossip")
     assert r.returncode == 2 and r.stderr.startswith("UserError: invalid message type 'gossip'")

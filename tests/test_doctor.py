@@ -79,7 +79,7 @@ def test_doctor_reports_every_kind_and_changes_nothing(team):
         "          → rebuild it from the task files",
         f"  problem [stale-counter] .tasks/.next_id says '3' but the highest task id is 7{fixable}",
         "          → reset it to 8",
-        "9 problem(s) remain; 4 need a human.",
+        "9 problems remain; 4 need a human.",
     ]
     after = {p: p.read_bytes() for p in team.root.rglob("*") if p.is_file()}
     assert after == before
@@ -103,7 +103,7 @@ def test_doctor_fix_repairs_the_safe_problems_and_lists_the_rest(team):
         "          → reset .tasks/.next_id to 8",
         *PROBLEMS,
         *HUMAN_DUPES,
-        "4 problem(s) remain; 4 need a human; fixed 5.",
+        "4 problems remain; 4 need a human; fixed 5.",
     ]
     store = TaskStore(team.root)
     assert not (store.dir / ".tmp-abc.part").exists()
@@ -159,10 +159,10 @@ def test_doctor_lists_inbox_lines_that_are_not_messages_and_leaves_them(team):
     assert r.returncode == 1, r.stderr
     assert r.stdout.splitlines() == [
         f"team doctor: {team.root}",
-        "  problem [bad-inbox-line] .team/inbox/lead.jsonl: 2 line(s) are not messages and are skipped by "
+        "  problem [bad-inbox-line] .team/inbox/lead.jsonl: 2 lines are not messages and are skipped by "
         "readers: line 2 'not json at all', line 4 '{\"from\": \"bob\"'",
         "          → a writer killed mid-line or a hand edit: check the line(s), then delete them by hand",
-        "1 problem(s) remain; 1 needs a human; fixed 0.",
+        "1 problem remains; 1 needs a human; fixed 0.",
     ]
     assert (inbox / "lead.jsonl").read_bytes() == before
 
@@ -191,7 +191,7 @@ def test_doctor_reports_orphaned_jobs_and_fix_reaps_them(team):
         f"team doctor: {team.root}",
         f"  problem {problem} (fixable: run `team doctor --fix`)",
         "          → `team doctor --fix` (or the next `team run`) kills what is left of it and marks it lost",
-        "1 problem(s) remain.",
+        "1 problem remains.",
     ]
     assert procs.alive(child) and procs.alive(int(leader))
     r = team("doctor", "--fix")
@@ -199,7 +199,7 @@ def test_doctor_reports_orphaned_jobs_and_fix_reaps_them(team):
         f"team doctor: {team.root}",
         f"  fixed   {problem}",
         f"          → marked {job_id} lost; killed pids {', '.join(map(str, sorted([int(leader), child])))}",
-        "Fixed 1 problem(s); nothing else needs attention.",
+        "Fixed 1 problem; nothing else needs attention.",
     ]
     assert r.returncode == 0, r.stderr
     assert JobManager(team.root).get(job_id).status == "lost"

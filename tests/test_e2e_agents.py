@@ -4,13 +4,17 @@ scripted OpenAI-compatible server on 127.0.0.1, one script per teammate."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
-from conftest import run_team
+from conftest import run_team, team_env
+from util import wait_until
 
 from orchestrator.llm.script import Reply, tool_call
 from orchestrator.llm.scripted import ScriptedServer
+from orchestrator.team.inbox import Bus
 
 KEY = "sk-e2e-secret-7f3a9c1d2b"
 
@@ -142,11 +146,50 @@ def test_missing_key_or_model_is_a_clear_error_before_any_work(tmp_path):
     assert not (tmp_path / ".tasks").exists()
 
 
-def test_team_spawn_without_a_lead_exits_2(tmp_path):
-    r = run_team(tmp_path, "spawn", "carol", "--role", "tester")
-    assert r.returncode == 2
-    assert r.stderr == (f"UserError: no lead is running on {tmp_path}: `team spawn` asks the running lead "
-                        "(`team run PLAN` or `team chat`) to do it; start one first\n")
+def test_a_dry_run_of_an_agent_plan_needs_no_model(tmp_path):
+    (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - id: a\n    prompt: do it\n  - id: b\n    run: echo\n"
+                                        "    needs: [a]\n")
+    r = run_team(tmp_path, "run", "plan.yaml", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "  wave 1: a\n  wave 2: b\n" in r.stdout
+    assert ("warning: agent tasks need a model to run (a): set `model:` in the plan, pass --model or set "
+            "$TEAM_MODEL\ndry run: nothing was run or written\n") in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
+    r = run_team(tmp_path, "run", "plan.yaml", "--dry-run", "--model", "m")
+    assert r.returncode == 0 and "warning" not in r.stdout
+
+
+def test_team_spawn_without_a_lead_enrols_and_the_next_lead_starts_it(tmp_path):
+    """The README's tour: spawn with no lead, message the member, and the next lead starts it."""
+    bad = run_team(tmp_path, "spawn", "dave", "--role", "architect")
+    assert bad.returncode == 2 and bad.stderr.startswith("UserError: unknown role 'architect'; known roles:")
+    r = run_team(tmp_path, "spawn", "carol", "--role", "tester", "--prompt", "Say hello to the lead.")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("enrolled carol (tester) on the roster: no lead is running: the next one starts it")
+    assert run_team(tmp_path, "send", "carol", "also: be brief", "--from", "lead").returncode == 0
+    status = run_team(tmp_path, "status", "--json")
+    carol = json.loads(status.stdout)["members"][0]
+    assert (carol["name"], carol["liveness"], carol["unread"]) == ("carol", "waiting", 2)
+    script = {"lead": [], "carol": [Reply(tool_calls=[tool_call("send_message", {"to": "lead", "content": "hello"})]),
+                                     Reply(content="said hello")]}
+    with ScriptedServer(script) as srv:
+        chat = subprocess.Popen([sys.executable, "-m", "orchestrator", "chat"], cwd=tmp_path, text=True,
+                                env=team_env(tmp_path, **llm_env(srv)), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: len(srv.chat_requests("carol")) == 2 and Bus(tmp_path).peek("lead"), 30,
+                       what="carol to start and answer")
+            out, err = chat.communicate("/quit\n", timeout=30)
+        finally:
+            if chat.poll() is None:
+                chat.kill()
+        srv.assert_complete()
+    assert chat.returncode == 0, err
+    assert "(carol (tester) joined: `team spawn` had enrolled it)" in out
+    first = srv.chat_requests("carol")[0]
+    assert "Say hello to the lead." in json.dumps(first.body["messages"]) and "also: be brief" in json.dumps(first.body["messages"])
+    member = json.loads((tmp_path / ".team/config.json").read_text())["members"][0]
+    assert "enrolled" not in member and member["status"] == "shutdown"
 
 
 def test_shell_tasks_of_an_agent_plan_do_not_inherit_the_model_key(tmp_path):

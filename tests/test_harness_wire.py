@@ -110,6 +110,8 @@ def test_the_system_prefix_and_tools_are_byte_identical_across_turns(tmp_path):
         srv.assert_complete()
     bodies = lead_bodies(srv)
     assert len(bodies) == 6
+    spawned = [m["content"] for m in bodies[3]["messages"] if m.get("role") == "tool"][-1]
+    assert spawned == "spawned ann (coder); message it with send_message"  # the role's name, not the Role
     prefixes = {json.dumps(b["messages"][0]) + json.dumps(b["tools"]) for b in bodies}
     assert len(prefixes) == 1
     assert [t["function"]["name"] for t in bodies[0]["tools"]] == sorted(t["function"]["name"]

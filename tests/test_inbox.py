@@ -63,7 +63,7 @@ def test_lead_is_always_a_recipient(tmp_path):
 def test_unknown_recipient_creates_no_inbox(bus, tmp_path):
     with pytest.raises(UnknownRef, match="unknown recipient 'carol': known are lead, alice, bob"):
         bus.send("carol", "hi", sender="lead")
-    with pytest.raises(UnknownRef):
+    with pytest.raises(UnknownRef, match="no inbox 'carol': the inboxes are lead, alice, bob"):
         bus.read("carol")
     assert inbox_files(tmp_path) == []
 

@@ -299,5 +299,5 @@ def test_doctor_reports_orphaned_worktrees_but_not_a_failed_tasks_kept_branch(tm
         f"  problem [orphan-worktree] plan doc: stray-dir junk: {repo}/.team/worktrees/doc/junk is not a "
         "registered worktree",
         "          → git does not know it: remove the directory",
-        "2 problem(s) remain; 2 need a human.",
+        "2 problems remain; 2 need a human.",
     ]

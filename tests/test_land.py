@@ -60,8 +60,8 @@ def test_squash_lands_one_commit_equal_to_a_serial_run_and_removes_the_plans_bra
     r = run_team(repo, "land", PLAN)
     assert r.returncode == 0, r.stdout + r.stderr
     new = git(repo, "rev-parse", "HEAD").strip()
-    assert r.stdout == (f"landed plan {PLAN} into main: 1 commit(s), {head[:10]}..{new[:10]}\n"
-                        f"  {new[:10]} {PLAN}: land 5 task(s) of plan {PLAN}\n"
+    assert r.stdout == (f"landed plan {PLAN} into main: 1 commit, {head[:10]}..{new[:10]}\n"
+                        f"  {new[:10]} {PLAN}: land 5 tasks of plan {PLAN}\n"
                         f"removed the plan's branches and worktrees (team/{PLAN}/*)\n")
     assert git(repo, "rev-parse", "HEAD~1").strip() == head
     assert tree(repo, "HEAD") == serial
@@ -69,7 +69,7 @@ def test_squash_lands_one_commit_equal_to_a_serial_run_and_removes_the_plans_bra
     assert (repo / "notes.txt").read_text() == "mine\n"
     message = git(repo, "log", "-1", "--format=%B")
     subjects = {k: v["subject"] for k, v in store(repo).items()}
-    assert message == (f"{PLAN}: land 5 task(s) of plan {PLAN}\n\n"
+    assert message == (f"{PLAN}: land 5 tasks of plan {PLAN}\n\n"
                        + "".join(f"- {subjects[f'mod-{i}']}\n" for i in _merge_order(message)) + "\n"
                        + "".join(f"Team-Task: mod-{i}\n" for i in _merge_order(message)) + "\n")
     assert branches(repo) == ["main"] and worktrees(repo) == 1
@@ -85,7 +85,7 @@ def test_squash_lands_one_commit_equal_to_a_serial_run_and_removes_the_plans_bra
     redo = run_team(repo, "run", "plan.yaml", "--redo", "mod-1")
     assert (redo.returncode, redo.stderr.splitlines()[-1]) == (2, (
         f"UserError: #2 mod-1 of plan {PLAN} was landed into your branch by `team land` (commit {new[:10]}) and "
-        f"cannot be redone: revert the landed commit(s) yourself, or start over with `team run plan.yaml --fresh`"))
+        f"cannot be redone: revert that landing yourself (`git revert`), or start over with `team run plan.yaml --fresh`"))
     retry = run_team(repo, "task", "retry", f"{PLAN}.mod-1")
     assert (retry.returncode, retry.stderr) == (2, (
         f"UserError: #2 was landed into your branch by `team land` (commit {new[:10]}): it cannot run again; revert "

@@ -2,8 +2,8 @@
 
 Imports point one way::
 
-    cli → {run, chat, status, board} → runtime → agent → tools
-        → {tasks, team, jobs, git, llm, plan, roles} → core
+    {cli, api} → {run, chat, status, board, mcpserver} → runtime → agent → tools
+        → {tasks, team, jobs, git, llm, mcpclient, plan, roles, hooks} → core
 
 Every import counts: module level, inside functions, under TYPE_CHECKING.
 """
@@ -18,12 +18,12 @@ import networkx as nx
 PACKAGE = Path(__file__).resolve().parent.parent / "orchestrator"
 RANK = {
     "core": 0,
-    "tasks": 1, "team": 1, "jobs": 1, "git": 1, "llm": 1, "plan": 1, "roles": 1,
+    "tasks": 1, "team": 1, "jobs": 1, "git": 1, "llm": 1, "plan": 1, "roles": 1, "hooks": 1, "mcpclient": 1,
     "tools": 2,
     "agent": 3,
     "runtime": 4,
-    "run": 5, "chat": 5, "status": 5, "board": 5,
-    "cli": 6,
+    "run": 5, "chat": 5, "status": 5, "board": 5, "mcpserver": 5,
+    "cli": 6, "api": 6,
 }
 
 

@@ -173,7 +173,8 @@ def test_plan_mode_refuses_writes_until_the_lead_approves_through_the_tool_pipel
     assert len(refused) == 2  # before approval: the first try and the one after the rejection
     assert results[-1].startswith("wrote") or "notes.txt" in results[-1]
     feedback = [m["content"] for m in model.calls[2] if m.get("role") == "user" and "say v2" in m["content"]]
-    assert feedback == [f"[message from lead (plan_approval_response, request {first.request_id})]\nsay v2"]
+    assert feedback == [f"<inbox>\n[message from lead (plan_approval_response, request {first.request_id})]\nsay v2\n"
+                        "</inbox>"]
 
 
 def test_shutdown_request_and_review_tools_need_a_request_id_on_the_wire(tmp_path):

@@ -179,7 +179,7 @@ def test_redo_refuses_to_drop_uncommitted_edits_in_a_kept_worktree(tmp_path):
     assert git(repo, "show", "team/rd/b:s.txt") == "b\n"
     plain = run_team(repo, "run", "plan.yaml")  # without --redo: the task fails, saying why and what to do
     assert plain.returncode == 1
-    assert (f"task b: its branch team/rd/b holds 1 commit(s) not on team/rd/integration and its worktree {wt} has "
+    assert (f"task b: its branch team/rd/b holds 1 commit not on team/rd/integration and its worktree {wt} has "
             f"uncommitted changes") in plain.stdout
     assert (wt / "s.txt").read_text() == "half resolved\n"
 

@@ -43,13 +43,13 @@ def test_log_diff_and_task_show_say_what_each_task_did(tmp_path):
     assert log.returncode == 0, log.stderr
     base = git(repo, "rev-parse", "main").strip()
     assert log.stdout == (
-        f"plan {PLAN}: {INTEG}, 2 task(s) merged since {base[:10]}\n"
-        f"    1. {merges['a'][:10]}  #1 a  [completed]  1 commit(s), 1 file(s)\n"
+        f"plan {PLAN}: {INTEG}, 2 tasks merged since {base[:10]}\n"
+        f"    1. {merges['a'][:10]}  #1 a  [completed]  1 commit, 1 file\n"
         f"         {a_commit}\n"
-        f"    2. {merges['c'][:10]}  #3 c  [completed]  1 commit(s), 2 file(s)\n"
+        f"    2. {merges['c'][:10]}  #3 c  [completed]  1 commit, 2 files\n"
         f"         {c_commit}\n"
         "not merged:\n"
-        f"       #2 b  [failed]  branch team/{PLAN}/b: 1 commit(s) not merged (merge conflict: task 'b' (team/{PLAN}/b) "
+        f"       #2 b  [failed]  branch team/{PLAN}/b: 1 commit not merged (merge conflict: task 'b' (team/{PLAN}/b) "
         f"conflicts with {INTEG} in s.py; nothing was merged, the branch and its worktree "
         f"{repo}/.team/worktrees/{PLAN}/b are kept.)\n"
         "       #4 t  [completed]  changed nothing\n")
@@ -58,11 +58,11 @@ def test_log_diff_and_task_show_say_what_each_task_did(tmp_path):
 
     diff = run_team(repo, "diff", f"{PLAN}.c")
     assert diff.returncode == 0, diff.stderr
-    assert diff.stdout.startswith(f"# #3 c (plan {PLAN}): merged in {merges['c'][:10]}, 1 commit(s)\n#   {c_commit}\n"
+    assert diff.stdout.startswith(f"# #3 c (plan {PLAN}): merged in {merges['c'][:10]}, 1 commit\n#   {c_commit}\n"
                                   "diff --git a/c.txt b/c.txt\nnew file mode 100644\n")
     assert "+more\n" in diff.stdout
     unmerged = run_team(repo, "diff", "2", "--stat")
-    assert unmerged.stdout == (f"# #2 b (plan {PLAN}): not merged: branch team/{PLAN}/b, 1 commit(s)\n#   {b_commit}\n"
+    assert unmerged.stdout == (f"# #2 b (plan {PLAN}): not merged: branch team/{PLAN}/b, 1 commit\n#   {b_commit}\n"
                                " s.py | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n")
     nothing = run_team(repo, "diff", f"{PLAN}.t")
     assert (nothing.returncode, nothing.stderr) == (2, (

@@ -72,7 +72,7 @@ def test_unknown_role_lists_known_ones(tmp_path):
         ("---\nname: bad\ndescription: d\ntools: bash\n---\nbody\n", "'tools' must be a list of tool names, got 'bash'"),
         ("---\nname: bad\ndescription: d\ntools: [a, a]\n---\nbody\n", "'tools' lists ['a'] more than once"),
         ("---\nname: other\ndescription: d\ntools: [a]\n---\nbody\n", "name 'other' does not match the file name; rename the file to other.md"),
-        ("---\nname: bad\ndescription: d\ntools: [a]\ncolour: red\n---\nbody\n", "unknown front matter key(s) ['colour']"),
+        ("---\nname: bad\ndescription: d\ntools: [a]\ncolour: red\n---\nbody\n", "unknown front matter key ['colour']"),
         ("---\nname: bad\ndescription: d\ntools: [a]\nmodel: 3\n---\nbody\n", "'model' must be a non-empty string, got 3"),
         ("---\nname: bad\ndescription: d\ntools: [a]\n---\n\n", "the role prompt (the text after the front matter) is empty"),
     ],
@@ -98,7 +98,7 @@ def test_role_model_and_tool_check(tmp_path):
     role = get_role("fast", tmp_path)
     assert role.model == "gpt-4o-mini"
     check_tools(role, ["read_file", "write_file", "bash"])
-    with pytest.raises(UserError, match=r"unknown tool\(s\) \['write_file'\] in 'tools'; available: bash, read_file"):
+    with pytest.raises(UserError, match=r"unknown tool \['write_file'\] in 'tools'; available: bash, read_file"):
         check_tools(role, ["read_file", "bash"])
 
 
@@ -148,3 +148,17 @@ def test_unknown_and_malformed_skills(tmp_path):
     write(tmp_path / "skills/broken/SKILL.md", "---\nname: other\ndescription: d\n---\nbody\n")
     with pytest.raises(UserError, match="name 'other' must equal its directory name 'broken'"):
         discover_skills(tmp_path)
+
+
+def test_a_role_budget_is_read_from_the_front_matter_and_a_bad_one_names_the_file_and_the_key(tmp_path):
+    from orchestrator.core.budget import Budget
+    from orchestrator.core.errors import UserError
+    from orchestrator.roles.roles import parse_role
+
+    head = "---\nname: scout\ndescription: d\ntools: [glob]\n"
+    role = parse_role(head + "budget: {tokens: 5000, dollars: 0.5}\n---\nbody\n", tmp_path / "scout.md")
+    assert role.budget == Budget(tokens=5000, dollars=0.5)
+    assert parse_role(head + "budget: 700\n---\nbody\n", tmp_path / "scout.md").budget == Budget(tokens=700)
+    with pytest.raises(UserError) as e:
+        parse_role(head + "budget: {tokens: 0}\n---\nbody\n", tmp_path / "scout.md")
+    assert str(e.value).startswith(f"{tmp_path}/scout.md: 'budget.tokens': Input should be greater than or equal to 1")

@@ -135,7 +135,7 @@ def test_fail_fast_lets_running_tasks_finish_and_starts_nothing_new(tmp_path):
     assert t["after-bad"].error == f"needs #{t['bad'].id} (bad), which failed"
     assert t["after-after"].error == (
         f"needs #{t['after-bad'].id} (after-bad), which was cancelled after #{t['bad'].id} (bad) failed")
-    assert f"stopped starting new work: #{t['bad'].id} (bad) failed; 1 task(s) not run." in r.stdout
+    assert f"stopped starting new work: #{t['bad'].id} (bad) failed; 1 task not run." in r.stdout
 
     # The next run retries the failed and cancelled tasks (the failure is fixed here).
     plan(tmp_path, FAILFAST.replace("'exit 1'", "'true'"))

@@ -94,13 +94,13 @@ def test_exhausted_and_unrouted_requests_are_errors():
         assert client(srv).complete(agent_messages("alice", "first")).content == "one"
         status, raw = post(srv.base_url + "/chat/completions", {"model": "m", "messages": agent_messages("alice", "again")})
         assert status == 400
-        assert json.loads(raw)["error"]["message"] == "scripted server: script 'alice' exhausted after 1 steps: 'again'"
+        assert json.loads(raw)["error"]["message"] == "scripted server: script 'alice' exhausted after 1 step: 'again'"
         status, _ = post(srv.base_url + "/chat/completions", {"model": "m", "messages": agent_messages("zed", "x")})
         assert status == 400
         with pytest.raises(AssertionError) as exc:
             srv.assert_complete()
     assert str(exc.value) == (
-        "scripted server: script 'alice' exhausted after 1 steps: 'again'; "
+        "scripted server: script 'alice' exhausted after 1 step: 'again'; "
         "no script for this request (agent None; scripts: ['alice'])"
     )
 

@@ -188,10 +188,20 @@ def test_sigkill_soak(tmp_path):
 
 def test_a_pipelined_lead_committing_back_to_back_lets_another_shell_in(tmp_path):
     """The group-commit writer keeps the store lock while batches are queued;
-    under back-to-back commits it hands the lock to a waiting process."""
+    under back-to-back commits it hands the lock to a waiting process.
+
+    The other shell is started (and has paid for its imports) before the chain
+    begins and is released at step 50, so however loaded the machine, it asks
+    for the lock with thousands of commits still to go."""
     store = TaskStore(tmp_path)
     ids = [t.id for t in store.create_many([{"subject": f"step {i}"} for i in range(3000)])]
-    other = None
+    script = ("import sys; from orchestrator.cli import main; print('ready', flush=True); sys.stdin.readline(); "
+              f"sys.exit(main(['task', 'create', 'from another shell', '--root', {str(tmp_path)!r}]))")
+    other = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert other.stdout is not None and other.stdin is not None
+    assert other.stdout.readline().strip() == "ready", other.stderr.read() if other.stderr else ""
+    released = False
     finished_while_committing = False
     with store.pipelined():
         running = None
@@ -199,10 +209,10 @@ def test_a_pipelined_lead_committing_back_to_back_lets_another_shell_in(tmp_path
             finals = [(running.id, running.epoch, "completed", {})] if running else []
             running = store.commit(finals, [tid], "lead")[1][0]
             if i == 50:
-                other = subprocess.Popen([sys.executable, "-m", "orchestrator", "task", "create", "from another shell",
-                                          "--root", str(tmp_path)], env={**os.environ, "PYTHONPATH": str(REPO)},
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if other is not None and other.poll() is not None:
+                other.stdin.write("go\n")
+                other.stdin.flush()
+                released = True
+            if released and other.poll() is not None:
                 finished_while_committing = True
                 break
     out, err = other.communicate(timeout=60)

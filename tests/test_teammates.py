@@ -99,7 +99,7 @@ def test_subagent_runs_in_a_fresh_context_and_cannot_nest(tmp_path):
     assert tool_results[0].startswith("unknown tool 'subagent'")
     assert "alpha" in tool_results[1]
     result = [m["content"] for m in boss[1].body["messages"] if m["role"] == "tool"]
-    assert result == ["subagent completed after 2 step(s):\nnotes.txt has 2 lines"]
+    assert result == ["subagent completed after 2 steps:\nnotes.txt has 2 lines"]
 
 
 SPAWN_PLAN = "name: s\ntasks:\n  - id: wait\n    assignee: alice\n    prompt: Wait for carol.\n"

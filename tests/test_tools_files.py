@@ -98,14 +98,14 @@ def test_unread_existing_files_cannot_be_edited_or_overwritten_but_new_files_can
             "(the whole file) before editing or overwriting it",
         )
     assert (h.ws / "config.py").read_text() == CONFIG
-    assert h.ok("write_file", {"path": "pkg/new.py", "content": "a = 1\n"}) == "created pkg/new.py (1 lines, 6 bytes)"
+    assert h.ok("write_file", {"path": "pkg/new.py", "content": "a = 1\n"}) == "created pkg/new.py (1 line, 6 bytes)"
 
 
 def test_own_writes_and_edits_become_the_baseline(h):
     h.ok("write_file", {"path": "m.py", "content": "a = 1\nb = 2\n"})
     h.ok("edit_file", {"path": "m.py", "old_string": "a = 1", "new_string": "a = 10"})
     h.ok("edit_file", {"path": "m.py", "old_string": "b = 2", "new_string": "b = 20"})
-    assert h.ok("write_file", {"path": "m.py", "content": "c = 3\n"}) == "overwrote m.py (1 lines, 6 bytes)"
+    assert h.ok("write_file", {"path": "m.py", "content": "c = 3\n"}) == "overwrote m.py (1 line, 6 bytes)"
     assert (h.ws / "m.py").read_text() == "c = 3\n"
     assert h.ctx.truth.written() == [str(h.ws / "m.py")]
     # someone else changes it after our write: refused, showing the change against our own write

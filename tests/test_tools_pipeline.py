@@ -77,7 +77,7 @@ def test_paths_outside_the_workspace_are_refused_and_nothing_is_written(h):
     assert not outside.exists()
     assert h.call("read_file", {"path": "/etc/passwd"}).stage == "path"
     # `..` that stays inside is fine
-    assert h.ok("write_file", {"path": "sub/../inside.txt", "content": "ok\n"}) == "created inside.txt (1 lines, 3 bytes)"
+    assert h.ok("write_file", {"path": "sub/../inside.txt", "content": "ok\n"}) == "created inside.txt (1 line, 3 bytes)"
 
 
 def test_symlinks_pointing_outside_are_refused_and_nothing_is_written(h):
@@ -116,7 +116,7 @@ def test_plan_mode_refuses_write_and_execute_until_the_mode_changes(h):
     assert h.ok("glob", {"pattern": "*"}) == "no paths match '*' under ."
     assert h.ok("task_list", {}) == "no tasks yet"
     h.ctx.mode = "normal"
-    assert h.ok("write_file", {"path": "a.txt", "content": "x\n"}) == "created a.txt (1 lines, 2 bytes)"
+    assert h.ok("write_file", {"path": "a.txt", "content": "x\n"}) == "created a.txt (1 line, 2 bytes)"
     assert h.ok("bash", {"command": "touch ran"}) == "exit code: 0\n(no output)"
     assert (h.ws / "ran").exists()
 

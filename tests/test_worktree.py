@@ -138,7 +138,7 @@ def test_same_lines_conflict_names_the_file_and_keeps_the_branch(tmp_path):
     assert_integration_clean(wt)
 
     # Kept work is never deleted unless the caller says so (discard=True).
-    with pytest.raises(WorkFailed, match=r"team/cf/second holds 1 commit\(s\) that are not on team/cf/integration; "
+    with pytest.raises(WorkFailed, match=r"team/cf/second holds 1 commit not on team/cf/integration; "
                                          r"refusing to delete them"):
         wt.prepare("second", fresh=True)
     assert show(repo, "team/cf/second", "shared.py") == "VALUE = 3\n"
@@ -213,7 +213,7 @@ def test_summary_names_the_branch_and_the_commands(tmp_path):
     wt.release()
     assert not wt.integration_dir.exists()
     assert wt.summary().text() == (
-        "result: branch team/sum/integration (2 commits ahead of your HEAD; 1 tasks merged)\n"
+        "result: branch team/sum/integration (2 commits ahead of your HEAD; 1 task merged)\n"
         "not merged (branches kept): y\n"
         "to review and take the result into your current branch:\n"
         "  team log sum                          # the tasks in merge order, with their commits\n"
@@ -224,6 +224,24 @@ def test_summary_names_the_branch_and_the_commands(tmp_path):
     assert git(repo, "diff", "HEAD...team/sum/integration") == (  # the printed git command works
         "diff --git a/a.txt b/a.txt\nindex 7898192..587be6b 100644\n--- a/a.txt\n+++ b/a.txt\n"
         "@@ -1 +1 @@\n-a\n+x\n")
+
+
+def test_summary_once_the_result_is_in_your_branch_offers_nothing_to_take(tmp_path):
+    """The user merged the result by hand: a rerun's summary no longer says "0 commits ahead",
+    "to review and take the result"."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    wt = Worktrees(repo, "sum")
+    wt.ensure_integration(False)
+    assert wt.summary().text() == "result: branch team/sum/integration: nothing merged into it yet"
+    write_and_commit(wt, "x", {"a.txt": "x\n"})
+    wt.merge("x")
+    wt.release()
+    assert wt.summary().text().startswith("result: branch team/sum/integration (2 commits ahead of your HEAD; "
+                                          "1 task merged)\nto review and take")
+    git(repo, "merge", "-q", "--ff-only", "team/sum/integration")
+    assert wt.summary().text() == (
+        "result: branch team/sum/integration (1 task merged): your HEAD has all of it already\n"
+        "nothing to take; `team land sum` removes the plan's branches and worktrees")
 
 
 def test_bad_roots_names_and_git_failures_are_clear(tmp_path):

@@ -110,7 +110,7 @@ def test_a_rerun_after_a_conflict_never_deletes_the_kept_branch(tmp_path):
     assert git(repo, "rev-parse", "team/clash/bump").strip() == kept  # the edit is still there
     assert git(repo, "show", "team/clash/bump:settings.py") == "TIMEOUT=30\nRETRIES=3\n"
     assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 10\nRETRIES = 3\n"
-    assert "#2 bump: merging the 1 commit(s) kept on team/clash/bump without running the task again; if they " \
+    assert "#2 bump: merging the 1 commit kept on team/clash/bump without running the task again; if they " \
            "still conflict the task fails again" in second.stderr
     wt = repo / ".team/worktrees/clash/bump"
     assert ("FAILED #2 bump: merge conflict: task 'bump' (team/clash/bump) conflicts with "
@@ -137,7 +137,7 @@ def test_redo_after_a_conflict_drops_the_kept_branch_only_because_the_user_said_
     kept = git(repo, "rev-parse", "team/clash/bump").strip()
     redo = run_team(repo, "run", "plan.yaml", "--redo", "bump")
     assert redo.returncode == 0, redo.stdout + redo.stderr
-    assert (f"dropped the kept branch team/clash/bump of #2 bump at {kept[:10]} (1 commit(s) not merged; "
+    assert (f"dropped the kept branch team/clash/bump of #2 bump at {kept[:10]} (1 commit not merged; "
             f"`git branch team/clash/bump {kept}` brings it back)") in redo.stderr
     assert "5 completed (of 5)" in redo.stdout
     # bump ran again on the formatted file, where its sed matches nothing: that is what the user asked for

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.fsutil import atomic_write
+from ..core.text import plural
 from .projection import (
     call_ids,
     content_text,
@@ -152,7 +153,7 @@ def summary_request(span: Sequence[Mapping[str, Any]], limit: int = 24_000) -> l
     size = 0
     for block in reversed(blocks):
         if size + len(block) > limit and kept:
-            kept.append(f"[{len(blocks) - len(kept)} earlier messages omitted]")
+            kept.append(f"[{plural(len(blocks) - len(kept), 'earlier message')} omitted]")
             break
         kept.append(block)
         size += len(block)
@@ -222,7 +223,7 @@ def compact(
     boundary = {
         "role": "user",
         "content": (
-            f"[compaction boundary #{seq}: {reason}; {len(span)} earlier messages "
+            f"[compaction boundary #{seq}: {reason}; {plural(len(span), 'earlier message')} "
             f"(~{estimate_tokens(span):,} tokens) replaced by this summary; full transcript: {shown}]\n\n"
             f"{summary}"),
         "_kind": BOUNDARY_KIND,

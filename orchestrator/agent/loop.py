@@ -8,7 +8,10 @@ attempt, or a turn woken by messages) is::
     for step in 1..max_steps:
         cancelled?                      -> Interrupted
         past the deadline?              -> TimedOut
-        drain inbox + job notes         -> user messages (transcript, then ack)
+        limit() names a budget reached  -> BudgetReached (failed, "budget reached: ...")
+        drain inbox + job notes         -> one user message: <inbox>…</inbox>, then
+                                           <background-results>…</background-results>
+                                           (transcript, then ack)
         ContextWindow.prepare           -> projected request (maybe compacted)
         model.complete (stream)         -> assistant message (transcript first)
         no tool calls                   -> final answer: the run ends, "completed"
@@ -20,7 +23,10 @@ attempt, or a turn woken by messages) is::
 Control flow uses exceptions carrying messages: ``TaskDone`` (the agent
 marked its current task completed/failed through ``task_update``; the loop
 reports it, the *executor* writes the store with the claim's epoch),
-``LimitsExceeded`` (step limit), ``Interrupted`` (cancelled by the lead),
+``LimitsExceeded`` (step limit), ``BudgetReached`` (the ``limit`` callable,
+asked before each model call, named a spending cap it reached: the run ends
+as failed with "budget reached: ..."; it may block while the lead is asked
+for more, runtime/teammate.py), ``Interrupted`` (cancelled by the lead),
 ``TimedOut`` (the task's ``timeout``: a run given a ``deadline`` stops at the
 first step past it, its model calls give up at it, and no tool call waits
 past it, ``ToolContext.deadline``).
@@ -67,6 +73,7 @@ from typing import Any, Protocol
 
 from ..core.errors import ModelError
 from ..core.models import Member, Message
+from ..core.text import plural
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, ToolCall
@@ -103,6 +110,10 @@ class Interrupted(AgentStop):
 
 class TimedOut(AgentStop):
     """The run reached its deadline (the task's ``timeout``)."""
+
+
+class BudgetReached(AgentStop):
+    """The agent's ``limit`` said a budget was reached (runtime/budgets.py); ``str(e)`` says which."""
 
 
 @dataclass
@@ -146,6 +157,16 @@ def format_message(m: Message) -> str:
     return f"[message from {m.sender} ({m.type}{extra})]\n{m.content}"
 
 
+def inbox_block(texts: Sequence[str]) -> str:
+    """Inbox messages as the model reads them: in the seed's ``<inbox>…</inbox>`` (see docs/agents.md)."""
+    return "<inbox>\n" + "\n\n".join(texts) + "\n</inbox>"
+
+
+def background_block(texts: Sequence[str]) -> str:
+    """Job notifications as the model reads them: in the seed's ``<background-results>…</background-results>``."""
+    return "<background-results>\n" + "\n\n".join(texts) + "\n</background-results>"
+
+
 def format_note(n: Notification) -> str:
     """One background-job notification as the agent reads it."""
     code = "" if n.exit_code is None else f", exit code {n.exit_code}"
@@ -173,11 +194,13 @@ class Agent:
         budget: int = DEFAULT_BUDGET,
         on_usage: Callable[[Usage], None] | None = None,
         on_step: Callable[[], None] | None = None,
+        limit: Callable[[], str | None] | None = None,
     ):
         self.name, self.role, self.model, self.tools, self.ctx = name, role, model, tools, ctx
         self.tool_schemas = tools.schemas()  # the tool set is fixed per agent: built once
         self.transcript, self.team_name, self.inbox, self.jobs = transcript, team_name, inbox, jobs
         self.roster, self.max_steps, self.on_usage, self.on_step = roster, max_steps, on_usage, on_step
+        self.limit = limit
         self.signals = Signals()
         ctx.loop = self  # the tools' LoopControl (tools.services)
         self.cancelled = threading.Event()
@@ -245,7 +268,7 @@ class Agent:
                 ack()  # passes over messages already in the transcript
             return "no new messages"
         self._inbox_pending = (ids, ack)
-        return "\n\n".join(texts)
+        return inbox_block(texts)
 
     def drain(self, extra_notes: Sequence[Notification] = ()) -> int:
         """Fold unread inbox messages and job notifications into the conversation:
@@ -253,12 +276,13 @@ class Agent:
         self._inbox_pending = None
         texts, ids, ack = self._fetch()
         notes = list(extra_notes) + (list(self.jobs.drain(self.name)) if self.jobs is not None else [])
-        texts += [format_note(n) for n in notes]
-        if texts:
-            self.add({"role": "user", "content": "\n\n".join(texts), "_kind": "inbox"}, inbox_ids=ids)
+        blocks = ([inbox_block(texts)] if texts else []) + ([background_block([format_note(n) for n in notes])]
+                                                            if notes else [])
+        if blocks:
+            self.add({"role": "user", "content": "\n\n".join(blocks), "_kind": "inbox"}, inbox_ids=ids)
         if ack is not None:
             ack()
-        return len(texts)
+        return len(texts) + len(notes)
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompt: str | None = None, *, task_label: str | None = None,
@@ -279,9 +303,11 @@ class Agent:
                 if self.cancelled.is_set():
                     raise Interrupted("stopped by the lead")
                 if self._past_deadline():
-                    raise TimedOut(f"after {steps} model call(s)")
+                    raise TimedOut(f"after {plural(steps, 'model call')}")
                 if steps >= limit:
                     raise LimitsExceeded(f"step limit reached ({limit} model calls) without finishing")
+                if self.limit is not None and (reached := self.limit()) is not None:
+                    raise BudgetReached(reached)
                 self.drain(pending_notes)
                 pending_notes = []
                 steps += 1
@@ -303,6 +329,8 @@ class Agent:
                              (done.result or "the agent marked the task failed"), steps, usage)
         except LimitsExceeded as e:
             return LoopResult("failed", "", str(e), steps, usage)
+        except BudgetReached as e:
+            return LoopResult("failed", "", f"budget reached: {e}", steps, usage)
         except Interrupted as e:
             return LoopResult("interrupted", "", str(e), steps, usage)
         except TimedOut as e:
@@ -313,6 +341,7 @@ class Agent:
             return LoopResult("failed", "", f"ModelError: {e}", steps, usage)
         finally:
             self.ctx.deadline = None
+            self.ctx.skill = None  # a skill's allowed-tools hold for the run that loaded it
 
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -354,7 +383,7 @@ class Agent:
         done = self.window.compact(self.messages, self.state(), reason=reason)
         if done.replaced:
             self._adopt(done.messages, done)
-            return f"compacted {done.replaced} messages; full transcript: {done.transcript_path}"
+            return f"compacted {plural(done.replaced, 'message')}; full transcript: {done.transcript_path}"
         return "nothing to compact yet"
 
     def _adopt(self, messages: list[dict[str, Any]], info: Any) -> None:

@@ -108,7 +108,7 @@ class MemberView(BaseModel):
 
     name: str
     role: str
-    liveness: str = Field(description="working|idle|dead|shutdown (team/roster.py).")
+    liveness: str = Field(description="working|idle|waiting|dead|shutdown (team/roster.py).")
     reason: str = Field(description="Why a member counts as dead.")
     task: int | None
     heartbeat_age: float | None

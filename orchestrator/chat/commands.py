@@ -34,6 +34,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("/jobs", "background jobs"),
     "cost": ("/cost", "tokens and cost per agent and per task"),
     "compact": ("/compact", "fold older turns of the lead's conversation into a summary now"),
+    "reset": ("/reset", "start the lead's conversation afresh (the last one is archived; goal, teammates kept)"),
+    "tools": ("/tools", "the lead's tools (risk, ask rules) and each teammate's"),
+    "skills": ("/skills", "the workspace's skills (skills/NAME/SKILL.md)"),
+    "approve": ("/approve [ID [always]]", "pending approval requests (plans, ask tools); approve one"),
+    "deny": ("/deny ID REASON", "reject a plan or deny an ask tool call; the teammate reads the reason"),
+    "doctor": ("/doctor", "check .tasks/ and .team/ for damage (read only)"),
     "goal": ("/goal [ACTION]", "set TEXT | pause | resume | complete | clear: the lead sees the goal, only you change it"),
     "quit": ("/quit", "leave: teammates shut down, the session is kept for `team chat --resume`"),
 }

@@ -31,6 +31,11 @@ Shell commands of the lead and its teammates run in the OS sandbox
 cannot be set up, is among the ``notes`` shown at the start and in
 ``team status`` (the lead's ``lead.json``).
 
+Hooks (docs/hooks.md): ``.team/hooks.yaml`` applies to the session's
+teammates and tasks as in ``team run`` (the task store and the bus tell the
+dispatcher; teammates ask it before a completion or going idle); the lead's
+own turns fire no hook, and ``run_finished`` is ``team run``'s alone.
+
 ``resume=True`` continues the last session: the lead's transcript, the goal,
 and the teammates it had (respawned; each resumes from its own transcript).
 ``/compact`` folds older turns without a model call (extractive summary);
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,13 +63,21 @@ from ..core.models import Message, Status, Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..core.sandbox import Sandbox
+from ..core.text import plural
+from ..hooks.config import load_hooks_file
+from ..hooks.dispatch import HookDispatcher
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
 from ..roles.roles import Role, check_tools, get_role
+from ..roles.skills import discover_skills
+from ..runtime.approvals import gate_for
 from ..runtime.runtime import TeamRuntime
-from ..status import overview, usage
+from ..status import doctor, overview, usage
 from ..team.lead import LeadLock, lead_info
-from ..team.roster import LEAD, Team
+from ..team.requests import Request, answer
+from ..team.roster import LEAD, Team, enrolled
+from ..tools import ToolContext
+from ..tools.approval import ApprovalRequest, Decision
 from .commands import (
     COMMANDS,
     GOAL_STATUSES,
@@ -152,9 +166,15 @@ class ChatSession:
                  resume: bool = False, budget: int = DEFAULT_BUDGET, max_steps: int = DEFAULT_MAX_STEPS,
                  on_text: Callable[[str], None] | None = None,
                  on_tool: Callable[[str, str], None] | None = None, heartbeat_every: float = 2.0,
-                 sandbox: Sandbox | None = None):
+                 sandbox: Sandbox | None = None, ask_user: Callable[[ApprovalRequest], Decision] | None = None,
+                 on_notice: Callable[[str], None] | None = None, approval_timeout: float | None = None):
         """``sandbox``: where the lead's and teammates' shell commands run (default: on unless
-        ``TEAM_SANDBOX=off``, core/sandbox.py)."""
+        ``TEAM_SANDBOX=off``, core/sandbox.py). ``ask_user``: asks the person at the terminal about
+        one of the lead's own ``ask`` calls (y/n/always); without it they wait in the request store
+        like a teammate's. ``on_notice``: told, from a teammate's thread, that a teammate's ``ask``
+        call waits for ``/approve``. ``approval_timeout``: seconds such a call waits (default
+        ``TEAM_APPROVAL_TIMEOUT``)."""
+        self.ask_user, self.on_notice, self.approval_timeout = ask_user, on_notice, approval_timeout
         self.root = Path(root).absolute()
         self.sandbox = sandbox if sandbox is not None else Sandbox.choose(None, os.environ)
         self.workspace = Path(workspace or root).absolute()
@@ -169,6 +189,10 @@ class ChatSession:
         self.agent: LeadAgent | None = None
         self.goal = Goal()
         self._teammates: list[str] = []
+        self.hooks: HookDispatcher | None = None
+        """``.team/hooks.yaml``'s hooks for the session's teammates and tasks (docs/hooks.md)."""
+        self.hook_reports: list[str] = []
+        """Hooks that crashed, hung or could not start (also in ``.team/hooks.jsonl``)."""
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> ChatSession:
@@ -197,26 +221,65 @@ class ChatSession:
             self.base_usage = usage.as_usage(saved.usage) or Usage()
             team = Team(self.root)
             name = team.load().team_name if team.config.exists() else "team"
+            hooks = load_hooks_file(self.root)  # a bad file: a clear error, the lock released
+            if hooks:
+                self.hooks = HookDispatcher(hooks, self.root, plan="", workspace=self.workspace,
+                                            report=self.hook_reports.append)
             self.rt = TeamRuntime(self.root, model_for=self.model_for, workspace=self.workspace, team_name=name,
                                   max_steps=self.max_steps, heartbeat_every=self.heartbeat_every,
-                                  sandbox=self.sandbox)
+                                  sandbox=self.sandbox, hooks=self.hooks, approval_timeout=self.approval_timeout,
+                                  on_approval=self._approval)
+            if self.hooks is not None:
+                self.rt.store.observer = self.hooks.task_observer
             self.rt.serve_control()
+            if self.ask_user is not None:  # the lead's subagents ask here too (they run in its turn)
+                rt = self.rt
+                rt.subagents.guard = lambda role, ctx: gate_for(role, rt.registry, self._ask_here)
             check_tools(lead_role, self.rt.registry.names())
-            self.agent = LeadAgent(
-                name=LEAD, role=lead_role, model=_Streamed(self.model_for(lead_role), self),
-                tools=self.rt.registry.only(lead_role.tools),
-                ctx=self.rt.tool_context(LEAD, network=lead_role.network),
-                transcript=Transcript(tpath), team_name=name, inbox=self._fetch, jobs=self.rt.jobs,
-                roster=self.rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage)
-            self.agent.goal = self.goal
+            self.lead_role = lead_role
+            self.agent = self._new_lead(tpath)
             if self.resume:
-                self.notes.append(f"resumed the lead's session: {len(self.agent.messages) - 1} earlier messages")
+                self.notes.append(f"resumed the lead's session: {plural(len(self.agent.messages) - 1, 'earlier message')}")
                 self._respawn(saved.teammates, team)
+            self._start_enrolled(team)
             self._save()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _new_lead(self, tpath: Path) -> LeadAgent:
+        """The lead's agent over the transcript at ``tpath`` (resumed when it has lines)."""
+        rt, role = self._runtime(), self.lead_role
+        ctx = rt.tool_context(LEAD, network=role.network, permissions=role.permissions)
+        ask = rt.asker if self.ask_user is None else self._ask_here
+        ctx.approvals = gate_for(role, rt.registry, ask)
+        agent = LeadAgent(
+            name=LEAD, role=role, model=_Streamed(self.model_for(role), self), tools=rt.registry.only(role.tools),
+            ctx=ctx, transcript=Transcript(tpath), team_name=rt.team_name, inbox=self._fetch, jobs=rt.jobs,
+            roster=rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage)
+        agent.goal = self.goal
+        return agent
+
+    def _ask_here(self, req: ApprovalRequest, ctx: ToolContext) -> Decision:
+        """The lead's own ``ask`` call (or its subagent's): the person at the terminal answers
+        (``ask_user``). Only the lead's turn, on the main thread, may take the terminal; a call
+        from any other thread (a teammate's subagent) waits in the request store instead."""
+        if self.ask_user is None or threading.current_thread() is not threading.main_thread():
+            return self._runtime().asker(req, ctx)
+        return self.ask_user(req)
+
+    def _approval(self, r: Request) -> None:
+        """A teammate waits: say so at the terminal (an ``ask`` call never reaches the lead's
+        model; a plan reaches it by the protocol too, and whoever answers first decides)."""
+        if self.on_notice is None:
+            return
+        if r.kind == "plan":
+            self.on_notice(f"{r.sender} submitted a {r.summary}: /approve {r.id} or /deny {r.id} REASON "
+                           "(the lead may answer it too)")
+        else:
+            self.on_notice(f"{r.sender} asks to run {r.summary} (rule {r.rule}): /approve {r.id} "
+                           f"(or /approve {r.id} always) or /deny {r.id} REASON")
 
     def _archive(self, tpath: Path) -> None:
         if not tpath.exists():
@@ -235,6 +298,17 @@ class ChatSession:
             except UserError as e:
                 self.notes.append(f"{name} could not be restarted: {e}")
 
+    def _start_enrolled(self, team: Team) -> None:
+        """Start the members `team spawn` enrolled while no lead ran (runtime/enrol.py)."""
+        for m in team.members():
+            if not enrolled(m) or m.status == "shutdown" or m.name in self._runtime().mates:
+                continue
+            try:
+                self._runtime().spawn(m.name, m.role, plan_mode=bool((m.model_extra or {}).get("plan_mode")))
+                self.notes.append(f"{m.name} ({m.role}) joined: `team spawn` had enrolled it")
+            except UserError as e:
+                self.notes.append(f"{m.name} could not be started: {e}")
+
     def close(self) -> list[Task]:
         """End the session; the tasks teammates had claimed and not finished, released to pending."""
         released: list[Task] = []
@@ -242,6 +316,9 @@ class ChatSession:
             self._save()
             released = self.rt.close()
             self.rt = None
+        if self.hooks is not None:
+            self.hooks.close()  # what was fired has run (teammate_stopped too)
+            self.hooks = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -276,7 +353,7 @@ class ChatSession:
         if not msgs:
             return None
         senders = ", ".join(dict.fromkeys(m.sender for m in msgs))
-        return (f"{len(msgs)} unread message(s) for the lead from {senders}: /inbox shows them; "
+        return (f"{plural(len(msgs), 'unread message')} for the lead from {senders}: /inbox shows them; "
                 "the lead reads them with your next message")
 
     # -- input ---------------------------------------------------------------------
@@ -354,3 +431,76 @@ class ChatSession:
         text = self.goal.apply(arg)
         self._save()
         return Response(text)
+
+    def _cmd_tools(self, arg: str) -> Response:
+        lead, rt = self._lead(), self._runtime()
+        gate = lead.ctx.approvals
+        lines = [f"the lead's tools ({len(lead.tools)}):"]
+        width = max(len(n) for n in lead.tools.names())
+        for name in lead.tools.names():
+            t = lead.tools.get(name)
+            rules = [r.text for r in gate.rules if r.tool == name] if gate is not None else []
+            ask = f"  ask: {', '.join(rules)}" if rules else ""
+            lines.append(f"  {name:<{width}}  {t.risk if t is not None else '?':<10}{ask}".rstrip())
+        for mate in rt.mates.values():
+            if not mate.alive:
+                continue
+            mine = mate.agent.tools.names()
+            asks = [r.text for r in mate.ctx.approvals.rules] if mate.ctx.approvals is not None else []
+            lines.append(f"{mate.name} ({mate.role.name}, {len(mine)}): {', '.join(mine)}"
+                         + (f"; ask: {', '.join(asks)}" if asks else ""))
+        return Response("\n".join(lines))
+
+    def _cmd_skills(self, arg: str) -> Response:
+        skills = discover_skills(self.workspace)
+        if not skills:
+            return Response("no skills in this workspace (add skills/NAME/SKILL.md; see docs/agents.md)")
+        width = max(len(s.name) for s in skills)
+        return Response("\n".join([f"skills ({len(skills)}; an agent loads one with load_skill):"]
+                                  + [f"  {s.name:<{width}}  {s.description}  ({s.path})" for s in skills]))
+
+    def _cmd_reset(self, arg: str) -> Response:
+        lead = self._lead()
+        tpath = lead.transcript.path
+        self.base_usage = self.base_usage + lead.usage
+        self._archive(tpath)
+        self.agent = self._new_lead(tpath)
+        self._save()
+        kept = f"; goal and {plural(len(self._runtime().mates), 'teammate')} kept" if self._runtime().mates else "; goal kept"
+        return Response(f"the lead starts a fresh conversation (the last one is kept under "
+                        f"{tpath.parent.name}/lead-sessions/){kept}")
+
+    def _cmd_doctor(self, arg: str) -> Response:
+        findings = doctor.diagnose(self.root)
+        if not findings:
+            return Response("doctor: OK, no problems found")
+        lines = [f"doctor: {plural(len(findings), 'problem')}:"]
+        for f in findings:
+            lines.append(f"  [{f.kind}] {f.message}" + (" (fixable)" if f.fix is not None else ""))
+            if f.hint:
+                lines.append(f"    → {f.hint}")
+        if any(f.fix is not None for f in findings):
+            lines.append("repair what is safe with `team doctor --fix` once you have left the chat (/quit)")
+        return Response("\n".join(lines))
+
+    def _cmd_approve(self, arg: str) -> Response:
+        ref, _, rest = arg.partition(" ")
+        if not ref:
+            pending = self._runtime().requests.pending()
+            if not pending:
+                return Response("no pending approval requests")
+            return Response("\n".join([r.line() for r in pending]
+                                      + ["answer with /approve ID [always] or /deny ID REASON"]))
+        rest = rest.strip()
+        always = rest.lower() == "always"
+        r = answer(self._runtime().requests, self._runtime().bus, ref, True, by="user",
+                   reason="" if always else rest, always=always)
+        return Response(f"approved {r.id}" + (" (always, for this rule)" if r.always else "")
+                        + f": {r.kind} request of {r.sender}: {r.summary}")
+
+    def _cmd_deny(self, arg: str) -> Response:
+        ref, _, reason = arg.partition(" ")
+        if not ref:
+            raise UserError("/deny needs a request id (/approve lists them) and a reason: /deny ID REASON")
+        r = answer(self._runtime().requests, self._runtime().bus, ref, False, by="user", reason=reason.strip())
+        return Response(f"rejected {r.id}: {r.kind} request of {r.sender}: {r.summary}")

@@ -6,10 +6,14 @@
     review.py     team log|diff|land: review a plan's result (isolation: worktree) and take it
     teamcmds.py   team send|broadcast|inbox|status, team jobs
     agentcmds.py  team spawn
+    controls.py   team shutdown|approve|reject|deny: the lead's controls for people
     chat.py       team chat (the terminal side)
     doctor.py     team doctor
+    worktreecmd.py  team worktree list|events|keep|remove|land: the agents' worktrees
     boardcmd.py   team board (the web board, imported when it runs)
+    mcpcmd.py     team mcp (the MCP server, imported when it runs)
     common.py     the --root and --json options, output helpers
+    helpfmt.py    how --help reads (plain, whole summaries, NAME for arguments, no <bool> on flags)
 
 Every command module registers itself on ``app``. Errors: any ``TeamError``
 reaching the edge prints ``TypeName: message`` to stderr and exits with its
@@ -41,8 +45,17 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help (cli/helpfmt.py)
     help="team: a multi-agent team orchestrator with a durable task graph.",
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        sys.stdout.write(f"team {__version__}\n")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -52,15 +65,34 @@ def _global(
         Path | None,
         typer.Option("--root", help="State root (default: $TEAM_ROOT, else the current directory)."),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_show_version, help="Print the version and exit."),
+    ] = False,
 ) -> None:
     ctx.obj = root.absolute() if root is not None else None  # read by common.root_of
 
 
 def _register() -> None:
-    from . import agentcmds, boardcmd, chat, doctor, review, runcmd, tasks, teamcmds
+    from . import (
+        agentcmds,
+        boardcmd,
+        chat,
+        controls,
+        doctor,
+        helpfmt,
+        mcpcmd,
+        review,
+        runcmd,
+        tasks,
+        teamcmds,
+        worktreecmd,
+    )
 
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, boardcmd):
+    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, controls, boardcmd, worktreecmd,
+                   mcpcmd):
         module.register(app)
+    helpfmt.adopt(app)
 
 
 _register()

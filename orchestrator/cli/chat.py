@@ -11,12 +11,27 @@ prompt just clears the line.
 
 The model and key are resolved before anything starts (exit 2 when one is
 missing), and so is the lead lock (exit 2 naming the lead that holds it).
+
+Approvals (tools/approval.py): a call of the lead's own that its role marks
+``ask`` is asked here, before it runs: ``allow? [y]es / [n]o [reason] /
+[a]lways`` (``always``: that rule stops asking for the rest of the session;
+end of input is a no). A teammate's ``ask`` call cannot take the prompt from
+under you: a line says it waits, and ``/approve ID`` or ``/deny ID REASON``
+(or ``team approve`` from another shell) answers it.
+
+Teammates work on their own threads while the prompt waits: a line of theirs
+(a model call being retried, named by the agent it is for) clears the prompt
+line, is printed, and the prompt is drawn again with what was typed so far
+(``Console.notice``), rather than landing in the middle of the input.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
@@ -25,6 +40,7 @@ if TYPE_CHECKING:
     from ..chat.session import ChatSession
     from ..llm.client import LLMClient
     from ..roles.roles import Role
+    from ..tools.approval import ApprovalRequest, Decision
 
 from ..core.text import shown
 from .common import RootOpt, root_of
@@ -34,19 +50,46 @@ TOOL_ARGS_SHOWN = 100
 
 
 class Console:
-    """Streams text and keeps track of whether the cursor is at a line start."""
+    """Streams text and keeps track of whether the cursor is at a line start. Safe across threads."""
 
     def __init__(self, stream: IO[str]):
         self.stream, self.at_start = stream, True
+        self._lock = threading.RLock()
+        self._prompt = ""  # shown by input() right now (a terminal only)
 
     def text(self, chunk: str) -> None:
         """Model text and lines of ours; control characters a model (or a teammate's message)
         sent are shown as escapes, never passed to the terminal (core/text.py)."""
         chunk = shown(chunk, lines=True)
         if chunk:
-            self.stream.write(chunk)
+            with self._lock:
+                self.stream.write(chunk)
+                self.stream.flush()
+                self.at_start = chunk.endswith("\n")
+
+    @contextmanager
+    def prompting(self, prompt: str) -> Iterator[None]:
+        """``input(prompt)`` runs inside: a ``notice`` meanwhile redraws the prompt after it."""
+        with self._lock:
+            self._prompt = prompt
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._prompt, self.at_start = "", True
+
+    def notice(self, text: str) -> None:
+        """A line from another thread: above the prompt if one waits (the prompt and the input typed
+        so far are drawn again below it), else like ``line``."""
+        with self._lock:
+            if not self._prompt:
+                self.line(text)
+                return
+            import readline  # loaded by the loop whenever there is a prompt
+
+            self.stream.write("\r\x1b[K" + shown(text, lines=True) + "\n" + self._prompt
+                              + shown(readline.get_line_buffer()))
             self.stream.flush()
-            self.at_start = chunk.endswith("\n")
 
     def end_line(self) -> None:
         if not self.at_start:
@@ -61,6 +104,13 @@ class Console:
         if len(args) > TOOL_ARGS_SHOWN:
             args = args[:TOOL_ARGS_SHOWN] + "…"
         self.line(f"  · {name} {args}")
+
+
+def _agent() -> str:
+    """Whose model call this thread makes: a teammate's thread is named ``teammate-NAME``
+    (runtime/teammate.py); the lead's turns run on the main thread."""
+    name = threading.current_thread().name
+    return name.removeprefix("teammate-") if name.startswith("teammate-") else "lead"
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -79,7 +129,7 @@ def chat_cmd(
     from ..llm.types import LLMConfig
     from ..run.agents import max_steps_from_env
 
-    config = LLMConfig.resolve(None, model)
+    config = LLMConfig.resolve(None, model, plan=False)
     max_steps = max_steps_from_env()
     console = Console(sys.stdout)
     clients: dict[str, LLMClient] = {}
@@ -88,11 +138,17 @@ def chat_cmd(
         name = role.model or config.model
         if name not in clients:
             clients[name] = LLMClient(config.model_copy(update={"model": name}),
-                                      on_retry=lambda e: console.line(f"({e})"))
+                                      on_retry=lambda e: console.notice(f"({_agent()}: model call failed, {e})"))
         return clients[name]
 
+    def ask_user(req: ApprovalRequest) -> Decision:
+        return ask_at_terminal(console, req)
+
+    def notice(text: str) -> None:  # from a teammate's thread, maybe while the prompt waits
+        console.notice(f"({text})")
+
     session = ChatSession(root_of(root, ctx), model_for=model_for, resume=resume, max_steps=max_steps,
-                          on_text=console.text, on_tool=console.tool)
+                          on_text=console.text, on_tool=console.tool, ask_user=ask_user, on_notice=notice)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         session.open()
@@ -102,6 +158,31 @@ def chat_cmd(
             console.line(f"(#{task.id} {task.subject}: claimed by a teammate and not finished; released to pending)")
         for client in clients.values():
             client.close()
+
+
+ANSWERS = "allow? [y]es / [n]o [reason] / [a]lways: "
+
+
+def ask_at_terminal(console: Console, req: ApprovalRequest) -> Decision:
+    """Ask the person about one of the lead's ``ask`` calls; end of input (or Ctrl-C) is a no."""
+    from ..tools.approval import Decision
+
+    console.line(f"approval needed: {req.summary} (rule {req.rule})")
+    while True:
+        try:
+            raw = input(ANSWERS if sys.stdin.isatty() else "")
+        except (EOFError, KeyboardInterrupt):
+            console.line("(no answer: denied)")
+            return Decision(False, "no answer at the terminal")
+        word, _, reason = raw.strip().partition(" ")
+        word = word.lower()
+        if word in ("y", "yes"):
+            return Decision(True)
+        if word in ("a", "always"):
+            return Decision(True, always=True)
+        if word in ("n", "no"):
+            return Decision(False, reason.strip())
+        console.line("answer y, n (optionally with a reason) or always")
 
 
 def _loop(session: ChatSession, console: Console, model: str) -> None:
@@ -121,7 +202,8 @@ def _loop(session: ChatSession, console: Console, model: str) -> None:
             console.line(f"({notice})")
         shown = notice
         try:
-            line = input(PROMPT if tty else "")
+            with console.prompting(PROMPT if tty else ""):
+                line = input(PROMPT if tty else "")
         except EOFError:
             console.end_line()
             return

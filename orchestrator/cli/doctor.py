@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from ..core.text import plural
 from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 
@@ -45,9 +46,9 @@ def doctor_cmd(
     if left:
         need = sum(1 for f in left if f.fix is None)
         tail = f"; {need} need{'s' if need == 1 else ''} a human" if need else ""
-        out(f"{len(left)} problem(s) remain{tail}" + (f"; fixed {done}." if fix else "."))
+        out(f"{plural(len(left), 'problem')} remain{'s' if len(left) == 1 else ''}{tail}" + (f"; fixed {done}." if fix else "."))
         raise typer.Exit(1)
-    out(f"Fixed {done} problem(s); nothing else needs attention.")
+    out(f"Fixed {plural(done, 'problem')}; nothing else needs attention.")
 
 
 def register(app: typer.Typer) -> None:

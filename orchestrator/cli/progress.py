@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..core.text import shown
+from ..core.text import plural, shown
 from ..run.scheduler import RunResult
 from .common import write_guarded
 
@@ -110,7 +110,7 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     stamp = f"[{time.monotonic() - t.t0:7.2f}s]"
     who = f"#{ev.get('task')} {shown(str(ev.get('name', '')))}".rstrip()
     if kind == "run_started":
-        return f"{stamp} run: {t.total} tasks, {t.before} already completed, {t.workers} workers"
+        return f"{stamp} run: {plural(t.total, 'task')}, {t.before} already completed, {plural(t.workers, 'worker')}"
     if kind == "started":
         return f"{stamp} start {who} (attempt {ev['attempt']})"
     on = f" on {shown(ev['node'])}" if ev.get("node") else ""
@@ -128,7 +128,7 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
     if kind == "cancelled":
         return f"{stamp} skip  {who}: {shown(ev['reason'])}"
     if kind == "stopping":
-        return f"{stamp} stopping: {shown(ev['reason'])}; waiting for {ev['running']} running task(s)"
+        return f"{stamp} stopping: {shown(ev['reason'])}; waiting for {plural(ev['running'], 'running task')}"
     if kind == "stale":
         return f"{stamp} stale completion of #{ev['task']} (epoch {ev['epoch']}) ignored"
     if kind == "merge_queued":
@@ -299,11 +299,11 @@ def _earlier(d: dict[str, Any]) -> str:
 def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
     counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
     if not s["durations"] and s["ok"]:
-        return [f"plan {s['plan']}: nothing to run, all {s['total']} tasks already completed "
+        return [f"plan {s['plan']}: nothing to run, all {plural(s['total'], 'task')} already completed "
                 "(--fresh starts over)"] + (s["worktrees"]["text"].splitlines() if s.get("worktrees") else [])
     lines = [f"plan {s['plan']}: {counts} (of {s['total']})",
              f"wall {s['wall']:.2f}s · task time {s['task_time']:.2f}s · speed-up "
-             f"{s['speedup'] or 0:.2f}× with {s['workers']} workers"]
+             f"{s['speedup'] or 0:.2f}× with {plural(s['workers'], 'worker')}"]
     if s["critical_path"]:
         chain = " → ".join(f"{c['name']} ({c['seconds']:.2f}s)" for c in s["critical_path"])
         lines.append(f"critical path as run: {chain}")
@@ -329,7 +329,7 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         lines.append(f"... and {len(s['cancelled']) - limit} more cancelled")
     pending = s["counts"].get("pending", 0) + s["counts"].get("retrying", 0)
     if s["stopped"]:
-        left = f"; {pending} task(s) not run" if pending else ""
+        left = f"; {plural(pending, 'task')} not run" if pending else ""
         lines.append(f"stopped starting new work: {s['stopped']}{left}. "
                      "Run again to retry, or pass --keep-going to run every branch not downstream of a failure.")
     if s["deadlock"]:

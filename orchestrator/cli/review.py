@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from ..core.errors import UserError
-from ..core.text import shown
+from ..core.text import plural, shown
 from .common import JsonOpt, RootOpt, out, print_json, root_of
 
 PlanArg = Annotated[str, typer.Argument(help="Plan name, or the plan file.", show_default=False)]
@@ -47,13 +47,13 @@ def log_cmd(ctx: typer.Context, plan: PlanArg, as_json: JsonOpt = False, root: R
         print_json(log.to_json())
         return
     base = f" since {log.base[:10]}" if log.base else ""
-    out(f"plan {log.plan}: {log.branch}, {len(log.merged)} task(s) merged{base}")
+    out(f"plan {log.plan}: {log.branch}, {plural(len(log.merged), 'task')} merged{base}")
     for step in log.steps:
         out(f"        {shown(step)}")
     for n, e in enumerate(log.merged, 1):
         who = f"#{e.id} {e.task}" if e.id is not None else e.task
-        out(f"  {n:>3}. {(e.merge or '')[:10]}  {who}  [{e.status}]  {len(e.commits)} commit(s), "
-            f"{e.files} file(s)")
+        out(f"  {n:>3}. {(e.merge or '')[:10]}  {who}  [{e.status}]  {plural(len(e.commits), 'commit')}, "
+            f"{plural(e.files, 'file')}")
         for c in e.commits:
             out(f"         {shown(c)}")
     if log.other:
@@ -75,7 +75,7 @@ def diff_cmd(
     task, history, change = task_change(root_of(root, ctx), ref)
     where = (f"merged in {change.new[:10]}" if change.merged else
              f"not merged: branch {history.wt.branch(change.task)}")
-    out(f"# #{task.id} {change.task} (plan {task.plan}): {where}, {len(change.commits)} commit(s)")
+    out(f"# #{task.id} {change.task} (plan {task.plan}): {where}, {plural(len(change.commits), 'commit')}")
     for c in change.commits:
         out(f"#   {shown(c)}")
     if change.dirty:
@@ -115,7 +115,7 @@ def land_cmd(
     if done.landing.empty:
         out(f"plan {name} changed nothing: nothing to land into {into}{again}")
     else:
-        out(f"landed plan {name} into {into}: {len(intent.commits)} commit(s), "
+        out(f"landed plan {name} into {into}: {plural(len(intent.commits), 'commit')}, "
             f"{intent.old[:10]}..{intent.new[:10]}{again}")
         for c in intent.commits:
             sha, _, subject = c.partition(" ")

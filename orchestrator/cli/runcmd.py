@@ -28,7 +28,7 @@ from typing import Annotated
 import typer
 
 from ..core.errors import Signalled, UserError
-from ..core.text import shown
+from ..core.text import plural, shown
 from .common import JsonOpt, RootOpt, err, out, root_of
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -44,6 +44,7 @@ def run_cmd(
     include_uncommitted: Annotated[bool, typer.Option("--include-uncommitted", help="isolation: worktree: start the plan from your checkout as it is (a snapshot commit of your uncommitted changes), not from your last commit.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print waves, critical path and parallelism; run and write nothing.")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
+    ask: Annotated[bool, typer.Option("--ask", help="A teammate that reaches its budget asks for more (answered with `team approve ID` or `team deny ID`; `team approve` lists the requests) instead of failing its task.")] = False,
     board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
     backend: Annotated[str | None, typer.Option("--backend", help="Where tasks run: local (this machine) or ray (a Ray cluster; docs/scale.md). Default: the plan's `backend`, else local.", metavar="local|ray")] = None,
     address: Annotated[str | None, typer.Option("--address", help="--backend ray: the cluster, `auto` (this machine is a node) or HOST:PORT of its head; without it an embedded local Ray instance on 127.0.0.1 is started.", metavar="auto|HOST:PORT")] = None,
@@ -55,7 +56,7 @@ def run_cmd(
     from ..status import usage
     from . import progress
 
-    lp = load_plan(plan_file, model=model)
+    lp = load_plan(plan_file, model=model, need_model=not dry_run)  # a dry run calls no model
     state_root = root_of(root, ctx)
     if dry_run and board:
         raise UserError("--board shows a run as it goes: leave out --dry-run (or run `team board` on its own)")
@@ -97,7 +98,8 @@ def run_cmd(
         signal.signal(sig, on_signal)
     try:
         result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh, redo=redo or [],
-                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop, backend=where)
+                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop, ask=ask,
+                          backend=where)
     finally:
         sink.close()
         if web is not None:
@@ -106,10 +108,13 @@ def run_cmd(
     tokens = usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
     if tokens is not None:
         summary["usage"] = tokens
+    if result.spend:
+        summary["spend"] = result.spend
     if json_out:
         sink({"event": "summary", **summary})
     else:
-        for line in progress.render_summary(summary) + usage.render(tokens or {}, "tokens this run"):
+        for line in (progress.render_summary(summary) + usage.render(tokens or {}, "tokens this run")
+                     + usage.render_spend(result.spend)):
             out(line)
     if not result.ok:
         raise typer.Exit(code=1)
@@ -135,6 +140,10 @@ def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
     from ..tasks.store import TaskStore
 
     warnings = _isolation_check(lp, state_root)
+    agents = [t.id for t in lp.plan.tasks if t.kind == "agent"]
+    if agents and not lp.model:
+        warnings.append(f"warning: agent tasks need a model to run ({', '.join(agents)}): set `model:` in the "
+                        "plan, pass --model or set $TEAM_MODEL")
     a = analyse(lp.plan)
     store = TaskStore(state_root)
     done = {t.plan_task for t in store.all() if t.plan == lp.plan.name and t.status.value == "completed"} \
@@ -146,17 +155,17 @@ def _dry_run(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
                         "total_work": a.total_work, "max_parallelism": a.max_parallelism,
                         "completed": sorted(done), "warnings": warnings}, indent=2))
         return
-    out(f"plan {lp.plan.name} ({lp.path}): {len(lp.plan.tasks)} tasks, workers {w}")
+    out(f"plan {lp.plan.name} ({lp.path}): {plural(len(lp.plan.tasks), 'task')}, workers {w}")
     for i, wave in enumerate(a.waves, 1):
         marks = [f"{t} (done)" if t in done else t for t in wave]
         out(f"  wave {i}: {', '.join(marks)}")
-    out(f"critical path ({len(a.critical_path)} tasks, length {a.critical_length:g}): "
+    out(f"critical path ({plural(len(a.critical_path), 'task')}, length {a.critical_length:g}): "
         + " → ".join(a.critical_path))
     avg = a.total_work / a.critical_length if a.critical_length else 0
     out(f"max useful parallelism: {a.max_parallelism} (widest wave); "
         f"average {avg:.1f} (work {a.total_work:g} / critical path {a.critical_length:g})")
     if done:
-        out(f"resume: {len(done)} task(s) already completed in {state_root}")
+        out(f"resume: {plural(len(done), 'task')} already completed in {state_root}")
     for w in warnings:
         out(w)
     out("dry run: nothing was run or written")
@@ -189,7 +198,7 @@ def check_cmd(
         raise PlanError("\n".join(problems))
     for w in _isolation_check(lp, root_of(root, ctx)):
         err(w)
-    out(f"{plan_file}: ok ({len(lp.plan.tasks)} tasks)")
+    out(f"{plan_file}: ok ({plural(len(lp.plan.tasks), 'task')})")
 
 
 def register(app: typer.Typer) -> None:

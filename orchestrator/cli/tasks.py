@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from ..core.models import Status, Task
-from ..core.text import shown
+from ..core.text import plural, shown
 from ..tasks import graph, render
 from ..tasks.attempts import parse_status
 from ..tasks.store import TaskStore
@@ -77,7 +77,7 @@ def list_cmd(
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
-    r"""One line per task: \[ ] pending, \[>] running, \[x] done, \[!] failed, \[-] cancelled."""
+    """One line per task: [ ] pending, [>] running, [x] done, [!] failed, [-] cancelled."""
     want = parse_status(status) if status is not None else None
     readable = Readable(_store(root, ctx))
     tasks = readable.tasks
@@ -88,7 +88,7 @@ def list_cmd(
     elif not tasks and not readable.bad:
         out(EMPTY)
     elif not shown:
-        out(f"No tasks match these filters ({len(tasks)} tasks in total).")
+        out(f"No tasks match these filters ({plural(len(tasks), 'task')} in total).")
     else:
         out("\n".join(render.list_line(t, by_id) for t in shown))
     readable.done()
@@ -364,9 +364,9 @@ def _critical(tasks: list[Task], as_json: bool, *, unreadable: bool) -> None:
     if cp.ids:
         out("Critical path: " + " → ".join(f"#{i} {by_id[i].subject}" for i in cp.ids))
         if cp.by == "estimate":
-            out(f"Length: {cp.total} s estimated over {len(cp.ids)} tasks (tasks without an estimate count 1 s)")
+            out(f"Length: {cp.total} s estimated over {plural(len(cp.ids), 'task')} (tasks without an estimate count 1 s)")
         else:
-            out(f"Length: {cp.total} tasks (no estimates given: counted by tasks)")
+            out(f"Length: {plural(int(cp.total), 'task')} (no estimates given: counted by tasks)")
         out("Waves (tasks in one wave could run in parallel):")
         for n, layer in enumerate(wv.waves, 1):
             shown = ", ".join(f"#{i}" for i in layer[:20])

@@ -66,7 +66,7 @@ def inbox_cmd(
 
 
 def status_cmd(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    """Roster with working/idle/dead/shutdown, task counts, running jobs, lead alive?, token usage."""
+    """Roster with working/idle/waiting/dead/shutdown, task counts, running jobs, lead alive?, token usage."""
     data = overview.status_data(root_of(root, ctx))
     if as_json:
         print_json(data)

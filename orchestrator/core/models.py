@@ -82,6 +82,8 @@ class Task(BaseModel):
     epoch: int = Field(0, description="Incremented on every claim; completions must carry it.")
     lease_expires: float | None = Field(None, description="Unix time the owner's lease runs out.")
     created_at: float | None = Field(None, description="Unix time of creation.")
+    created_by: str | None = Field(None, description="The agent whose task_create made it (its 'own' task "
+                                                     "while nobody owns it).")
     updated_at: float | None = Field(None, description="Unix time of the last write.")
     started_at: float | None = Field(None, description="Unix time the current/last attempt began.")
     finished_at: float | None = Field(None, description="Unix time the task reached a final state.")
@@ -214,8 +216,12 @@ MESSAGE_TYPES = (
     "shutdown_response",
     "plan_approval_request",
     "plan_approval_response",
+    "approval_request",
     "job_done",
+    "budget_request",
+    "budget_response",
 )
 PROTOCOL_TYPES = frozenset(
-    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response"}
+    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response",
+     "approval_request", "budget_request", "budget_response"}
 )

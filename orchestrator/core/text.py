@@ -11,6 +11,8 @@ reorder what the reader sees. So:
   ``\\u202e``), so a field can never end its line or steer the terminal;
   ``shown(text, lines=True)`` keeps newlines and tabs (a description, a
   message body, a log tail shown as a block).
+* ``plural(n, word)`` is how a count is said (``1 task``, ``2 tasks``): never
+  ``1 tasks`` or ``task(s)``.
 * ``control_chars(text)`` lists what a *stored* one-line field must not
   contain: subjects and names are refused with that list (newline and tab
   are allowed in longer text: descriptions, messages, prompts).
@@ -44,3 +46,9 @@ def control_chars(text: str, *, allow_lines: bool = False) -> list[str]:
     """The control characters in ``text`` as visible escapes (empty when there are none)."""
     pattern = _CONTROL if allow_lines else _CONTROL_OR_LINES
     return sorted({_escape(m) for m in pattern.finditer(text)})
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``n`` and the noun agreeing with it: ``1 task``, ``2 tasks``, ``0 tasks``
+    (``words``: the plural when it is not ``word + "s"``: ``plural(n, "entry", "entries")``)."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"

@@ -72,6 +72,7 @@ from pathlib import Path
 
 from ..core.errors import InvalidName, UserError, WorkFailed
 from ..core.fsutil import LockTimeout, atomic_write, file_lock
+from ..core.text import plural
 from .command import Git, GitError
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -148,8 +149,16 @@ class Summary:
     commands: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        lines = [f"result: branch {self.branch} ({self.ahead} commits ahead of your HEAD; "
-                 f"{len(self.merged)} tasks merged)"]
+        merged = plural(len(self.merged), "task")
+        if self.ahead == 0:  # nothing merged yet, or the user's branch has it all (their own merge)
+            lines = [f"result: branch {self.branch} ({merged} merged): your HEAD has all of it already"
+                     if self.merged else f"result: branch {self.branch}: nothing merged into it yet"]
+            if self.unmerged:
+                lines.append(f"not merged (branches kept): {', '.join(self.unmerged)}")
+            if self.merged:
+                lines.append(f"nothing to take; `team land {self.plan}` removes the plan's branches and worktrees")
+            return "\n".join(lines)
+        lines = [f"result: branch {self.branch} ({plural(self.ahead, 'commit')} ahead of your HEAD; {merged} merged)"]
         if self.unmerged:
             lines.append(f"not merged (branches kept): {', '.join(self.unmerged)}")
         lines.append("to review and take the result into your current branch:")
@@ -308,7 +317,7 @@ class Worktrees:
                 stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
                 kept = self.kept(task)
                 if fresh and kept is not None and kept.commits and not discard:
-                    raise WorkFailed(f"task '{task}': {branch} holds {kept.commits} commit(s) that are not on "
+                    raise WorkFailed(f"task '{task}': {branch} holds {plural(kept.commits, 'commit')} not on "
                                      f"{self.integration}; refusing to delete them (merge them, or discard "
                                      f"them explicitly)")
                 if fresh or (stale and not self.git.dirty(path)):

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ModelError
+from ..core.text import plural
 from . import pricing
 from .pricing import Usage
 from .types import (
@@ -199,10 +200,10 @@ class LLMClient:
                 )
                 raise ModelError(self._message(head, failure)) from None
             if attempt >= attempts:
-                raise ModelError(self._message(f"model service failed after {attempt} attempts", failure)) from None
+                raise ModelError(self._message(f"model service failed after {plural(attempt, 'attempt')}", failure)) from None
             delay = self._delay(attempt, failure.retry_after)
             if deadline is not None and time.monotonic() + delay >= deadline:
-                raise ModelError(self._message(f"model service failed after {attempt} attempts and the task's "
+                raise ModelError(self._message(f"model service failed after {plural(attempt, 'attempt')} and the task's "
                                                "time ran out before another", failure)) from None
             if on_retry is not None:
                 on_retry(RetryEvent(attempt, attempts, delay, failure.reason, failure.status, emitted[0]))

@@ -39,6 +39,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..core.text import plural
 from .script import (
     Fault,
     Reply,
@@ -137,7 +138,7 @@ class ScriptedServer:
         with self._lock:
             problems = list(self.errors)
             problems += [
-                f"script {k!r}: {len(v) - self.consumed[k]} of {len(v)} steps unused"
+                f"script {k!r}: {len(v) - self.consumed[k]} of {plural(len(v), 'step')} unused"
                 for k, v in self.scripts.items()
                 if self.consumed[k] < len(v)
             ]
@@ -163,7 +164,7 @@ class ScriptedServer:
             if agent is None or script is None:
                 error = f"no script for this request (agent {agent!r}; scripts: {sorted(self.scripts)})"
             elif self.consumed[agent] >= len(script):
-                error = f"script {agent!r} exhausted after {len(script)} steps: {_last_user(body)!r}"
+                error = f"script {agent!r} exhausted after {plural(len(script), 'step')}: {_last_user(body)!r}"
             else:
                 step = script[self.consumed[agent]]
                 self.consumed[agent] += 1

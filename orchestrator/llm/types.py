@@ -53,12 +53,16 @@ class LLMConfig(BaseModel):
         plan_model: str | None = None,
         cli_model: str | None = None,
         env: Mapping[str, str] | None = None,
+        *,
+        plan: bool = True,
     ) -> LLMConfig:
-        """Build the config from ``--model`` > plan ``model:`` > ``$TEAM_MODEL`` and the env."""
+        """Build the config from ``--model`` > plan ``model:`` > ``$TEAM_MODEL`` and the env.
+        ``plan``: a plan is involved (its ``model:`` is one of the ways the error names)."""
         env = os.environ if env is None else env
         model = (cli_model or plan_model or env.get("TEAM_MODEL") or "").strip()
         if not model:
-            raise UserError("no model configured: pass --model, or set TEAM_MODEL or model: in the plan")
+            raise UserError("no model configured: pass --model, or set TEAM_MODEL"
+                            + (" or model: in the plan" if plan else ""))
         key = env.get("OPENAI_API_KEY", "").strip()
         if not key:
             raise UserError("no API key: set OPENAI_API_KEY (any non-empty value for local servers)")

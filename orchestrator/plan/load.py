@@ -43,11 +43,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ..core.budget import Budget
 from ..core.errors import PlanError
+from ..core.hooks import EVENTS, HookCommand, HooksConfig
 from .analysis import find_cycle
 from .model import Defaults, LoadedPlan, Loc, Plan, PlanTask, TeamMember
 
-_MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults}
+_MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults,
+                                       "hooks": HooksConfig, "budget": Budget,
+                                       **{event: HookCommand for event in EVENTS}}
 
 MAX_PLAN_BYTES = 4 << 20
 """Largest plan file read (4 MiB: a 1,000-task plan is ~100 KB)."""
@@ -209,8 +213,12 @@ def _pydantic_errors(e: ValidationError, where: str, lines: dict[Loc, int]) -> l
 
 
 # ---------------------------------------------------------------- loading
-def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dict | None = None) -> LoadedPlan:
-    """Read and validate ``path`` whole; raise ``PlanError`` listing every problem."""
+def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dict | None = None,
+              need_model: bool = True) -> LoadedPlan:
+    """Read and validate ``path`` whole; raise ``PlanError`` listing every problem.
+
+    ``need_model=False``: agent tasks without a model are not an error (``team run --dry-run``
+    runs nothing; ``LoadedPlan.model`` is then ``None``)."""
     where = str(path)
     p = Path(path)
     try:
@@ -235,7 +243,7 @@ def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dic
         raise PlanError(_join(_pydantic_errors(e, where, lines))) from None
     env = os.environ if environ is None else environ
     loaded = LoadedPlan(plan, p, p.absolute().parent, model or plan.model or env.get("TEAM_MODEL") or None, lines)
-    errors = _check(loaded, where)
+    errors = _check(loaded, where, need_model)
     if errors:
         raise PlanError(_join(errors))
     return loaded
@@ -246,7 +254,7 @@ def _join(errors: list[str], limit: int = 20) -> str:
     return "\n".join(errors[:limit] + more)
 
 
-def _check(lp: LoadedPlan, where: str) -> list[str]:
+def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
     plan, lines = lp.plan, lp.lines
     errors: list[str] = []
 
@@ -287,7 +295,7 @@ def _check(lp: LoadedPlan, where: str) -> list[str]:
             i = first[cycle[0]]
             err(("tasks", i, "needs", plan.tasks[i].needs.index(cycle[1])), "dependency cycle: " + " → ".join(cycle))
     agents = [t for t in plan.tasks if t.kind == "agent"]
-    if agents and not lp.model:
+    if agents and not lp.model and need_model:
         i = next(i for i, t in enumerate(plan.tasks) if t.kind == "agent")
         err(("tasks", i, "prompt"), "agent tasks need a model: set `model:` in the plan, pass --model or set "
             f"$TEAM_MODEL (agent tasks: {', '.join(t.id for t in agents)})")

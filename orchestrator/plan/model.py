@@ -1,9 +1,12 @@
 """The ``plan.yaml`` format: pydantic models (``extra="forbid"``) and the JSON Schema.
 
 ``Plan`` holds ``defaults`` (``Defaults``), ``team`` (``TeamMember``) and
-``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``), and whether
+``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``), ``mcp_servers``
+(core/mcpspec.py: MCP servers whose tools teammates use), and whether
 agents' shell commands run in the OS sandbox (``sandbox``, core/sandbox.py:
-``off`` is an explicit opt-out); every field
+``off`` is an explicit opt-out), its ``hooks`` (core/hooks.py, docs/hooks.md)
+and spending caps (``budget``: the run's; a ``team:`` member's own, with its
+``model``; core/budget.py); every field
 carries its description, which ``team plan schema`` publishes through
 ``json_schema``. ``LoadedPlan`` is a validated plan with where it came from:
 a task's ``cwd`` (or ``defaults.cwd``) is resolved against the directory
@@ -20,6 +23,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..core.budget import Budget
+from ..core.hooks import HooksConfig
+from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
 
 Loc = tuple[Any, ...]
@@ -99,6 +105,9 @@ class TeamMember(_Strict):
     name: str = Field(pattern=NAME_RE.pattern, description="Teammate name (a slug).")
     role: str = Field("coder", description="Role, e.g. coder, tester, reviewer.")
     plan_mode: bool = Field(False, description="Write tools refused until the lead approves its plan.")
+    model: str | None = Field(None, description="Model for this teammate (else its role's, the plan's, --model).")
+    budget: Budget | None = Field(None, description="Tokens and/or dollars this teammate may spend in the run "
+                                                    "(else its role's).")
 
 
 class PlanTask(_Strict):
@@ -165,11 +174,26 @@ class Plan(_Strict):
     sandbox: Literal["on", "off"] = Field(
         "on", description="on: agents' shell commands run in an OS sandbox (bubblewrap); off: without one, "
                           "on purpose (shown in `team status`). Plan shell tasks never run in it.")
+    budget: Budget | None = Field(None, description="Tokens and/or dollars all teammates together may spend.")
+    hooks: HooksConfig | None = Field(None, description="Shell commands run on task and teammate events "
+                                                        "(docs/hooks.md); .team/hooks.yaml adds more.")
     defaults: Defaults = Field(default_factory=Defaults, description="Values every task inherits.")
     team: list[TeamMember] = Field(default_factory=list, description="Named teammates.")
+    mcp_servers: list[McpServerSpec] = Field(
+        default_factory=list, description="MCP servers whose tools the plan's teammates may use (as "
+                                          "NAME__TOOL; a role's mcp_tools narrows them). docs/mcp.md.")
     tasks: list[PlanTask] = Field(min_length=1, description="The tasks.")
 
     _sandbox = field_validator("sandbox", mode="before")(_on_off)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, value: list[McpServerSpec]) -> list[McpServerSpec]:
+        names = [s.name for s in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"mcp server names must be unique: {dupes} appear more than once")
+        return value
 
 
 @dataclass

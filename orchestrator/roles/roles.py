@@ -7,6 +7,14 @@
     model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
+    ask: [write_file, "bash(git push*)"]  # optional; calls a person approves first (tools/approval.py)
+    budget: {tokens: 200000}         # optional; tokens and/or dollars each teammate of it may spend
+    permissions:                     # optional; what its task and worktree tools may change
+      tasks: [create, update-own]    #   create | update-own | update-any | assign
+      worktrees: own                 #   none | own | any
+    mcp_servers:                     # optional; MCP servers this role brings (core/mcpspec.py)
+      - {name: time, command: mcp-server-time}
+    mcp_tools: [time.*, git.status]  # optional; the MCP tools it may use (default: all of them)
     ---
     You are the team's coder. ...    # the role prompt (non-empty)
 
@@ -18,6 +26,19 @@ Where roles come from, later wins by name:
    editable install);
 2. the workspace's own ``<workspace>/agents/*.md``.
 
+Permissions (``Permissions``) are enforced by the tool pipeline (tools/registry.py,
+the ``permit`` stage), not by the prompt:
+
+* ``tasks``: ``create`` (task_create: tasks owned by nobody or by the agent),
+  ``update-own`` (task_update on a task the agent owns, or created and nobody
+  owns), ``update-any`` (task_update on any task), ``assign`` (set an owner
+  other than the agent or nobody: create for, or hand a task to, someone else).
+  Without ``permissions`` a role gets ``[create, update-own]``: a teammate may
+  split its work into subtasks and update its own, and only a role with
+  ``assign`` (the built-in ``lead``) reassigns others' tasks.
+* ``worktrees``: ``own`` (create worktrees for itself, and use the ones it owns),
+  ``any`` (create them for others, merge and remove any), ``none``.
+
 A malformed file is a ``UserError`` naming the file and the field; an unknown
 role is a ``UserError`` listing the known ones. Tool names are checked
 against the tool registry by ``check_tools`` (the registry lives elsewhere).
@@ -26,16 +47,49 @@ against the tool registry by ``check_tools`` (the registry lives elsewhere).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.budget import Budget
 from ..core.errors import UserError
+from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network")
+ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "permissions", "ask", "mcp_servers",
+             "mcp_tools")
+TASK_RIGHTS = ("create", "update-own", "update-any", "assign")
+WORKTREE_RIGHTS = ("none", "own", "any")
+ASK_RE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*(\(\s*\S.*\))?\s*$", re.S)
+"""The shape of an ``ask`` entry (tools/approval.py parses and checks it against the tools)."""
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # orchestrator/
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """What a role's task and worktree tools may change (see the module docstring)."""
+
+    tasks: frozenset[str] = frozenset({"create", "update-own"})
+    worktrees: str = "own"
+
+    @classmethod
+    def full(cls) -> Permissions:
+        """Everything: the lead's, and a tool context made without a role (tests, scripts)."""
+        return cls(frozenset(TASK_RIGHTS), "any")
+
+    def narrow(self, other: Permissions) -> Permissions:
+        """What both allow (a subagent never gets more than its caller)."""
+        rank = WORKTREE_RIGHTS.index
+        return Permissions(self.tasks & other.tasks, min(self.worktrees, other.worktrees, key=rank))
+
+    def may(self, right: str) -> bool:
+        return right in self.tasks
+
+    def describe(self) -> str:
+        tasks = ", ".join(r for r in TASK_RIGHTS if r in self.tasks) or "read only"
+        return f"tasks: {tasks}; worktrees: {self.worktrees}"
 
 
 @dataclass(frozen=True)
@@ -51,6 +105,11 @@ class Role:
     builtin: bool = False
     plan_mode: bool = False  # teammates of this role start in plan mode (writes wait for the lead's approval)
     network: bool = False  # its shell commands may reach the network (else the sandbox has none: core/sandbox.py)
+    ask: tuple[str, ...] = ()  # TOOL or TOOL(PATTERN): calls a person approves before they run (tools/approval.py)
+    budget: Budget | None = None  # what each teammate of this role may spend (core/budget.py)
+    permissions: Permissions = Permissions()  # what its task and worktree tools may change
+    mcp_servers: tuple[McpServerSpec, ...] = ()  # MCP servers the role brings, besides the plan's
+    mcp_tools: tuple[str, ...] | None = None  # allow-list of MCP tools (server.tool, server.*); None: all
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -102,12 +161,33 @@ def _flag(meta: dict[str, Any], key: str, path: Path) -> bool:
     return value
 
 
+def _permissions(meta: dict[str, Any], path: Path) -> Permissions:
+    raw = meta.get("permissions")
+    if raw is None:
+        return Permissions()
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: 'permissions' must be a mapping like {{tasks: [create, update-own], worktrees: own}}")
+    unknown = sorted(set(raw) - {"tasks", "worktrees"})
+    if unknown:
+        raise UserError(f"{path}: unknown {'key' if len(unknown) == 1 else 'keys'} {unknown} in 'permissions'; allowed: ['tasks', 'worktrees']")
+    tasks = raw.get("tasks", ["create", "update-own"])
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise UserError(f"{path}: 'permissions.tasks' must be a list of {list(TASK_RIGHTS)}, got {tasks!r}")
+    bad = [t for t in tasks if t not in TASK_RIGHTS]
+    if bad:
+        raise UserError(f"{path}: unknown task {'right' if len(bad) == 1 else 'rights'} {bad} in 'permissions.tasks'; known: {list(TASK_RIGHTS)}")
+    worktrees = raw.get("worktrees", "own")
+    if worktrees not in WORKTREE_RIGHTS:
+        raise UserError(f"{path}: 'permissions.worktrees' must be one of {list(WORKTREE_RIGHTS)}, got {worktrees!r}")
+    return Permissions(frozenset(tasks), str(worktrees))
+
+
 def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     """Parse one role file's text; ``path`` is used for the name check and errors."""
     meta, body = split_front_matter(text, path, what="a role file")
     unknown = sorted(set(meta) - set(ROLE_KEYS))
     if unknown:
-        raise UserError(f"{path}: unknown front matter key(s) {unknown}; allowed: {list(ROLE_KEYS)}")
+        raise UserError(f"{path}: unknown front matter {'key' if len(unknown) == 1 else 'keys'} {unknown}; allowed: {list(ROLE_KEYS)}")
     name = _required_text(meta, "name", path)
     if not NAME_RE.match(name):
         raise UserError(f"{path}: name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -123,10 +203,65 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
     if dupes:
         raise UserError(f"{path}: 'tools' lists {dupes} more than once")
     model = _text_field(meta, "model", path)
+    ask = meta.get("ask") or []
+    if not isinstance(ask, list) or not all(isinstance(a, str) and ASK_RE.match(a) for a in ask):
+        raise UserError(f"{path}: 'ask' must be a list of TOOL or TOOL(PATTERN) entries, e.g. "
+                        f"[write_file, \"bash(git push*)\"], got {ask!r}")
     if not body.strip():
         raise UserError(f"{path}: the role prompt (the text after the front matter) is empty")
     return Role(name, description, tuple(tools), body, model, path, builtin,
-                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path))
+                plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
+                budget=_budget(meta, path), permissions=_permissions(meta, path),
+                ask=tuple(a.strip() for a in ask), mcp_servers=_mcp_servers(meta, path),
+                mcp_tools=_mcp_tools(meta, path))
+
+
+def _budget(meta: dict[str, Any], path: Path) -> Budget | None:
+    value = meta.get("budget")
+    if value is None:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        return Budget.model_validate(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"{path}: 'budget{'.' + where if where else ''}': {err['msg']} (e.g. budget: "
+                        "{tokens: 200000, dollars: 2.5})") from None
+
+
+def _mcp_servers(meta: dict[str, Any], path: Path) -> tuple[McpServerSpec, ...]:
+    from pydantic import ValidationError
+
+    raw = meta.get("mcp_servers")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise UserError(f"{path}: 'mcp_servers' must be a list of servers ({{name, command, args, env}} or "
+                        f"{{name, url}}), got {raw!r}")
+    specs = []
+    for i, item in enumerate(raw):
+        try:
+            specs.append(McpServerSpec.model_validate(item))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            raise UserError(f"{path}: mcp_servers[{i}]{'.' + where if where else ''}: {err['msg']}") from None
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UserError(f"{path}: 'mcp_servers' names {dupes} more than once")
+    return tuple(specs)
+
+
+def _mcp_tools(meta: dict[str, Any], path: Path) -> tuple[str, ...] | None:
+    raw = meta.get("mcp_tools")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
+        raise UserError(f"{path}: 'mcp_tools' must be a list like [git.status, time.*], got {raw!r}")
+    return tuple(raw)
 
 
 def load_role_file(path: Path, *, builtin: bool = False) -> Role:
@@ -188,5 +323,5 @@ def check_tools(role: Role, known: Iterable[str]) -> None:
     missing = [t for t in role.tools if t not in known]
     if missing:
         raise UserError(
-            f"{role.path or role.name}: unknown tool(s) {missing} in 'tools'; available: {', '.join(sorted(known))}"
+            f"{role.path or role.name}: unknown {'tool' if len(missing) == 1 else 'tools'} {missing} in 'tools'; available: {', '.join(sorted(known))}"
         )

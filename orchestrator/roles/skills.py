@@ -2,7 +2,15 @@
 
 A skill is ``<dir>/<name>/SKILL.md``: YAML front matter with ``name`` (equal
 to the directory name) and ``description``, then the procedure body. Other
-front matter keys (``allowed-tools``, ...) are kept as ``meta``.
+front matter keys are kept as ``meta``.
+
+``allowed-tools`` (a list, or one string of names separated by commas or
+spaces, as Claude Code writes it) is enforced, not only stored: once the
+model loads the skill, the calls it makes for the rest of that run are
+limited to those tools (and only those its role has), plus the few it needs
+to report and finish (``SKILL_ALWAYS``); any other call is refused by the
+tool pipeline naming the skill and what it allows (tools/registry.py, the
+``permit`` stage). A skill without ``allowed-tools`` restricts nothing.
 
 Skill roots searched in the workspace, first wins on a name clash:
 
@@ -38,6 +46,26 @@ class Skill:
     description: str
     path: Path  # relative to the workspace
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    allowed_tools: tuple[str, ...] | None = None
+    """``allowed-tools``: the tools a run may use once it loaded this skill; None: no limit."""
+
+
+SKILL_ALWAYS = ("load_skill", "task_get", "task_list", "task_update", "send_message", "read_inbox", "idle",
+                "compact", "respond_shutdown", "submit_plan")
+"""Tools a loaded skill never takes away: reporting, finishing, the protocols, another skill."""
+
+
+def _allowed_tools(meta: dict[str, Any], rel: Path) -> tuple[str, ...] | None:
+    raw = meta.get("allowed-tools")
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        names = raw.replace(",", " ").split()
+    elif isinstance(raw, list) and all(isinstance(t, str) and t.strip() for t in raw):
+        names = [t.strip() for t in raw]
+    else:
+        raise UserError(f"{rel}: 'allowed-tools' must be a list of tool names or one string of them, got {raw!r}")
+    return tuple(dict.fromkeys(names))
 
 
 def _parse(workspace: Path, path: Path) -> tuple[Skill, str]:
@@ -58,7 +86,7 @@ def _parse(workspace: Path, path: Path) -> tuple[Skill, str]:
         raise UserError(f"{rel}: the skill body (the procedure after the front matter) is empty")
     extra = {k: v for k, v in meta.items() if k not in ("name", "description")}
     description = " ".join(description.split())
-    return Skill(name, description, rel, extra), body
+    return Skill(name, description, rel, extra, _allowed_tools(meta, rel)), body
 
 
 def _skill_files(workspace: Path) -> list[Path]:
@@ -78,15 +106,17 @@ def discover_skills(workspace: Path) -> list[Skill]:
     return [_parse(workspace, path)[0] for path in _skill_files(workspace)]
 
 
-def load_skill(workspace: Path, name: str) -> str:
-    """The body of skill ``name``, framed for the conversation.
-
-    Raises ``UserError`` listing the available skills when ``name`` is unknown.
-    """
+def find_skill(workspace: Path, name: str) -> tuple[Skill, str]:
+    """Skill ``name`` and its body; ``UserError`` listing the available skills when unknown."""
     workspace = Path(workspace)
     paths = {p.parent.name: p for p in _skill_files(workspace)}
     if name not in paths:
         known = ", ".join(sorted(paths)) or "(none)"
         raise UserError(f"unknown skill {name!r}; available skills: {known}")
-    skill, body = _parse(workspace, paths[name])
+    return _parse(workspace, paths[name])
+
+
+def load_skill(workspace: Path, name: str) -> str:
+    """The body of skill ``name``, framed for the conversation (``UserError`` when unknown)."""
+    skill, body = find_skill(workspace, name)
     return f"# Skill: {skill.name} ({skill.path})\n\n{body}"

@@ -10,6 +10,7 @@
                   workspaces shipped through the object store, outputs and commits brought back
     ray_remote.py what runs on a cluster node for one attempt (workspace in, command, work out)
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
+    hooked.py     task_completed hooks asked before a shell task's completion is recorded
     reconcile.py  the task store and the integration branch made to agree before a run
                   (redo, reopened or lost merges), and checked after it
     land.py       land_plan: a finished plan's result into the user's branch (team land)

@@ -32,12 +32,31 @@ attempt (``ToolContext.workspace``).
 Every teammate's shell commands run in the run's sandbox (``ExecutorContext.sandbox``,
 core/sandbox.py), with the network only when its role says ``network: true``.
 
+A plan's ``mcp_servers:`` reach the runtime, which starts each server when a teammate that may
+use it is spawned and stops them when it closes (docs/mcp.md); a server that cannot start
+fails the task that needed the teammate, and one that dies mid-run fails the task in flight.
+
 Idle teammates also claim ready non-plan tasks by themselves (runtime/autoclaim.py);
 ``TEAM_AUTOCLAIM=0`` turns that off. A ``team:`` member with ``plan_mode:
 true`` starts in plan mode (team/protocols.py).
 
+Models and budgets: a teammate's model is its ``team:`` entry's ``model``,
+else its role's, else the run's (``--model``, the plan's ``model:``,
+``$TEAM_MODEL``); one client per model. Its budget is its ``team:`` entry's
+``budget``, else its role's; the plan's ``budget:`` caps all of them
+together (runtime/budgets.py ``Spend``). A teammate that reaches a budget
+ends its attempt as failed with "budget reached: ..." (or, with ``--ask``,
+asks the lead first: runtime/teammate.py).
+
+A teammate whose role marks a tool ``ask`` (tools/approval.py) waits for a
+person at that call: the request goes to the lead's inbox and the request
+store, a line in the run's output says how to answer (``team approve ID`` /
+``team deny ID --reason TEXT`` from another shell), and no answer within
+``TEAM_APPROVAL_TIMEOUT`` seconds (default 300) is a denial the agent reads
+as the tool's result.
+
 Settings from the environment: ``TEAM_AGENT_MAX_STEPS`` (model calls per
-attempt, default 40).
+attempt, default 40), ``TEAM_APPROVAL_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -55,7 +74,10 @@ from ..jobs.records import JobRecord
 from ..llm.client import LLMClient
 from ..llm.types import LLMConfig
 from ..roles.roles import Role
-from ..runtime.runtime import TeamRuntime
+from ..runtime.approvals import approval_line
+from ..runtime.budgets import Spend
+from ..runtime.runtime import MemberSettings, TeamRuntime
+from ..team.requests import Request
 from .executor import DoneCallback, ExecutorContext, Outcome
 
 STATUS = {"completed": "completed", "failed": "failed", "interrupted": "killed", "idle": "failed",
@@ -84,10 +106,17 @@ class AgentExecutor:
         self._closed = False
         self.note = ctx.note
         self._clients: dict[str, LLMClient] = {}
+        self._clients_lock = threading.Lock()
+        self.spend = ctx.spend if ctx.spend is not None else Spend()
+        members = {name: MemberSettings(ctx.models.get(name), ctx.budgets.get(name))
+                   for name in {*ctx.models, *ctx.budgets}}
         self.runtime = TeamRuntime(ctx.root, model_for=self._model_for, workspace=ctx.workspace,
                                    team_name=ctx.plan, max_steps=max_steps_from_env(), store=ctx.store,
                                    on_crash=ctx.stop.fail,
-                                   autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox)
+                                   autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox,
+                                   hooks=ctx.hooks, spend=self.spend, members=members,
+                                   on_approval=self._approval,
+                                   mcp_servers=ctx.mcp_servers)
         try:
             for name, role in ctx.team:
                 self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)
@@ -96,11 +125,21 @@ class AgentExecutor:
             self.runtime.close()
             raise
 
+    def _approval(self, r: Request) -> None:
+        """A teammate waits for a person: an ``ask`` call (the lead's inbox gets the request) or a
+        plan (the protocol's message reached the lead's inbox already); the run's output says how."""
+        if r.kind == "tool":
+            self.runtime.tell_lead(r)
+        if self.note is not None:
+            self.note(approval_line(r))
+
     def _model_for(self, role: Role) -> LLMClient:
+        """One client per model: a teammate's own (plan ``team:``), else its role's, else the run's."""
         model = role.model or self.config.model
-        if model not in self._clients:
-            self._clients[model] = LLMClient(self.config.model_copy(update={"model": model}))
-        return self._clients[model]
+        with self._clients_lock:
+            if model not in self._clients:
+                self._clients[model] = LLMClient(self.config.model_copy(update={"model": model}))
+            return self._clients[model]
 
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         started = time.monotonic()

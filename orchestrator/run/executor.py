@@ -27,9 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.budget import Budget
+from ..core.hooks import Hooks, NoHooks
+from ..core.mcpspec import McpServerSpec
 from ..core.models import Task
 from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
+from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from .stop import RunStop
 
@@ -116,3 +120,8 @@ class ExecutorContext:
     store: TaskStore | None = None  # the run's task store, for executors to share (default: their own)
     stop: RunStop = field(default_factory=RunStop)  # threads of an executor report their death here (stop.py)
     sandbox: Sandbox = field(default_factory=Sandbox)  # where agents' shell commands run (core/sandbox.py)
+    hooks: Hooks = field(default_factory=NoHooks)  # the run's hook dispatcher (hooks/dispatch.py)
+    models: dict[str, str] = field(default_factory=dict)  # a teammate's own model (the plan's `team:`)
+    budgets: dict[str, Budget] = field(default_factory=dict)  # a teammate's own budget (the plan's `team:`)
+    spend: Spend | None = None  # usage against budgets: the plan's `budget:`, `--ask` (runtime/budgets.py)
+    mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)

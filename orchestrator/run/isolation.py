@@ -53,6 +53,7 @@ from typing import Any
 
 from ..core.errors import TeamError, WorkFailed
 from ..core.models import Task
+from ..core.text import plural
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
 from .executor import DoneCallback, Executor, Outcome
@@ -141,7 +142,7 @@ class Isolation:
         if kept is not None and kept.commits:
             if kept.dirty:
                 raise WorkFailed(
-                    f"task {slug}: its branch {kept.branch} holds {kept.commits} commit(s) not on "
+                    f"task {slug}: its branch {kept.branch} holds {plural(kept.commits, 'commit')} not on "
                     f"{self.wt.integration} and its worktree {self.wt.path(slug)} has uncommitted changes; "
                     f"commit them there (`git add -A && git commit`) and run again to merge them, or drop the "
                     f"branch and run the task afresh: {self.rerun} --redo {slug}")

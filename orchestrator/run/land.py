@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..core.errors import UserError
 from ..core.models import Status, Task
+from ..core.text import plural
 from ..git.land import Land, Landing
 from ..git.worktrees import Worktrees
 from ..tasks.store import TaskStore
@@ -62,7 +63,7 @@ def land_plan(root: Path, plan: str, *, mode: str = "squash", task_ids: list[str
                 return Landed(plan, None, tasks, already=tasks[0].landed)
             _refuse_unfinished(tasks, wt, store, task_ids)
         subjects = {slug(t): t.subject for t in tasks}
-        landing = land.land(mode, subjects, title or f"{plan}: land {len(tasks)} task(s) of plan {plan}")
+        landing = land.land(mode, subjects, title or f"{plan}: land {plural(len(tasks), 'task')} of plan {plan}")
         for t in tasks:
             if not t.landed:
                 store.update(t.id, actor="cli", landed=landing.intent.tasks.get(slug(t), landing.intent.new),

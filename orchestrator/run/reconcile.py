@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import UserError
 from ..core.models import Status, Task
+from ..core.text import plural
 from ..git.history import History
 from ..git.worktrees import Worktrees
 from ..tasks.graph import downstream
@@ -89,8 +90,8 @@ def reconcile(store: TaskStore, tasks: list[Task], wt: Worktrees | None, *, redo
     landed = [by_id[i] for i in why if by_id[i].landed]
     if landed:
         raise UserError(f"{_names(landed)} of plan {landed[0].plan} was landed into your branch by `team land` "
-                        f"(commit {(landed[0].landed or '')[:10]}) and cannot be redone: revert the landed "
-                        f"commit(s) yourself, or start over with `{rerun} --fresh`")
+                        f"(commit {(landed[0].landed or '')[:10]}) and cannot be redone: revert that landing "
+                        f"yourself (`git revert`), or start over with `{rerun} --fresh`")
     if why:
         todo = downstream(tasks, why)
         _refuse_unsafe(wt, tasks, todo, rerun)
@@ -145,7 +146,7 @@ def _take_out(store: TaskStore, tasks: list[Task], wt: Worktrees, todo: list[int
         gone = wt.discard(slug(t))
         if gone is not None and gone.commits:
             out.notes.append(f"dropped the kept branch {gone.branch} of {_label(t)} at {gone.tip[:10]} "
-                             f"({gone.commits} commit(s) not merged; `git branch {gone.branch} {gone.tip}` "
+                             f"({plural(gone.commits, 'commit')} not merged; `git branch {gone.branch} {gone.tip}` "
                              f"brings it back)")
     return todo
 
@@ -167,7 +168,7 @@ def _refuse_unsafe(wt: Worktrees | None, tasks: list[Task], todo: list[int], rer
         inside = [name for name, sha in dropped.items() if wt.git.is_ancestor(sha, kept.branch)]
         if inside:
             raise UserError(
-                f"{_label(t)} keeps {kept.commits} commit(s) on {kept.branch}, made on top of the merge of "
+                f"{_label(t)} keeps {plural(kept.commits, 'commit')} on {kept.branch}, made on top of the merge of "
                 f"{', '.join(inside)} that this redo takes out: merging that branch later would bring it back. "
                 f"Merge it first (resolve it and `{rerun}`), or redo it too (`--redo {slug(t)}`); nothing was "
                 f"changed")
@@ -205,8 +206,8 @@ def request_redo(store: TaskStore, tasks: list[Task], wt: Worktrees | None, redo
     landed = [t for t in asked if t.landed]
     if landed:
         raise UserError(f"{_names(landed)} of plan {landed[0].plan} was landed into your branch by `team land` "
-                        f"(commit {(landed[0].landed or '')[:10]}) and cannot be redone: revert the landed "
-                        f"commit(s) yourself, or start over with `{rerun} --fresh`")
+                        f"(commit {(landed[0].landed or '')[:10]}) and cannot be redone: revert that landing "
+                        f"yourself (`git revert`), or start over with `{rerun} --fresh`")
     todo = downstream(tasks, [t.id for t in asked])
     by_id = {t.id: t for t in tasks}
     _refuse_unsafe(wt, tasks, todo, rerun)
@@ -227,11 +228,11 @@ def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> list[str]:
         if kept is None or not kept.commits:
             continue
         if kept.dirty:
-            notes.append(f"{_label(t)}: its branch {kept.branch} holds {kept.commits} commit(s) not on "
+            notes.append(f"{_label(t)}: its branch {kept.branch} holds {plural(kept.commits, 'commit')} not on "
                          f"{wt.integration} and uncommitted changes in {wt.path(slug(t))}: the task fails "
                          f"until you commit them there, or drop them with `{rerun} --redo {slug(t)}`")
         else:
-            notes.append(f"{_label(t)}: merging the {kept.commits} commit(s) kept on {kept.branch} without "
+            notes.append(f"{_label(t)}: merging the {plural(kept.commits, 'commit')} kept on {kept.branch} without "
                          f"running the task again; if they still conflict the task fails again (resolve it "
                          f"by hand, or drop them and run the task afresh with `{rerun} --redo {slug(t)}`)")
     return notes

@@ -54,6 +54,16 @@ Order of a run (``run_plan``):
      the plan").
 8. ``reconcile``: the store and the integration branch are made to agree
    (redo flags, a merge gone missing, a task reopened after its merge).
+Hooks (docs/hooks.md): the plan's ``hooks:`` and ``.team/hooks.yaml`` are
+read before the lead lock (a bad file is refused with nothing written); with
+any hook, one ``HookDispatcher`` serves the run: the store tells it about
+created, claimed and failed tasks (``TaskStore.observer``), the teammates
+ask it before a completion or going idle, shell completions pass it first
+(hooked.py), and ``run_finished`` is its last event, after the executors
+closed. Budgets: one ``Spend`` (runtime/budgets.py) with the plan's
+``budget:`` and the ``team:`` members' own; ``RunResult.spend`` holds each
+teammate's spend against its budget for the summary.
+
 9. ``Scheduler.run``; with ``isolation: worktree`` the executors are wrapped
    by ``isolation.Isolation`` (a worktree per task, merged back in completion
    order), and after the run every merge the store records is checked to be
@@ -68,23 +78,29 @@ import dataclasses
 import difflib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import PlanError, UserError
 from ..core.fsutil import atomic_write
+from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status, Task
 from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
+from ..core.text import plural
 from ..git.land import Land
 from ..git.worktrees import Start, Worktrees
+from ..hooks.config import run_hooks
+from ..hooks.dispatch import HookDispatcher
 from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
+from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
+from .hooked import Hooked
 from .isolation import Isolation
 from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
@@ -161,7 +177,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         specs.append(spec)
     created = store.create_many(specs, actor=owner) if specs else []
     if created and existing:
-        note(f"plan {plan.name}: {len(created)} new task(s) added")
+        note(f"plan {plan.name}: {plural(len(created), 'new task')} added")
 
     plan_tasks = {t.id: t for t in plan.tasks}
     for old in existing:
@@ -181,7 +197,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         if old.status in (Status.failed, Status.cancelled):
             store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, lost=0, error=None,
                          **fields)
-            note(f"#{old.id} ({old.plan_task}) was {old.status.value}: retrying it")
+            note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: retrying it")
         elif fields:
             store.update(old.id, actor=owner, **fields)
     for tid, (epoch, attempt) in store.unfiled_claims(existing).items():
@@ -229,26 +245,30 @@ class Backend:
 
 def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_going: bool = False,
              fresh: bool = False, redo: Iterable[str] = (), include_uncommitted: bool = False,
-             emit: Emit, note: Callable[[str], None], stop: RunStop | None = None,
+             emit: Emit, note: Callable[[str], None], stop: RunStop | None = None, ask: bool = False,
              backend: Backend | None = None) -> RunResult:
     """Everything ``team run`` does after parsing its options (see the module docstring).
 
     ``stop``: how signals reach the run (the CLI's handler calls ``stop.request``) and how the
-    threads of the executors report their death (stop.py). ``backend``: where tasks run (default:
-    the plan's ``backend``, else this machine)."""
+    threads of the executors report their death (stop.py). ``ask``: a teammate that reaches its
+    budget asks the lead for more instead of failing its task (runtime/teammate.py). ``backend``:
+    where tasks run (default: the plan's ``backend``, else this machine)."""
     stop = stop if stop is not None else RunStop()
     backend = backend if backend is not None else Backend.choose(lp, None, None)
     with stop.deferred():  # a signal is taken at a safe point (stop.check(), the scheduler's turns)
-        result = _run(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop, backend)
+        result = _run(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop, ask,
+                      backend)
     stop.check()  # a signal during the last cleanup: the run's work is saved; say it was stopped
     return result
 
 
 def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fresh: bool, redo: Iterable[str],
          include_uncommitted: bool, emit: Emit, note: Callable[[str], None], stop: RunStop,
-         backend: Backend) -> RunResult:
+         ask: bool = False, backend: Backend | None = None) -> RunResult:
+    backend = backend if backend is not None else Backend()
     kinds = kinds_of(lp)
     preflight(lp, kinds, backend)  # every refusal that needs no state comes before any state
+    hook_config = run_hooks(root, lp.plan.hooks)  # a bad .team/hooks.yaml is refused here: nothing written
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
     wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written
@@ -262,60 +282,120 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
         if agents and (said := sandbox.note()) is not None:
             note(said)
         store = TaskStore(root)
-        if wt is not None and Land(wt).pending() is not None:
-            raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
-                            f"{lp.plan.name}` to finish it before running the plan again")
         cwd = lp.plan.defaults.cwd
-        ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model,
-                              workspace=(lp.base / cwd).resolve() if cwd else lp.base,
-                              team=[(m.name, m.role) for m in lp.plan.team],
-                              plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
-                              store=store,  # one store object: the scheduler's pipeline serves the teammates too
-                              sandbox=sandbox, stop=stop)
-        execs = build_executors(set(kinds), ctx, backend)
-        iso: Isolation | None = None
+        workspace = (lp.base / cwd).resolve() if cwd else lp.base
+        hooks: Hooks = NoHooks()
+        dispatcher: HookDispatcher | None = None
+        if hook_config:
+            dispatcher = HookDispatcher(hook_config, root, plan=lp.plan.name, workspace=workspace,
+                                        report=lambda text: note(f"hook: {text}"), on_crash=stop.fail)
+            hooks = dispatcher
+            store.observer = dispatcher.task_observer
         try:
-            stop.check()
-            for ex in execs.values():
-                for job in ex.reap_orphans():
-                    note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
-            start_fresh(store, lp, wt, fresh=fresh, note=note)
-            if wt is not None and _landed(store, lp):
-                note(f"plan {lp.plan.name} was landed into your branch by `team land` "
-                     f"(commit {_landed(store, lp)[:10]}): nothing to run (--fresh starts over)")
-                wt = None
-            if wt is not None:
-                _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
-            asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
-            for text in asked.notes:
-                note(text)
-            prep = materialise(store, lp, note=note)
-            for text in reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun).notes:
-                note(text)
-            tasks = [store.read(t.id) for t in prep.tasks]
-            if wt is not None:
-                for text in kept_work_notes(tasks, wt, rerun):
-                    note(text)
-                iso = Isolation(wt, rerun=rerun, emit=emit)
-                execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
-            opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
-                              retry_delay=prep.retry_delay)
-            stop.check()
-            result = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop).run()
-            if iso is not None and wt is not None:
-                iso.close()
-                missing = missing_merges(store, tasks, wt)
-                if missing:
-                    result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
-                                         f"task store records: run the plan again to redo them")
-                summary = iso.finish()
-                result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
+            result = _run_locked(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop,
+                                 ask, store, wt, kinds, workspace, hooks, rerun, sandbox, backend)
+        except BaseException as e:
+            hooks.fire("run_finished", ok=False, stopped=f"{type(e).__name__}: {e}")
+            raise
+        else:  # after the executors closed: the last event of a run
+            hooks.fire("run_finished", ok=result.ok, counts=result.counts, stopped=result.stopped,
+                       deadlock=result.deadlock, incomplete=result.incomplete, spend=result.spend)
             return result
         finally:
-            for ex in execs.values():
-                ex.close()
-            if iso is not None:
-                iso.close()
+            if dispatcher is not None:
+                dispatcher.close()  # every fired hook has run (run_finished too)
+
+
+def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fresh: bool, redo: list[str],
+                include_uncommitted: bool, emit: Emit, note: Callable[[str], None], stop: RunStop, ask: bool,
+                store: TaskStore, wt: Worktrees | None, kinds: dict[str, list[str]], workspace: Path, hooks: Hooks,
+                rerun: str, sandbox: Sandbox, backend: Backend) -> RunResult:
+    """``_run`` once the lead lock is held and the hooks are set up."""
+    if wt is not None and Land(wt).pending() is not None:
+        raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
+                        f"{lp.plan.name}` to finish it before running the plan again")
+    spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note)
+    ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model, workspace=workspace,
+                          team=[(m.name, m.role) for m in lp.plan.team],
+                          plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
+                          store=store,  # one store object: the scheduler's pipeline serves the teammates too
+                          sandbox=sandbox, stop=stop, hooks=hooks, spend=spend,
+                          models={m.name: m.model for m in lp.plan.team if m.model},
+                          budgets={m.name: m.budget for m in lp.plan.team if m.budget},
+                          mcp_servers=list(lp.plan.mcp_servers))
+    execs = build_executors(set(kinds), ctx, backend)
+    iso: Isolation | None = None
+    try:
+        stop.check()
+        for ex in execs.values():
+            for job in ex.reap_orphans():
+                note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
+        start_fresh(store, lp, wt, fresh=fresh, note=note)
+        if wt is not None and _landed(store, lp):
+            note(f"plan {lp.plan.name} was landed into your branch by `team land` "
+                 f"(commit {_landed(store, lp)[:10]}): nothing to run (--fresh starts over)")
+            wt = None
+        if wt is not None:
+            _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
+        asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
+        for text in asked.notes:
+            note(text)
+        prep = materialise(store, lp, note=note)
+        for text in reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun).notes:
+            note(text)
+        tasks = [store.read(t.id) for t in prep.tasks]
+        if wt is not None:
+            for text in kept_work_notes(tasks, wt, rerun):
+                note(text)
+            iso = Isolation(wt, rerun=rerun, emit=emit)
+            execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
+        opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
+                          retry_delay=prep.retry_delay)
+        stop.check()
+        result = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop).run()
+        if iso is not None and wt is not None:
+            iso.close()
+            missing = missing_merges(store, tasks, wt)
+            if missing:
+                result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
+                                     f"task store records: run the plan again to redo them")
+            summary = iso.finish()
+            result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
+        result.spend = spend_rows(spend, [m.name for m in lp.plan.team])
+        return result
+    finally:
+        for ex in execs.values():
+            ex.close()
+        if iso is not None:
+            iso.close()
+
+
+def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
+    """``TEAM_BUDGET_ASK_TIMEOUT``: seconds a teammate waits for the lead's answer with ``--ask`` (600)."""
+    raw = env.get("TEAM_BUDGET_ASK_TIMEOUT", "").strip()
+    if not raw:
+        return 600.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise UserError(f"TEAM_BUDGET_ASK_TIMEOUT={raw!r} must be a number of seconds > 0")
+    return value
+
+
+def spend_rows(spend: Spend, team: list[str]) -> list[dict[str, Any]]:
+    """Per teammate of the run: its usage in this run and its budget (the run summary)."""
+    names = list(dict.fromkeys([*team, *spend.names()]))
+    rows = []
+    for name in names:
+        used, budget = spend.used(name), spend.budget_of(name)
+        if used.calls or budget is not None:
+            rows.append({"name": name, **used.model_dump(),
+                         "budget": budget.model_dump(exclude_none=True) if budget is not None else None})
+    if spend.run is not None:
+        rows.append({"name": "run", **spend.total().model_dump(), "budget": spend.run.model_dump(exclude_none=True)})
+    return rows
 
 
 def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | None = None) -> None:
@@ -334,6 +414,7 @@ def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | No
 
         LLMConfig.resolve(lp.model, None)
         max_steps_from_env()
+        ask_timeout_from_env()
 
 
 def ray_problems(lp: LoadedPlan) -> list[str]:
@@ -394,13 +475,13 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
         for task in wt.task_branches():
             kept = wt.kept(task)
             if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({kept.commits} commit(s) not merged; "
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.commits, 'commit')} not merged; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)
     if existing:
         store.delete_many([t.id for t in existing], actor=owner, reason=f"team run --fresh {lp.plan.name}")
-        note(f"--fresh: removed {len(existing)} task(s) of plan {lp.plan.name}")
+        note(f"--fresh: removed {plural(len(existing), 'task')} of plan {lp.plan.name}")
     marker.unlink()
 
 
@@ -439,12 +520,19 @@ def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | No
     On ``--backend ray`` shell tasks run on the cluster (ray_backend.py, which imports ray)."""
     built: dict[str, Executor] = {}
     try:
-        if "shell" in kinds and backend is not None and backend.name == "ray":
-            from .ray_backend import RayExecutor  # imports ray: only runs on the cluster pay for it
+        if "shell" in kinds:
+            shell: Executor
+            if backend is not None and backend.name == "ray":
+                from .ray_backend import (
+                    RayExecutor,  # imports ray: only runs on a cluster pay for it
+                )
 
-            built["shell"] = RayExecutor(ctx, backend.address)
-        elif "shell" in kinds:
-            built["shell"] = ShellExecutor(ctx)
+                shell = RayExecutor(ctx, backend.address)
+            else:
+                shell = ShellExecutor(ctx)
+            # a shell task's completion passes the task_completed hooks first (agents' teammates ask themselves)
+            built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
+                else shell
         if "agent" in kinds:
             from .agents import (
                 AgentExecutor,  # imports openai: only plans with agent tasks pay for it

@@ -25,6 +25,7 @@ from ..core import threads
 from ..core.environ import expand_env
 from ..core.errors import TeamError
 from ..core.models import Task
+from ..core.text import plural
 from ..jobs.manager import JobManager
 from ..jobs.records import JobRecord, Notification
 from ..jobs.server import JobServer, LocalJobs
@@ -165,6 +166,6 @@ class ShellExecutor:
         errors = self.backend.errors
         # A run stopped by a failed write (a full disk) says so in one line; lost records are part of it.
         if errors and self.ctx.note is not None and not isinstance(self.ctx.stop.error, OSError):
-            self.ctx.note(f"warning: {len(errors)} job record(s) in .team/jobs could not be written "
+            self.ctx.note(f"warning: {plural(len(errors), 'job record')} in .team/jobs could not be written "
                           f"(first: {errors[0]}); the tasks' results are in the task store")
 

@@ -7,6 +7,9 @@ model reads it:
   call (nothing to lose), and stops; a busy one keeps the request for its
   model, which answers with the ``respond_shutdown`` tool (approve: the
   current attempt ends as interrupted; refuse: with a reason).
+* ``submit_plan``: the plan goes to the lead's inbox and, as a ``plan``
+  request, to the request store (team/requests.py), where ``team approve``
+  or ``team reject`` answers it from any shell.
 * ``plan_approval_response`` to the plan it submitted: an approval switches
   the teammate out of plan mode (``ToolContext.mode``) before the model sees
   the response; a rejection keeps plan mode and the feedback reaches the model.
@@ -20,7 +23,8 @@ import threading
 from collections.abc import Callable
 
 from ..core.models import Message
-from ..team.protocols import Mailbox, respond, submit_plan
+from ..team.protocols import Mailbox, new_request_id, respond, submit_plan
+from ..team.requests import Request, Requests
 from ..tools.base import ToolContext, ToolError
 
 
@@ -28,8 +32,12 @@ class TeammateHandshakes:
     """One teammate's side: acts on requests and responses before the model sees them."""
 
     def __init__(self, bus: Mailbox, name: str, ctx: ToolContext, *, idle: Callable[[], bool],
-                 stop: threading.Event, cancelled: threading.Event):
-        self.bus, self.name, self.ctx, self.idle = bus, name, ctx, idle
+                 stop: threading.Event, cancelled: threading.Event, requests: Requests | None = None,
+                 on_request: Callable[[Request], None] | None = None):
+        """``requests``: where a submitted plan is recorded for people (``team approve``);
+        ``on_request``: told of it."""
+        self.bus, self.name, self.ctx, self.idle, self.requests = bus, name, ctx, idle, requests
+        self.on_request = on_request
         self.stop, self.cancelled = stop, cancelled
         self.plan_request: str | None = None  # id of the plan awaiting the lead's approval
         self.shutdown_requests: dict[str, str] = {}  # request id -> requester, not answered yet
@@ -65,6 +73,14 @@ class TeammateHandshakes:
         """The submit_plan tool: send the plan to the lead; write tools stay refused until approved."""
         if self.ctx.mode != "plan":
             raise ToolError("you are not in plan mode: go ahead with the work")
-        self.plan_request = submit_plan(self.bus, plan, sender=self.name)
+        rid = new_request_id()
+        recorded = None
+        if self.requests is not None:  # on record before the lead can see it: `team approve` answers it
+            first = next((line for line in plan.splitlines() if line.strip()), plan)
+            recorded = self.requests.create("plan", self.name, f"plan: {first}", detail=plan, rid=rid,
+                                            task=self.ctx.task_id)
+        self.plan_request = submit_plan(self.bus, plan, sender=self.name, request_id=rid)
+        if recorded is not None and self.on_request is not None:
+            self.on_request(recorded)
         return (f"plan sent to the lead for approval (request {self.plan_request}); call idle to wait for "
                 "the answer. Write and execute tools stay refused until it is approved.")

@@ -24,8 +24,10 @@ from pathlib import Path
 from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..llm.types import ChatModel
-from ..roles.roles import Role, get_role
+from ..roles.roles import Permissions, Role, get_role
 from ..tools import ToolContext, ToolRegistry
+from ..tools.approval import ApprovalGate
+from .budgets import Spend
 
 NO_SUBAGENT_TOOLS = frozenset({"subagent", "spawn_teammate", "list_teammates", "idle", "send_message",
                                "broadcast", "read_inbox", "background_run", "check_background"})
@@ -35,21 +37,36 @@ class SubagentRunner:
     """``subagent`` tool backend (``tools.services.Subagents``): a fresh, non-nesting agent per call."""
 
     def __init__(self, *, root: Path, workspace: Path, registry: ToolRegistry,
-                 model_for: Callable[[Role], ChatModel], context: Callable[[str, bool], ToolContext],
-                 team_name: str = "team", max_steps: int = 20):
+                 model_for: Callable[[Role], ChatModel],
+                 context: Callable[[str, bool, Permissions], ToolContext],
+                 team_name: str = "team", max_steps: int = 20, spend: Spend | None = None,
+                 guard: Callable[[Role, ToolContext], ApprovalGate | None] | None = None):
+        """``spend``: a subagent's calls are charged to its caller's budget and stop at it (budgets.py);
+        ``guard``: the ``ask`` gate of a subagent of a role (runtime/approvals.py): a subagent asks
+        before the same calls a teammate of its role would."""
+        self.spend = spend
+        self.guard = guard
         self.root, self.workspace, self.registry = root, workspace, registry
         self.model_for, self.context, self.team_name, self.max_steps = model_for, context, team_name, max_steps
         self._n = itertools.count(1)
 
-    def run(self, prompt: str, role: str, *, parent: str, network: bool = False) -> LoopResult:
-        """Run a fresh agent of ``role``; ``network``: whether the caller's commands may use it."""
+    def run(self, prompt: str, role: str, *, parent: str, network: bool = False,
+            permissions: Permissions | None = None) -> LoopResult:
+        """Run a fresh agent of ``role``; ``network``: whether the caller's commands may use it;
+        ``permissions``: the caller's (the subagent gets what both its role and the caller have)."""
         r = get_role(role, self.workspace)
         while True:
             name = f"sub{next(self._n)}-{parent}"
             if not transcript_path(self.root, name).exists():
                 break
         tools = self.registry.only([t for t in r.tools if t not in NO_SUBAGENT_TOOLS])
-        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=self.context(name, network and r.network),
+        spend = self.spend
+        ctx = self.context(name, network and r.network, r.permissions.narrow(permissions or r.permissions))
+        if self.guard is not None:
+            ctx.approvals = self.guard(r, ctx)
+        agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=ctx,
                       transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
-                      max_steps=self.max_steps)
+                      max_steps=self.max_steps,
+                      on_usage=None if spend is None else lambda total: spend.record(name, total, charge=parent),
+                      limit=None if spend is None else lambda: spend.check(parent))
         return agent.run(prompt)

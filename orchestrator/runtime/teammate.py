@@ -46,7 +46,18 @@ own conversation and transcript::
   the pending plan switches a plan-mode teammate (``ctx.mode == "plan"``:
   write/execute tools refused) to normal.
 * Roster (``.team/config.json``): status working/idle/shutdown, current
-  task, usage totals (carried across restarts).
+  task, usage totals (carried across restarts), its model and budget.
+* Hooks (``TeamServices.hooks``, docs/hooks.md): before an attempt's
+  completion is reported, ``task_completed`` hooks decide; a veto (exit 2)
+  hands the hook's stderr to the agent as a message (``hook_feedback``) and
+  the same attempt goes on, so nothing was recorded and the agent finishes on
+  a later try. About to go idle, ``teammate_idle`` hooks decide the same way
+  (between tasks at most ``MAX_IDLE_VETOES`` in a row). ``teammate_stopped``
+  is fired when the thread ends.
+* Budgets (``TeamServices.spend``, budgets.py): the agent loop asks
+  ``_limit`` before each model call; a reached cap ends the attempt as failed
+  with "budget reached: ...", or with ``--ask`` first asks the lead
+  (team/protocols.py ``ask_budget``) and, approved, goes on.
 """
 
 from __future__ import annotations
@@ -55,25 +66,30 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Container
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..agent.loop import Agent, LoopResult
 from ..agent.transcript import Transcript, transcript_path
 from ..core import threads
-from ..core.errors import ConflictError
+from ..core.errors import ConflictError, UserError
+from ..core.hooks import Hooks, NoHooks
 from ..core.models import Member, Message, Task
+from ..core.text import plural
 from ..core.threads import Crash
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
+from ..team import protocols
 from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
-from ..tools import ToolContext, ToolRegistry
+from ..team.requests import Request, Requests
+from ..tools import Tool, ToolContext, ToolRegistry
 from ..tools.coordination import HARNESS_TOOLS
+from .budgets import Spend
 from .handshakes import TeammateHandshakes
 
 log = logging.getLogger("orchestrator.teammates")
@@ -106,6 +122,23 @@ def task_prompt(task: Task, resumed: bool) -> str:
     lines.append(f"When it is done, call task_update(task={task.id}, status=\"completed\", result=...) with a "
                  "short result, or answer in plain text. If it cannot be done, set status \"failed\" with the reason.")
     return "\n".join(lines)
+
+
+MAX_IDLE_VETOES = 3
+"""``teammate_idle`` vetoes in a row after which a teammate between tasks goes idle anyway."""
+
+
+def hook_feedback(event: str, feedback: str, task: Task | None = None) -> str:
+    """The message an agent reads when a hook vetoed (docs/hooks.md)."""
+    if event == "task_completed" and task is not None:
+        head = (f"[hook task_completed] Task #{task.id} is not done yet: a hook refused to record it "
+                "completed. Its feedback:")
+        tail = (f"Fix what it says, then call task_update(task={task.id}, status=\"completed\", result=...) "
+                "again.")
+    else:
+        head = "[hook teammate_idle] A hook asked you to keep working before going idle. Its feedback:"
+        tail = "Act on it, then finish as before."
+    return f"{head}\n{feedback.strip()}\n\n{tail}"
 
 
 # -- what a teammate needs from outside ------------------------------------------------
@@ -156,30 +189,43 @@ class TeamServices:
     """Model calls per task attempt."""
     idle_slice: float
     """Seconds an idle teammate waits on its inbox between looks at its queue and claims."""
+    hooks: Hooks = field(default_factory=NoHooks)
+    """The run's hook dispatcher (hooks/dispatch.py): ``task_completed`` and ``teammate_idle`` may veto."""
+    spend: Spend = field(default_factory=Spend)
+    """Usage against budgets (budgets.py): asked before each model call."""
+    requests: Requests | None = None
+    """The approval requests (team/requests.py): a submitted plan is recorded there for people."""
+    on_request: Callable[[Request], None] | None = None
+    """Told of each plan recorded there (the lead's user hears of it)."""
 
 
 class Teammate:
     """One named agent thread (see the module docstring); its work queue is safe from any thread."""
 
     def __init__(self, name: str, role: Role, model: ChatModel, prompt: str | None, *, ctx: ToolContext,
-                 services: TeamServices, plan_mode: bool = False, on_crash: Crash | None = None):
+                 services: TeamServices, plan_mode: bool = False, on_crash: Crash | None = None,
+                 extra_tools: Sequence[Tool] = ()):
+        """``extra_tools``: tools beyond the registry's, for this teammate only (its MCP servers')."""
         self.name, self.role, self.ctx, self.services, self.first_prompt = name, role, ctx, services, prompt
         self._lock = threading.Lock()  # guards _queue, _busy, _current
         self._queue: deque[Assignment] = deque()
         self._current: Assignment | None = None
         self._busy = prompt is not None
         self._stop = threading.Event()
+        self.stop_reason: str | None = None
+        """Why the teammate was halted, if someone said (``team shutdown --force``)."""
         member = next((m for m in services.roster.members() if m.name == name), None)
         self.base_usage = Usage(**member.usage) if member is not None and member.usage else Usage()
         ctx.mode = "plan" if plan_mode else "normal"
         tools = list(dict.fromkeys([*role.tools, *HARNESS_TOOLS, *(["submit_plan"] if plan_mode else [])]))
         self.agent = Agent(
-            name=name, role=role, model=model, tools=services.registry.only(tools), ctx=ctx,
+            name=name, role=role, model=model, tools=services.registry.only(tools).add(*extra_tools), ctx=ctx,
             transcript=Transcript(transcript_path(services.root, name)), team_name=services.team_name,
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
-            on_usage=self._usage)
+            on_usage=self._usage, limit=self._limit)
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
-                                             cancelled=self.agent.cancelled)
+                                             cancelled=self.agent.cancelled, requests=services.requests,
+                                             on_request=services.on_request)
         ctx.handshakes = self.handshakes
         self.thread = threading.Thread(target=threads.guarded(f"teammate-{name}", self._main, on_crash),
                                        name=f"teammate-{name}", daemon=True)
@@ -223,8 +269,11 @@ class Teammate:
             if self._current is not None and self._current.task.id == task_id:
                 self.agent.cancelled.set()
 
-    def halt(self) -> None:
-        """Stop the thread soon: a running attempt ends as interrupted; queued ones stay (``drop``)."""
+    def halt(self, reason: str | None = None) -> None:
+        """Stop the thread soon: a running attempt ends as interrupted (with ``reason``, when
+        given, as its error); queued ones stay (``drop``)."""
+        if reason is not None:
+            self.stop_reason = reason
         self._stop.set()
         self.agent.cancelled.set()
 
@@ -239,7 +288,54 @@ class Teammate:
         return batch.messages, batch.ack
 
     def _usage(self, total: Usage) -> None:
+        self.services.spend.record(self.name, total)
         self._set(usage=(self.base_usage + total).model_dump())
+
+    def _limit(self) -> str | None:
+        """Before each model call: the budget this teammate (or the run) reached, else None.
+
+        With ``--ask`` (``Spend.ask``) the lead is asked first (team/protocols.py ``ask_budget``):
+        approved, the cap grows and the teammate goes on."""
+        spend = self.services.spend
+        reached = spend.check(self.name)
+        if reached is None or not spend.ask:
+            return reached
+        answer = self._ask_budget(reached, spend.ask_timeout, spend.on_ask)
+        if answer is None:
+            return f"{reached} (no answer from the lead)"
+        if not answer.approve:
+            return f"{reached} (the lead said no: {answer.text.strip()[:200]})"
+        spend.grant(self.name)
+        return spend.check(self.name)
+
+    def _ask_budget(self, reached: str, timeout: float,
+                    on_ask: Callable[[str], None] | None) -> protocols.Response | None:
+        """Ask for more budget: a ``budget_request`` to the lead and, with a request store, a
+        ``budget`` request there too, so ``team approve ID`` answers it like any other (and a
+        ``budget_response`` message still does); the answer, or None."""
+        requests, rid = self.services.requests, protocols.new_request_id()
+        if requests is not None:
+            requests.create("budget", self.name, f"more budget: {reached}", rid=rid, task=self.ctx.task_id,
+                            timeout=timeout)
+
+        def decided() -> protocols.Response | None:
+            r = requests.answered(rid) if requests is not None else None
+            if r is None:
+                return None
+            return protocols.Response(rid, r.decided_by or "timeout", r.approved, r.reason or r.status)
+
+        answer = protocols.ask_budget(self.services.bus, self.name, reached, timeout=timeout, on_ask=on_ask,
+                                      gone=lambda: self.stopping or self.agent.cancelled.is_set(), request_id=rid,
+                                      decided=decided if requests is not None else None)
+        if requests is not None:
+            try:  # the answer that came by message, or none: on record too
+                if answer is None:
+                    requests.expire(rid, "nobody answered in time")
+                elif requests.answered(rid) is None:
+                    requests.decide(rid, answer.approve, by=answer.sender, reason=answer.text)
+            except UserError as e:
+                log.warning("teammate %s: budget request %s: %s", self.name, rid, e)
+        return answer
 
     def _set(self, **fields: Any) -> None:
         self.services.roster.update(self.name, **fields)
@@ -261,27 +357,48 @@ class Teammate:
 
     # -- the thread -------------------------------------------------------------
     def _main(self) -> None:
+        why = "stopped"
         try:
             if self.first_prompt:
                 self._set(status="working")
                 self._turn(self.agent.run(self.first_prompt))
+                self._idle_hook()
             while True:
                 work = self._next_work()
                 if work is None:
                     break
                 if isinstance(work, Assignment):
                     self._task(work)
+                    self._idle_hook()
                 else:
                     self._set(status="working")
                     if work or self.agent.drain():
                         if self.stopping:  # a shutdown request approved by the harness
                             break
                         self._turn(self.agent.run(notes=work))
+                        self._idle_hook()
         except Exception as e:  # a bug in our code: log it, fail the work, never hang the scheduler
             log.exception("teammate %s crashed", self.name)
+            why = f"crashed: {type(e).__name__}: {e}"
             self._fail_all(f"teammate {self.name} crashed: {type(e).__name__}: {e}")
         finally:
             self._set(status="shutdown", task=None)
+            self.services.hooks.fire("teammate_stopped", teammate=self.name, reason=why,
+                                     usage=self.services.spend.used(self.name).model_dump())
+
+    def _idle_hook(self, task: Task | None = None) -> None:
+        """About to go idle: a ``teammate_idle`` hook that exits 2 keeps it working with the hook's
+        stderr as a message, up to ``MAX_IDLE_VETOES`` times in a row."""
+        for _ in range(MAX_IDLE_VETOES):
+            if self.stopping or not self._idle():  # more work queued: not idle
+                return
+            verdict = self.services.hooks.decide("teammate_idle", teammate=self.name, task=task)
+            if not verdict.vetoed:
+                return
+            self._set(status="working")
+            self._turn(self.agent.run(hook_feedback("teammate_idle", verdict.feedback)))
+        log.warning("teammate %s: teammate_idle hooks vetoed %d times in a row; going idle", self.name,
+                    MAX_IDLE_VETOES)
 
     def _next_work(self) -> Assignment | list[Notification] | None:
         """Idle between runs: block until an attempt (queued or claimed), job notes, or unread
@@ -331,14 +448,16 @@ class Teammate:
         with self._lock:
             self._current = a
         self.ctx.task_id = task.id
-        home = self.ctx.workspace
+        home, home_cwd = self.ctx.workspace, self.ctx.cwd
         if a.workspace is not None:
-            self.ctx.workspace = Path(a.workspace).resolve()
+            self.ctx.move_to(Path(a.workspace))
         self._set(status="working", task=task.id)
         if task.owner != self.name:
             try:  # the store says who runs it (`team task list`, `task blocked`)
-                self.services.store.hand_over(task.id, a.epoch, self.name)
+                taken = self.services.store.hand_over(task.id, a.epoch, self.name)
                 task.owner = self.name
+                # the scheduler's claim of an agent task is announced here, naming who runs it (docs/hooks.md)
+                self.services.hooks.fire("task_claimed", teammate=self.name, task=taken)
             except ConflictError as e:  # reclaimed meanwhile: the attempt's end will be refused too
                 log.warning("teammate %s: task #%s was not handed over: %s", self.name, task.id, e)
         resumed = bool(agent.last_task and agent.last_task.get("task") == task.id and agent.resumed)
@@ -356,22 +475,39 @@ class Teammate:
             result = agent.run(prompt, task_label=label, notes=notes,
                                max_steps=max(self.services.max_steps - steps, 0), deadline=a.deadline)
             total, steps, prompt = total + result.usage, steps + result.steps, None
+            if result.status == "completed":
+                # decided before the completion is recorded: a veto keeps the attempt going
+                verdict = self.services.hooks.decide("task_completed", teammate=self.name, task=task,
+                                                     outcome={"status": "completed", "result": result.result})
+                if verdict.vetoed:
+                    prompt, notes = hook_feedback("task_completed", verdict.feedback, task), []
+                    continue
             if result.status != "idle":
                 break
+            verdict = self.services.hooks.decide("teammate_idle", teammate=self.name, task=task)
+            if verdict.vetoed:  # idle inside a task, refused: go on at once with the feedback
+                prompt, notes = hook_feedback("teammate_idle", verdict.feedback, task), []
+                continue
             waited = self._wait_for_messages(a.deadline)  # idle inside a task: wait for messages, then go on
             if waited is None:
                 if a.deadline is not None and time.monotonic() >= a.deadline:
-                    result = LoopResult("timeout", "", f"while waiting for messages, after {steps} model call(s)")
+                    result = LoopResult("timeout", "", f"while waiting for messages, after {plural(steps, 'model call')}")
                 else:
                     result = LoopResult("interrupted", "", "stopped while waiting for messages")
                 break
             self._set(status="working")
             notes = waited
         result.usage, result.steps = total, steps
+        if result.status == "interrupted" and self.stop_reason:
+            result.error = self.stop_reason
         result.log = str(agent.transcript.path.relative_to(self.services.root))
         with self._lock:
             self._current = None
-        self.ctx.task_id, self.ctx.workspace = None, home
+        self.ctx.task_id = None
+        self.ctx.leave_worktree()  # one it entered during the attempt
+        if self.ctx.workspace != home:
+            self.ctx.move_to(home)
+            self.ctx.cwd = home_cwd
         agent.cancelled.clear()
         agent.last_task = {"task": task.id, "epoch": a.epoch}
         a.done(result)

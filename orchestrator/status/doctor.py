@@ -52,6 +52,7 @@ from ..core.errors import UnknownRef
 from ..core.fsutil import TMP_PREFIX, read_jsonl
 from ..core.models import Status, Task
 from ..core.paths import team_dir
+from ..core.text import plural
 from ..tasks import graph, render
 from ..tasks.store import TaskStore
 
@@ -351,6 +352,7 @@ def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     if not base.is_dir():
         return []  # isolation never ran here: no git call
     from ..core.errors import UserError
+    from ..git.agentwt import GROUP, AgentWorktrees
     from ..git.orphans import find_orphans
     from ..git.worktrees import Worktrees
 
@@ -358,6 +360,12 @@ def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     for plan_dir in sorted(p for p in base.iterdir() if p.is_dir()):
         live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task
                 and t.status in (Status.pending, Status.in_progress, Status.failed)}
+        if plan_dir.name == GROUP:  # the agents' worktrees: the live ones of their index
+            try:
+                live = {e.name for e in AgentWorktrees(ctx.root).entries() if e.live}
+            except UserError as e:
+                out.append(Finding("orphan-worktree", str(e), path=ctx.rel(base / "index.json")))
+                continue
         try:
             orphans = find_orphans(Worktrees(ctx.root, plan_dir.name), live)
         except UserError as e:
@@ -413,7 +421,7 @@ def check_inbox_lines(ctx: DoctorContext) -> list[Finding]:
             more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
             out.append(Finding(
                 "bad-inbox-line",
-                f"{ctx.rel(path)}: {len(bad)} line(s) are not messages and are skipped by readers: {where}{more}",
+                f"{ctx.rel(path)}: {plural(len(bad), 'line')} {'is not a message and is' if len(bad) == 1 else 'are not messages and are'} skipped by readers: {where}{more}",
                 hint="a writer killed mid-line or a hand edit: check the line(s), then delete them by hand",
                 path=ctx.rel(path)))
     return out

@@ -21,6 +21,7 @@ from ..tasks import graph
 from ..tasks.store import TaskStore
 from ..team.inbox import Bus
 from ..team.lead import lead_info
+from ..team.requests import Requests
 from ..team.roster import Team
 from . import usage
 
@@ -55,7 +56,8 @@ def job_data(j: JobRecord) -> dict[str, Any]:
 
 
 def status_data(root: Path) -> dict[str, Any]:
-    """Roster with liveness and unread counts, task counts, jobs, the lead, token usage."""
+    """Roster with liveness and unread counts, task counts, jobs, the lead, token usage, and the
+    pending approval requests (team/requests.py)."""
     team = Team(root)
     bus = Bus(root, team=team)
     roster = team.load()
@@ -86,6 +88,7 @@ def status_data(root: Path) -> dict[str, Any]:
         "nodes": {"tasks": dict(sorted(nodes.items())), "lost_attempts": lost},
         "jobs": {"total": len(jobs), "running": [job_data(j) for j in running]},
         "usage": usage.report(roster.members, tasks, usage.lead_usage(root)),
+        "requests": [r.model_dump(exclude_none=True) for r in Requests(root).pending()],
     }
 
 
@@ -108,12 +111,13 @@ def member_lines(data: dict[str, Any]) -> list[str]:
     lines = ["members:"]
     width = max(len(m["name"]) for m in data["members"])
     for m in data["members"]:
-        bits = [f"heartbeat {age(m.get('heartbeat_age'))} ago" if "heartbeat_age" in m else "no heartbeat"]
+        bits = [f"heartbeat {age(m.get('heartbeat_age'))} ago" if "heartbeat_age" in m
+                else "not started yet" if m["liveness"] == "waiting" else "no heartbeat"]
         if m.get("task"):
             bits.append(f"task #{m['task']}")
         if m["unread"]:
             bits.append(f"{m['unread']} unread")
-        if m["reason"] and m["liveness"] == "dead":
+        if m["reason"] and m["liveness"] in ("dead", "waiting"):
             bits.append(shown(m["reason"]))
         lines.append(f"  {m['name']:<{width}}  {shown(m['role']):<10} {m['liveness']:<9} "
                      f"{' · '.join(dict.fromkeys(bits))}")
@@ -144,8 +148,22 @@ def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
     lines += [f"  {j['id']}  {shown(j['owner'])}  "
               + (f"orphaned (manager pid {j['manager_pid']} is gone)  " if j.get("orphaned") else "")
               + f"{age(now - j['started_at'])}  {shown(j['command'])}" for j in running]
+    lines += request_lines(data.get("requests") or [])
     if with_usage:
         lines += usage.render(data["usage"])
+    return lines
+
+
+def request_lines(pending: list[dict[str, Any]]) -> list[str]:
+    """The pending approval requests (plans, ``ask`` tool calls) and how to answer them."""
+    if not pending:
+        return []
+    now = time.time()
+    lines = [f"approvals: {len(pending)} pending (`team approve ID`, `team reject ID --reason TEXT`)"]
+    for r in pending:
+        left = f" · denied in {age(r['expires'] - now)}" if r.get("expires") else ""
+        task = f" · task #{r['task']}" if r.get("task") else ""
+        lines.append(f"  {r['id']}  {r['kind']:<4}  {shown(r['sender'])}: {shown(r['summary'])}{task}{left}")
     return lines
 
 

@@ -15,6 +15,12 @@ end of ``team run``) sums the tasks that ran.
 
 ``report`` returns data (for ``--json``), ``render`` text lines (for
 ``team status``, ``/cost`` and the ``team run`` summary).
+
+Budgets (core/budget.py): a roster member keeps the budget its runtime
+enforced (``budget``), so every table shows a teammate's spend against it,
+and a task's spend against the budget of the teammate that ran it
+(``against``); ``render_spend`` is the run summary's table of each
+teammate's spend in that run (and the run's, row ``run``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..core.budget import Budget, describe
 from ..core.paths import team_dir
+from ..core.text import plural
 from ..llm.pricing import Usage
 
 CHAT_STATE = "chat.json"
@@ -67,18 +75,39 @@ def _row(name: str, u: Usage, **extra: Any) -> dict[str, Any]:
     return {"name": name, **extra, **u.model_dump()}
 
 
+def _budget(raw: Any) -> Budget | None:
+    """A member's stored ``budget`` (the roster keeps what its runtime enforced), if readable."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return Budget.model_validate(raw)
+    except ValueError:
+        return None
+
+
 def report(members: Iterable[Any], tasks: Iterable[Any], lead: Usage | None = None) -> dict[str, Any]:
-    """``{"agents": [...], "tasks": [...], "total": {...}}``; rows only for records with usage."""
+    """``{"agents": [...], "tasks": [...], "total": {...}}``; rows only for records with usage.
+
+    An agent with a budget has it in its row (``budget``); a task's row carries its owner's
+    (``budget``, ``budget_of``): what the teammate that spent it may spend."""
     agents = [_row("lead", lead)] if lead is not None and lead.calls else []
+    budgets: dict[str, Budget] = {}
     for m in members:
+        budget = _budget(getattr(m, "budget", None))
+        if budget is not None:
+            budgets[m.name] = budget
         u = as_usage(getattr(m, "usage", None))
         if u is not None and u.calls:
-            agents.append(_row(m.name, u, role=m.role))
+            extra: dict[str, Any] = {"budget": budget.model_dump(exclude_none=True)} if budget is not None else {}
+            agents.append(_row(m.name, u, role=m.role, **extra))
     rows = []
     for t in tasks:
         u = as_usage(getattr(t, "usage", None))
         if u is not None and u.calls:
-            rows.append(_row(t.label(), u, task=t.id, subject=t.subject))
+            owner = getattr(t, "owner", "") or ""
+            extra = {"budget": budgets[owner].model_dump(exclude_none=True), "budget_of": owner} \
+                if owner in budgets else {}
+            rows.append(_row(t.label(), u, task=t.id, subject=t.subject, **extra))
     agent_total = total(as_usage(r) for r in agents)
     return {"agents": agents, "tasks": rows, "total": agent_total.model_dump()}
 
@@ -111,9 +140,33 @@ def money(cost: float | None) -> str:
     return f"${cost:.4f}" if cost < 1 else f"${cost:,.2f}"
 
 
+def against(r: Mapping[str, Any]) -> str:
+    """A row's spend against its budget (``220/150 tok, $0.0001/$1.00``); "" without a budget."""
+    budget = _budget(r.get("budget"))
+    if budget is None:
+        return ""
+    said = describe(budget, int(r["prompt_tokens"]) + int(r["completion_tokens"]), r.get("cost"))
+    return f"  budget {said}" + (f" ({r['budget_of']}'s)" if r.get("budget_of") else "")
+
+
 def _line(label: str, r: Mapping[str, Any], width: int) -> str:
     return (f"  {label:<{width}}  {r['prompt_tokens']:>10,} {r['completion_tokens']:>10,} {r['cached_tokens']:>10,}"
-            f" {r['calls']:>6,}  {money(r['cost'])}")
+            f" {r['calls']:>6,}  {money(r['cost'])}{against(r)}")
+
+
+def render_spend(rows: Iterable[Mapping[str, Any]], title: str = "spend this run") -> list[str]:
+    """Each teammate's spend in one run against its budget (and the run's: the row ``run``); []
+    when nobody has a budget (the token table says it all)."""
+    rows = list(rows)
+    if not any(r.get("budget") for r in rows):
+        return []
+    width = max(len(r["name"]) for r in rows)
+    lines = [f"{title}:"]
+    for r in rows:
+        budget = _budget(r.get("budget"))
+        tokens = int(r["prompt_tokens"]) + int(r["completion_tokens"])
+        lines.append(f"  {r['name']:<{width}}  {describe(budget, tokens, r.get('cost'))}, {plural(r['calls'], 'call')}")
+    return lines
 
 
 def render(data: Mapping[str, Any], title: str = "tokens") -> list[str]:

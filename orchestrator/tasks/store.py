@@ -21,6 +21,13 @@ Rules:
 * Every read-modify-write runs under the one store lock (not reentrant).
 * Readiness is derived: completing a task rewrites no other file.
 * Caches (``.next_id``, ``names.jsonl``) are never trusted alone (files.py).
+
+Hooks (core/hooks.py): ``observer``, when set (``team run`` sets the run's
+hook dispatcher), is told ``task_created``, ``task_claimed`` and
+``task_failed`` after the write returned, from the writing thread; it must
+not block (the dispatcher queues). Completion is not observed here: a
+``task_completed`` hook may veto, so the layer that decides a completion
+asks the hooks before it writes (runtime/teammate.py, run/hooked.py).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..core.hooks import TaskObserver
 from ..core.models import Status, Task
 from ..core.redact import Secrets
 from .attempts import Attempts, Finish
@@ -48,6 +56,19 @@ class TaskStore:
         self.files = TaskFiles(root, clock=clock, durable=durable, secrets=secrets)
         self.edits = TaskEdits(self.files)
         self.attempts = Attempts(self.files)
+        self.observer: TaskObserver | None = None
+        """Told about created, claimed and failed tasks (see the module docstring)."""
+
+    def _tell(self, event: str, tasks: Iterable[Task]) -> None:
+        if self.observer is None:
+            return
+        for task in tasks:
+            if event == "task_created":
+                self.observer("task_created", task)
+            elif event == "task_claimed":
+                self.observer("task_claimed", task)
+            elif task.status == Status.failed:
+                self.observer("task_failed", task)
 
     # ------------------------------------------------------------------ where it lives
     @property
@@ -110,11 +131,15 @@ class TaskStore:
     def create(self, subject: str, description: str = "", blocked_by: Iterable[int | str] = (), owner: str = "",
                *, actor: str = "cli", **fields: Any) -> Task:
         """Create one task with the next id (``TaskEdits.create``)."""
-        return self.edits.create(subject, description, blocked_by, owner, actor=actor, **fields)
+        task = self.edits.create(subject, description, blocked_by, owner, actor=actor, **fields)
+        self._tell("task_created", [task])
+        return task
 
     def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli") -> list[Task]:
         """Create several tasks in one locked, durable batch (``TaskEdits.create_many``)."""
-        return self.edits.create_many(specs, actor=actor)
+        tasks = self.edits.create_many(specs, actor=actor)
+        self._tell("task_created", tasks)
+        return tasks
 
     def update(self, ref: int | str, *, status: str | Status | None = None, owner: str | None = None,
                add_blocked_by: Iterable[int | str] = (), remove_blocked_by: Iterable[int | str] = (),
@@ -130,13 +155,19 @@ class TaskStore:
     # ------------------------------------------------------------------ attempts
     def claim(self, ref: int | str, owner: str, *, lease: float | None = None, actor: str | None = None) -> Task:
         """Compare-and-set claim; ``ConflictError`` saying why it is not claimable (``Attempts.claim``)."""
-        return self.attempts.claim(ref, owner, lease=lease, actor=actor)
+        task = self.attempts.claim(ref, owner, lease=lease, actor=actor)
+        self._tell("task_claimed", [task])
+        return task
 
     def try_claim(self, ref: int | str, owner: str, *, lease: float | None = None) -> Task | None:
-        return self.attempts.try_claim(ref, owner, lease=lease)
+        task = self.attempts.try_claim(ref, owner, lease=lease)
+        self._tell("task_claimed", [task] if task is not None else [])
+        return task
 
     def claim_many(self, ids: Iterable[int], owner: str, *, lease: float | None = None) -> list[Task]:
-        return self.attempts.claim_many(ids, owner, lease=lease)
+        tasks = self.attempts.claim_many(ids, owner, lease=lease)
+        self._tell("task_claimed", tasks)
+        return tasks
 
     def renew(self, ref: int | str, epoch: int, lease: float) -> Task:
         return self.attempts.renew(ref, epoch, lease)
@@ -150,7 +181,9 @@ class TaskStore:
     def finish(self, ref: int | str, epoch: int, status: str | Status, *, result: str | None = None,
                error: str | None = None, actor: str | None = None, **fields: Any) -> Task:
         """End an attempt; refused on a stale epoch (``Attempts.finish``)."""
-        return self.attempts.finish(ref, epoch, status, result=result, error=error, actor=actor, **fields)
+        task = self.attempts.finish(ref, epoch, status, result=result, error=error, actor=actor, **fields)
+        self._tell("task_failed", [task])
+        return task
 
     def release(self, ref: int | str, epoch: int, *, reason: str, actor: str | None = None,
                 interrupted: bool = False, **fields: Any) -> Task:
@@ -175,7 +208,11 @@ class TaskStore:
                lease: float | None = None, actor: str | None = None,
                on_logged: Callable[[list[Task]], None] | None = None) -> tuple[list[Task], list[Task]]:
         """End attempts and claim tasks in one batch: the run scheduler's write (``Attempts.commit``)."""
-        return self.attempts.commit(finishes, claims, owner, lease=lease, actor=actor, on_logged=on_logged)
+        written, claimed = self.attempts.commit(finishes, claims, owner, lease=lease, actor=actor,
+                                                on_logged=on_logged)
+        self._tell("task_failed", written)
+        self._tell("task_claimed", claimed)
+        return written, claimed
 
     # ------------------------------------------------------------------ the run's group commit
     @contextmanager

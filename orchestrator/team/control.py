@@ -19,10 +19,18 @@ spawn may then happen late, which is harmless: it is idempotent by name).
 Ordinary messages to ``lead`` (``.team/inbox/lead.jsonl``) are never touched.
 A request line is scrubbed of the client's secrets (core/redact.py): a spawn
 prompt may quote a key.
+
+Slow requests (``slow`` ops: ``shutdown``, which waits for the teammate's
+answer) are handled each on a thread of its own, so a teammate that takes
+its time answering does not hold up a ``team spawn`` behind it; their reply
+is written when the handler returns. The client waits as long as its
+``timeout`` says (``team shutdown`` passes the handshake's timeout plus a
+margin).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -88,10 +96,11 @@ class ControlServer:
     """The lead's side: a thread handling requests with ``handler(op, args) -> reply``."""
 
     def __init__(self, root: Path, handler: Handler, ops: list[str], *, poll: float = 0.1,
-                 on_crash: Crash | None = None):
-        """``on_crash``: told if the serving thread dies (core/threads.py), rather than go deaf."""
+                 on_crash: Crash | None = None, slow: frozenset[str] = frozenset()):
+        """``on_crash``: told if the serving thread dies (core/threads.py), rather than go deaf;
+        ``slow``: ops handled each on a thread of its own (see the module docstring)."""
         self.p = _paths(root)
-        self.handler, self.ops, self.poll, self.on_crash = handler, ops, poll, on_crash
+        self.handler, self.ops, self.poll, self.on_crash, self.slow = handler, ops, poll, on_crash, slow
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -137,11 +146,18 @@ class ControlServer:
         n = 0
         for req in parse_jsonl(data[:end]):
             n += 1
-            try:
-                reply = {"ok": True, **self.handler(str(req.get("op")), dict(req.get("args") or {}))}
-            except TeamError as e:
-                reply = {"ok": False, "error": str(e)}
-            if isinstance(req.get("id"), str) and req["id"].isalnum():
-                atomic_write(self.p["replies"] / f"{req['id']}.json", dumps(reply), durable=False)
+            if str(req.get("op")) in self.slow:
+                threads.start(f"team-control-{req.get('op')}", functools.partial(self._answer, req),
+                              on_crash=self.on_crash)
+            else:
+                self._answer(req)
         atomic_write(self.p["cursor"], dumps({"offset": offset + end}))
         return n
+
+    def _answer(self, req: dict[str, Any]) -> None:
+        try:
+            reply = {"ok": True, **self.handler(str(req.get("op")), dict(req.get("args") or {}))}
+        except TeamError as e:
+            reply = {"ok": False, "error": str(e)}
+        if isinstance(req.get("id"), str) and req["id"].isalnum():
+            atomic_write(self.p["replies"] / f"{req['id']}.json", dumps(reply), durable=False)

@@ -82,6 +82,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from ..core.errors import ConflictError, UserError
 from ..core.fsutil import LockTimeout, atomic_write, file_lock, flock_fd, fsync_dir
+from ..core.hooks import MessageObserver
 from ..core.jsonutil import dumps
 from ..core.models import MESSAGE_TYPES, PROTOCOL_TYPES, Message
 from ..core.paths import team_dir
@@ -181,6 +182,9 @@ class Bus:
         self._stale: dict[str, tuple[int, int] | None] = {}
         self._signals: dict[str, _Signal] = {}  # inbox name -> wake-up for waiters on this Bus
         self._signals_lock = threading.Lock()
+        self.observer: MessageObserver | None = None
+        """Told about every message this bus sent, after it is on disk (core/hooks.py: the run's
+        ``message_sent`` hooks); it must not block (the hook dispatcher queues)."""
 
     def _signal_for(self, name: str) -> _Signal:
         with self._signals_lock:
@@ -236,6 +240,8 @@ class Bus:
         with sig.cond:
             sig.version += 1
             sig.cond.notify_all()
+        if self.observer is not None:
+            self.observer(msg)
         return msg
 
     def broadcast(self, content: str, *, sender: str, **extra: Any) -> list[Message]:
@@ -310,7 +316,7 @@ class Bus:
         before a crash) are left out but still acknowledged with the batch.
         ``limit`` caps the number of messages returned (the rest stay unread).
         """
-        self.team.check_recipient(name)
+        self.team.check_recipient(name, reading=True)
         if not self.path(name).exists():  # nothing was ever sent: nothing to lock, create or consume
             return InboxBatch(self, name, [], self._cursor(name), None)
         lock = self.dir / f"{name}.consumer.lock"
@@ -347,7 +353,7 @@ class Bus:
 
     def peek(self, name: str) -> list[Message]:
         """Unconsumed messages, leaving them in place (no lock, no file created)."""
-        self.team.check_recipient(name)
+        self.team.check_recipient(name, reading=True)
         return self._read_from_cursor(name)[0]
 
     def _unread_mark(self, name: str) -> tuple[int, int] | None:
@@ -362,7 +368,7 @@ class Bus:
 
     def wait_unread(self, name: str, timeout: float | None = None) -> bool:
         """Block until ``name``'s inbox holds unread bytes; False on timeout. Consumes nothing."""
-        self.team.check_recipient(name)
+        self.team.check_recipient(name, reading=True)
         sig = self._signal_for(name)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

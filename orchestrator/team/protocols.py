@@ -23,6 +23,14 @@ teammate's harness applies an approval (mode becomes ``normal``) before the
 model sees the response; a rejection keeps plan mode and the feedback
 reaches the model, which may submit a revised plan.
 
+Budget (``team run --ask``; runtime/teammate.py): a teammate that reached
+its budget sends ``budget_request{request_id, content=what it reached}`` to
+the lead and waits for ``budget_response{request_id}`` in its own inbox:
+``approve`` true, or content ``approve``/``yes`` (so ``team send NAME --type
+budget_response --request-id ID approve`` answers from any shell), lets it
+go on; anything else, or nothing within the timeout, is a no
+(``ask_budget``).
+
 Waiting for a response reads the requester's inbox with ``Bus.peek``: it
 consumes nothing, so the lead's own agent still gets every message.
 
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -96,9 +105,9 @@ def respond(bus: Mailbox, to: str, type: str, request_id: str, approve: bool, te
 
 
 def request_shutdown(bus: Mailbox, to: str, *, reason: str = "", timeout: float = 30.0,
-                     sender: str = "lead") -> Response:
+                     sender: str = "lead", request_id: str | None = None) -> Response:
     """Ask ``to`` to shut down; its answer, or ``ProtocolTimeout`` after ``timeout`` seconds."""
-    rid = new_request_id()
+    rid = request_id or new_request_id()
     bus.send(to, reason or "please shut down", sender=sender, type="shutdown_request", request_id=rid)
     msg = wait_for(bus, sender, "shutdown_response", rid, timeout)
     if msg is None:
@@ -107,9 +116,41 @@ def request_shutdown(bus: Mailbox, to: str, *, reason: str = "", timeout: float 
     return as_response(msg)
 
 
-def submit_plan(bus: Mailbox, plan: str, *, sender: str, to: str = "lead") -> str:
-    """Send a plan for approval; returns the request id."""
-    rid = new_request_id()
+APPROVALS = frozenset({"approve", "approved", "yes", "y", "ok"})
+"""Answers in a ``budget_response``'s text that mean yes."""
+
+
+def ask_budget(bus: Mailbox, name: str, reached: str, *, timeout: float, gone: Callable[[], bool],
+               to: str = "lead", on_ask: Callable[[str], None] | None = None, request_id: str | None = None,
+               decided: Callable[[], Response | None] | None = None) -> Response | None:
+    """``name`` asks ``to`` for more budget; the answer, or None after ``timeout`` seconds or once
+    ``gone()`` (the teammate stops, its attempt is cancelled). ``decided``: an answer that came
+    another way (the request store, team/requests.py: ``team approve``), looked at between waits;
+    ``request_id``: the id it is on record under."""
+    rid = request_id or new_request_id()
+    how = (f"team send {name} --type budget_response --request-id {rid} approve  (anything else: no; "
+           f"no answer in {timeout:g}s: no)")
+    if decided is not None:
+        how = f"`team approve {rid}` or `team deny {rid} --reason TEXT` (or {how})"
+    bus.send(to, f"{name} reached its budget: {reached}. To let it go on: {how}", sender=name,
+             type="budget_request", request_id=rid)
+    if on_ask is not None:
+        on_ask(f"{name} reached its budget ({reached}) and asks for more: {how}")
+    deadline = time.monotonic() + timeout
+    while not gone() and time.monotonic() < deadline:
+        msg = wait_for(bus, name, "budget_response", rid, min(0.2, max(0.0, deadline - time.monotonic())))
+        if msg is not None:
+            yes = bool(msg.approve) or msg.content.strip().lower() in APPROVALS
+            return Response(rid, msg.sender, yes, msg.content)
+        other = decided() if decided is not None else None
+        if other is not None:
+            return other
+    return None
+
+
+def submit_plan(bus: Mailbox, plan: str, *, sender: str, to: str = "lead", request_id: str | None = None) -> str:
+    """Send a plan for approval; returns the request id (``request_id``, else a new one)."""
+    rid = request_id or new_request_id()
     bus.send(to, plan, sender=sender, type="plan_approval_request", request_id=rid)
     return rid
 

@@ -17,6 +17,8 @@ frequent beats never contend on ``config.json``. ``liveness`` derives what
 ``team status`` shows:
 
     shutdown   the roster says so (a clean exit)
+    waiting    ``team spawn`` enrolled it while no lead ran, and no lead has
+               started it yet (the next lead does: runtime/enrol.py)
     dead       no heartbeat ever, the heartbeat's process is gone (pid +
                /proc start time, so a reused pid does not count as alive),
                or the heartbeat is older than ``stale_after`` seconds
@@ -46,7 +48,7 @@ from ..core.paths import team_dir
 
 LEAD = "lead"
 MEMBER_STATUSES = ("working", "idle", "shutdown")
-Liveness = Literal["working", "idle", "dead", "shutdown"]
+Liveness = Literal["working", "idle", "waiting", "dead", "shutdown"]
 
 
 def check_name(name: str, what: str = "member name") -> str:
@@ -65,8 +67,8 @@ class MemberState(BaseModel):
     name: str
     role: str
     status: str = Field(description="Roster status: working|idle|shutdown.")
-    liveness: Liveness = Field(description="working|idle|dead|shutdown (derived).")
-    reason: str = Field("", description="Why a member counts as dead.")
+    liveness: Liveness = Field(description="working|idle|waiting|dead|shutdown (derived).")
+    reason: str = Field("", description="Why a member counts as dead (or what a waiting one waits for).")
     pid: int | None = None
     heartbeat_age: float | None = Field(None, description="Seconds since the last heartbeat.")
     task: int | None = None
@@ -194,12 +196,15 @@ class Team:
                 return name in self._names
         return any(m.name == name for m in roster.members)
 
-    def check_recipient(self, name: str) -> str:
-        """``name`` if it is ``lead`` or a roster member, else InvalidName/UnknownRef."""
-        check_name(name, "recipient")
+    def check_recipient(self, name: str, *, reading: bool = False) -> str:
+        """``name`` if it is ``lead`` or a roster member, else InvalidName/UnknownRef.
+
+        ``reading``: the name is an inbox being read, not a message's recipient (the words differ)."""
+        check_name(name, "inbox" if reading else "recipient")
         if not self.is_recipient(name):
             known = ", ".join([LEAD, *self.names()])
-            raise UnknownRef(f"unknown recipient {name!r}: known are {known}; add a member with `team spawn` while a lead runs (`team run` or `team chat`)")
+            what = f"no inbox {name!r}: the inboxes are" if reading else f"unknown recipient {name!r}: known are"
+            raise UnknownRef(f"{what} {known}; add a member with `team spawn {name} --role ROLE`")
         return name
 
     # -- heartbeats ---------------------------------------------------------
@@ -229,7 +234,9 @@ class Team:
             state.heartbeat_age = round(max(0.0, now - float(beat.get("ts", 0))), 1)
         if member.status == "shutdown":
             return state
-        if not beat:
+        if not beat and enrolled(member):
+            state.liveness, state.reason = "waiting", "the next lead starts it"
+        elif not beat:
             state.liveness, state.reason = "dead", "no heartbeat"
         elif not procs.alive(state.pid, beat.get("pid_start")):
             state.liveness, state.reason = "dead", f"process {state.pid} is gone"
@@ -240,6 +247,12 @@ class Team:
     def states(self) -> list[MemberState]:
         now = self.clock()
         return [self.state(m, now) for m in self.load().members]
+
+
+def enrolled(member: Member) -> bool:
+    """``team spawn`` put ``member`` on the roster while no lead ran, and no lead has started it
+    since (runtime/enrol.py; the runtime clears the mark when it starts the member)."""
+    return bool((member.model_extra or {}).get("enrolled"))
 
 
 def _check_status(status: str) -> None:

@@ -2,7 +2,7 @@
 
 Every model tool call goes through ``ToolRegistry.call``: parse → validate →
 path policy → freshness → permission policy (plan mode, shell rules) →
-execute → bound → record, and always comes back as an ``Observation``
+``ask`` approval → execute → bound → record, and always comes back as an ``Observation``
 (see registry.py). Modules:
 
     base.py          Tool, Args, Call, ToolOutput, Observation, ToolContext, ToolError, @tool
@@ -10,6 +10,7 @@ execute → bound → record, and always comes back as an ``Observation``
     registry.py      ToolRegistry: schemas() for the model, call() the pipeline
     policy.py        path confinement, plan mode
     shellpolicy.py   the shell policy: rules a bash command must pass
+    approval.py      ``ask`` rules: calls a person approves first (ApprovalGate)
     filetruth.py     read baselines; stale/partial edits refused with the changed lines
     bound.py         head + tail results, full output saved and referenced
     files.py         read_file, write_file, edit_file
@@ -17,6 +18,8 @@ execute → bound → record, and always comes back as an ``Observation``
     shell.py         bash
     tasks.py         task_create, task_update, task_list, task_get, claim_task
     coordination.py  messages, background jobs, teammates, subagents, idle, skills, protocols
+    worktree.py      worktree_create/list/status/events/enter/leave/run/keep/remove/merge (git/agentwt.py)
+    mcptools.py      an MCP server's tools as Tools (server__tool, its inputSchema as the schema)
 
 Adding a tool from another module::
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 from .base import (
     Args,
     Call,
+    JsonArgs,
     Observation,
     Refused,
     Risk,
@@ -73,6 +77,7 @@ __all__ = [
     "Baseline",
     "Call",
     "FileTruth",
+    "JsonArgs",
     "Observation",
     "Refused",
     "Risk",

@@ -15,6 +15,14 @@ decide on a call *before* running anything:
 * ``fresh``: the path field whose *existing* file needs a fresh, full read
   baseline before the call may run (edits and overwrites).
 * ``command``: the field holding a shell command, checked by the shell policy.
+* ``authorize``: a check of the validated call against the agent's role
+  ``permissions`` (``ctx.permissions``, roles/roles.py), run by the pipeline's
+  ``permit`` stage before anything is touched; it raises ``Refused`` (stage
+  ``permission``) saying what the role may do instead.
+* ``schema``: the arguments' JSON Schema when they are not a pydantic model (an MCP
+  server's tool: its ``inputSchema``); the pipeline validates against it (``jsonschema``),
+  the model sees it, and the handler gets the arguments as a dict. ``args`` is then
+  ``JsonArgs`` and takes no part.
 
 A handler takes one ``Call`` and returns ``str`` or ``ToolOutput``. Expected
 failures (file missing, no match, a store conflict) raise ``ToolError`` or a
@@ -22,7 +30,9 @@ failures (file missing, no match, a store conflict) raise ``ToolError`` or a
 code: the pipeline logs it with its traceback and tells the model so.
 
 ``ToolContext`` carries everything a call may touch: the workspace the file
-tools are confined to, the state root, the agent's name and mode, where full
+tools are confined to (its ``home``, and the git worktree an agent entered),
+bash's working directory (``cwd``, kept between calls), the role's
+``permissions`` and the skill a run loaded (``skill``), the state root, the agent's name and mode, where full
 outputs and the call log go, the agent's ``FileTruth`` and ``TaskStore``, the
 sandbox its shell commands run in and whether they may use the network, the
 secrets no result may carry, and
@@ -44,9 +54,11 @@ from pydantic import BaseModel, ConfigDict
 
 from ..core.redact import Secrets
 from ..core.sandbox import Sandbox
+from ..roles.roles import Permissions
 
 if TYPE_CHECKING:
     from ..tasks.store import TaskStore
+    from .approval import ApprovalGate
     from .filetruth import FileTruth
     from .services import (
         ClaimTracker,
@@ -98,6 +110,12 @@ class Args(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class JsonArgs(BaseModel):
+    """The ``args`` of a tool described by a JSON ``schema`` instead (see ``Tool.schema``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 @dataclass
 class ToolOutput:
     """What a handler returns when a plain string is not enough."""
@@ -109,6 +127,14 @@ class ToolOutput:
     full_output: Path | None = None
     """Where the complete output already lives (set with ``bounded``)."""
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActiveSkill:
+    """A skill the agent loaded in this run, and the tools it allows (its ``allowed-tools``)."""
+
+    name: str
+    tools: frozenset[str]
 
 
 @dataclass
@@ -146,6 +172,7 @@ class Call:
 
 
 Handler = Callable[[Call], "str | ToolOutput"]
+Authorize = Callable[[Call], None]
 
 
 @dataclass(frozen=True)
@@ -161,6 +188,8 @@ class Tool:
     paths: tuple[tuple[str, Access], ...] = ()
     fresh: str | None = None
     command: str | None = None
+    authorize: Authorize | None = None
+    schema: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.risk not in RISKS:
@@ -184,6 +213,7 @@ def tool(
     fresh: str | None = None,
     command: str | None = None,
     description: str | None = None,
+    authorize: Authorize | None = None,
 ) -> Callable[[Handler], Tool]:
     """Decorator turning ``def handler(call) -> str | ToolOutput`` into a ``Tool``.
 
@@ -204,6 +234,7 @@ def tool(
             paths=tuple(sorted((paths or {}).items())),
             fresh=fresh,
             command=command,
+            authorize=authorize,
         )
 
     return wrap
@@ -252,6 +283,19 @@ class ToolContext:
     """A teammate's side of the protocols (set by ``runtime.teammate.Teammate``)."""
     claims: ClaimTracker | None = None
     """Renews the agent's ``claim_task`` claims and releases them when it stops (the team runtime)."""
+    permissions: Permissions = field(default_factory=Permissions.full)
+    """What the agent's role lets its task and worktree tools change (roles/roles.py); a context made
+    without a role (a script, a test) may do everything."""
+    skill: ActiveSkill | None = None
+    """The skill loaded in the current run whose ``allowed-tools`` limit the calls (the loop clears it)."""
+    cwd: Path | None = None
+    """bash's working directory, kept between calls; None: the workspace. Always inside it."""
+    worktree: str | None = None
+    """The agent worktree the agent entered (``worktree_enter``): ``workspace`` is its directory."""
+    home: Path | None = None
+    """The workspace before ``worktree_enter`` (``worktree_leave`` goes back); None: not in one."""
+    approvals: ApprovalGate | None = None
+    """The agent's ``ask`` rules and who answers them (tools/approval.py); None: nothing asks."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
@@ -282,6 +326,26 @@ class ToolContext:
 
     def need_handshakes(self) -> Handshakes:
         return _need(self.handshakes, "the teammate protocols", "only teammates answer shutdown and plan requests")
+
+    def move_to(self, workspace: Path) -> None:
+        """Work in ``workspace`` from now on (a worktree, or back home); bash starts at its top."""
+        self.workspace = Path(workspace).resolve()
+        self.cwd = None
+
+    def leave_worktree(self) -> None:
+        """Back to the workspace the agent had before it entered a worktree."""
+        if self.home is not None:
+            self.move_to(self.home)
+        self.home, self.worktree = None, None
+
+    def check_worktree(self) -> str:
+        """Before a call: the worktree the agent entered is gone (merged, removed)? Back home,
+        and the note saying so; else ``""``."""
+        if self.home is None or self.workspace.is_dir():
+            return ""
+        gone = self.worktree
+        self.leave_worktree()
+        return f"[worktree {gone} you were in is gone (merged or removed): you are back in {self.workspace}]\n"
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the workspace when inside it, else absolute."""

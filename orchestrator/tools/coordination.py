@@ -24,12 +24,14 @@ job ends (jobs/records.py).
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from pydantic import Field
 
-from ..roles.skills import load_skill as _load_skill
-from .base import MAX_SECONDS, Args, Call, ToolError, tool
-from .shell import agent_environment, sandbox_prefix
+from ..core.text import plural
+from ..roles.skills import SKILL_ALWAYS, find_skill
+from .base import MAX_SECONDS, ActiveSkill, Args, Call, ToolError, tool
+from .shell import agent_environment, sandbox_prefix, start_dir
 from .tasks import task_update as _store_task_update
 
 SUBAGENT_RESULT_CHARS = 4000
@@ -87,7 +89,9 @@ def background_run(call: Call) -> str:
     a notification with its exit code and output tail arrives before your next step."""
     a, ctx = call.args, call.ctx
     jobs, prefix = ctx.need_jobs(), sandbox_prefix(ctx)
-    rec = jobs.start(a.command, owner=ctx.agent, cwd=ctx.workspace, env=agent_environment(ctx),
+    start, _ = start_dir(ctx)  # bash's kept working directory (shell.py)
+    command = a.command if start == ctx.workspace else f"cd -- {shlex.quote(str(start))} && {a.command}"
+    rec = jobs.start(command, owner=ctx.agent, cwd=start, env=agent_environment(ctx),
                      timeout=a.timeout, task=ctx.task_id, prefix=prefix)
     return f"started background job {rec.id}: {a.command}\nfull log: {rec.log}; check it with check_background"
 
@@ -142,12 +146,13 @@ def subagent(call: Call) -> str:
     """Run a fresh agent with an empty context on a self-contained job and get its final answer
     (bounded). Use it to keep long explorations out of your own context. Subagents cannot nest."""
     a = call.args
-    result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent, network=call.ctx.network)
+    result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent, network=call.ctx.network,
+                                           permissions=call.ctx.permissions)
     if len(result.result) > SUBAGENT_RESULT_CHARS:
         text = result.result[:SUBAGENT_RESULT_CHARS] + f"\n[... cut at {SUBAGENT_RESULT_CHARS} chars]"
     else:
         text = result.result or "(no answer)"
-    head = f"subagent {result.status} after {result.steps} step(s)"
+    head = f"subagent {result.status} after {plural(result.steps, 'step')}"
     return head + (f": {result.error}\n" if result.error else ":\n") + text
 
 
@@ -172,8 +177,18 @@ class SkillArgs(Args):
 
 @tool("load_skill", args=SkillArgs, risk="read", budget=16_000)
 def load_skill(call: Call) -> str:
-    """Load a skill's full procedure into the conversation before you follow it."""
-    return _load_skill(call.ctx.workspace, call.args.name)
+    """Load a skill's full procedure into the conversation before you follow it. A skill with
+    allowed-tools limits your tools to those until this turn ends."""
+    ctx = call.ctx
+    skill, body = find_skill(ctx.workspace, call.args.name)
+    head = f"# Skill: {skill.name} ({skill.path})"
+    if skill.allowed_tools is None:
+        ctx.skill = None
+    else:
+        ctx.skill = ActiveSkill(skill.name, frozenset(skill.allowed_tools) | frozenset(SKILL_ALWAYS))
+        head += (f"\n[allowed-tools: {', '.join(skill.allowed_tools)}. Until this turn ends your other tools "
+                 f"are refused, except {', '.join(t for t in SKILL_ALWAYS if t != 'load_skill')} and load_skill.]")
+    return f"{head}\n\n{body}"
 
 
 # ---------------------------------------------------------------- protocols (team/protocols.py)
@@ -236,9 +251,16 @@ class ReviewPlanArgs(Args):
 def review_plan(call: Call) -> str:
     """Approve or reject a teammate's plan (a plan_approval_request in your inbox)."""
     from ..team.protocols import review_plan as answer
+    from ..team.requests import Requests
 
     a, ctx = call.args, call.ctx
-    answer(ctx.need_bus(), a.teammate, a.request_id, a.approve, a.feedback, sender=ctx.agent)
+    bus, requests = ctx.need_bus(), Requests(ctx.root)
+    on_record = next((r for r in requests.all() if r.id == a.request_id), None)
+    if on_record is not None:  # in the request store (team/requests.py): answered once, by whoever is first
+        if on_record.sender != a.teammate:
+            raise ToolError(f"plan {a.request_id} is {on_record.sender}'s, not {a.teammate}'s")
+        requests.decide(a.request_id, a.approve, by=ctx.agent, reason=a.feedback, kind="plan")
+    answer(bus, a.teammate, a.request_id, a.approve, a.feedback, sender=ctx.agent)
     return f"plan {a.request_id} of {a.teammate} {'approved' if a.approve else 'rejected'}"
 
 
@@ -271,6 +293,7 @@ HARNESS_TOOLS = ("respond_shutdown",)
 def agent_registry():
     """Every tool an agent may have (built-ins, with the loop-aware task_update, plus coordination)."""
     from . import ToolRegistry, builtin_tools
+    from .worktree import WORKTREE_TOOLS
 
     tools = [t for t in builtin_tools() if t.name != "task_update"]
-    return ToolRegistry([*tools, task_update, *COORDINATION_TOOLS])
+    return ToolRegistry([*tools, task_update, *COORDINATION_TOOLS, *WORKTREE_TOOLS])

@@ -28,6 +28,7 @@ import re
 from pydantic import Field
 
 from ..core.fsutil import atomic_write
+from ..core.text import plural
 from .base import Args, Call, ToolError, ToolOutput, tool
 
 READ_BUDGET = 24_000
@@ -82,7 +83,7 @@ def read_file(call: Call) -> ToolOutput:
         ctx.truth.record_read(path, data, 1, 0)
         return ToolOutput(f"({shown} is empty)")
     if start > total:
-        raise ToolError(f"{shown} has {total} lines; offset {start} is past the end")
+        raise ToolError(f"{shown} has {plural(total, 'line')}; offset {start} is past the end")
     out: list[str] = []
     used, cut_lines = 0, False
     end = start - 1
@@ -131,7 +132,7 @@ def write_file(call: Call) -> str:
     ctx.truth.record_write(path, data)
     lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     verb = "overwrote" if existed else "created"
-    return f"{verb} {shown} ({lines} lines, {len(data):,} bytes)"
+    return f"{verb} {shown} ({plural(lines, 'line')}, {len(data):,} bytes)"
 
 
 # ---------------------------------------------------------------------- edit_file

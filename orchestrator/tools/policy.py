@@ -12,6 +12,10 @@ refused before anything is touched.
 
 **Shell policy**: see shellpolicy.py (``check_shell`` and its rules).
 
+**Skills** (``check_skill``): while a skill with ``allowed-tools`` is loaded
+(``ctx.skill``, set by ``load_skill``, cleared when the run ends) a call to any
+other tool is refused, naming the skill and what it allows (roles/skills.py).
+
 **Plan mode** (``check_plan``): while ``ctx.mode == "plan"`` every tool whose
 risk is ``write`` or ``execute`` is refused until the lead approves the plan.
 """
@@ -65,6 +69,19 @@ def confine(ctx: ToolContext, raw: str, access: str) -> Path:
                 "path",
             )
     return resolved
+
+
+# ---------------------------------------------------------------------- skills
+def check_skill(ctx: ToolContext, tool_name: str) -> None:
+    skill = ctx.skill
+    if skill is None or tool_name in skill.tools:
+        return
+    raise Refused(
+        f"the skill {skill.name!r} you loaded allows only {', '.join(sorted(skill.tools))}; {tool_name} is "
+        f"refused while you follow it (its allowed-tools). Finish the skill's procedure with those tools, "
+        f"or report back (send_message, task_update)",
+        "permission",
+    )
 
 
 # ---------------------------------------------------------------------- plan mode

@@ -3,12 +3,18 @@
 ``ToolRegistry.call(name, raw_arguments, ctx, call_id)`` runs one model
 proposal through the contract, in this order::
 
+    (first)   the worktree the agent entered is gone → back to its workspace, a note on the result
     lookup    unknown tool            → error: nearest name + the known tools
     parse     arguments not JSON      → error: the JSON error and where
     validate  pydantic                → error: field: problem, and the signature
+    permit    the loaded skill's allowed-tools, then the tool's ``authorize`` against
+              the role's permissions (a coder reassigning another's task)
+                                      → error: what is refused and what is allowed
     path      confine path fields     → error: resolved location, nothing touched
     fresh     edits of existing files → error: read first / partial / changed lines
     policy    plan mode, shell rules  → error: which rule, command not run
+    approval  an ``ask`` rule matches → a person decides (approval.py); denied or no
+                                        answer in time → error: the rule, who, why
     execute   the handler             → ToolError/TeamError/OSError: error observation
                                         any other exception: our bug — logged with
                                         traceback, error observation names its type
@@ -43,7 +49,7 @@ from ..core.fsutil import append_line, file_lock
 from ..core.jsonutil import canonical, dumps, stable_json
 from . import bound
 from .base import Call, Observation, Refused, Tool, ToolContext, ToolError, ToolOutput
-from .policy import check_plan, confine
+from .policy import check_plan, check_skill, confine
 from .shellpolicy import check_shell
 
 log = logging.getLogger("orchestrator.tools")
@@ -114,14 +120,20 @@ class ToolRegistry:
         if isinstance(raw_arguments, dict):
             raw_arguments = json.dumps(raw_arguments, ensure_ascii=False)
         tb = None
+        moved = ctx.check_worktree()
         try:
             t = self._lookup(name)
             call = Call(tool=t, args=self._validate(t, self._parse(t, raw_arguments)), ctx=ctx, call_id=call_id)
+            check_skill(ctx, t.name)
+            if t.authorize is not None:
+                t.authorize(call)
             self._confine(call)
             self._check_fresh(call)
             check_plan(ctx, t.name, t.risk)
             if t.command is not None:
                 check_shell(getattr(call.args, t.command))
+            if ctx.approvals is not None:
+                ctx.approvals.check(call)
             obs = self._execute(call)
         except (ToolError, TeamError, OSError) as e:
             obs = Observation(call_id, name, _message(e), is_error=True, stage=getattr(e, "stage", "execute"))
@@ -136,6 +148,8 @@ class ToolRegistry:
                 is_error=True,
                 stage="crash",
             )
+        if moved:
+            obs.content = moved + obs.content
         obs.meta.setdefault("duration_ms", round((time.monotonic() - started) * 1000, 1))
         self._record(ctx, name, raw_arguments, obs, tb)
         return obs
@@ -169,6 +183,8 @@ class ToolRegistry:
         return value
 
     def _validate(self, t: Tool, data: dict[str, Any]) -> Any:
+        if t.schema is not None:
+            return _validate_json(t, data)
         try:
             return t.args.model_validate(data)
         except ValidationError as e:
@@ -284,8 +300,33 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _validate_json(t: Tool, data: dict[str, Any]) -> dict[str, Any]:
+    """Arguments checked against a tool's JSON ``schema`` (an MCP server's ``inputSchema``)."""
+    import jsonschema
+
+    assert t.schema is not None
+    validator = jsonschema.validators.validator_for(t.schema)(t.schema)
+    problems = []
+    for err in sorted(validator.iter_errors(data), key=lambda e: list(e.path))[:8]:
+        where = ".".join(str(p) for p in err.path) or "arguments"
+        problems.append(f"{where}: {err.message}")
+    if problems:
+        raise Refused(f"invalid arguments for {t.name}: " + "; ".join(problems) + f". Expected {signature(t)}",
+                      "validate")
+    return data
+
+
+def _params(t: Tool) -> dict[str, Any]:
+    if t.schema is not None:
+        params = {k: v for k, v in t.schema.items() if k not in ("title", "$schema")}
+        params.setdefault("type", "object")
+        params.setdefault("properties", {})
+        return params
+    return compact_schema(t.args.model_json_schema())
+
+
 def openai_schema(t: Tool) -> dict[str, Any]:
-    params = compact_schema(t.args.model_json_schema())
+    params = _params(t)
     return canonical(
         {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": params}}
     )
@@ -293,7 +334,7 @@ def openai_schema(t: Tool) -> dict[str, Any]:
 
 def signature(t: Tool) -> str:
     """``{"path": string, "offset"?: integer}`` — a one-line reminder of the arguments."""
-    params = compact_schema(t.args.model_json_schema())
+    params = _params(t)
     req = set(params.get("required", []))
     parts = []
     for key, prop in params.get("properties", {}).items():

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from ..core.models import Message, Task
 from ..jobs.records import JobRecord
+from ..roles.roles import Permissions
 from ..team.protocols import Mailbox, Response
 
 
@@ -76,8 +77,9 @@ class AgentAnswer(Protocol):
 
 
 class Subagents(Protocol):
-    def run(self, prompt: str, role: str, *, parent: str, network: bool = False) -> AgentAnswer:
-        """A fresh agent's answer; ``network``: the caller's own permission (never widened)."""
+    def run(self, prompt: str, role: str, *, parent: str, network: bool = False,
+            permissions: Permissions | None = None) -> AgentAnswer:
+        """A fresh agent's answer; ``network`` and ``permissions``: the caller's own (never widened)."""
         ...
 
 

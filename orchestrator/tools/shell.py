@@ -11,7 +11,19 @@ included — outlives the call. When the sandbox cannot be set up the call is
 refused (stage ``sandbox``) with the fix; a session that opted out
 (``sandbox: off``, ``TEAM_SANDBOX=off``) runs ``bash -c`` directly.
 
-The command runs in ``ctx.workspace``, in its own process group (a timeout
+The working directory is kept between calls, like a terminal: a ``cd`` in one
+command holds for the next (``ctx.cwd``, one per agent). It is reported back
+through a pipe the harness hands the command (an ``EXIT`` trap writes
+``pwd -P`` to it), so it is the directory the shell really ended in, symlinks
+resolved. It is confined to the workspace: a command that ends outside it
+(``cd /etc``, ``cd ..`` at the top) ran where it went — the sandbox still
+applies — but the next command starts where the last one inside the
+workspace left off, and the result says so. A directory that vanished
+(deleted, or the agent moved to another workspace: ``ToolContext.move_to``)
+puts the next command at the workspace's top, saying so. The result names
+the new directory whenever it changed (``[cwd: sub/dir]``).
+
+The command runs in its own process group (a timeout
 kills it and everything it started), with stdin closed and stdout+stderr
 interleaved into a pipe that this call drains through the secrets scrubber
 (core/redact.py ``Scrubber``) into a file under ``ctx.outputs_dir``: the
@@ -34,9 +46,11 @@ from __future__ import annotations
 
 import os
 import select
+import shlex
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import BinaryIO
 
 from pydantic import Field
@@ -75,6 +89,52 @@ def sandbox_prefix(ctx: ToolContext) -> list[str]:
         return ctx.sandbox.prefix(workspace=ctx.workspace, root=ctx.root, network=ctx.network)
     except SandboxUnavailable as e:
         raise Refused(f"{e} The command was not run.", "sandbox") from None
+
+
+def _inside(path: Path, top: Path) -> bool:
+    return path == top or top in path.parents
+
+
+def start_dir(ctx: ToolContext) -> tuple[Path, str]:
+    """Where the agent's next command starts (its kept ``cwd``, else the workspace), and a note
+    when the kept one is no longer usable (then it is dropped)."""
+    cwd = ctx.cwd
+    if cwd is None:
+        return ctx.workspace, ""
+    if _inside(cwd, ctx.workspace) and cwd.is_dir():
+        return cwd, ""
+    ctx.cwd = None
+    return ctx.workspace, f"[cwd: {ctx.rel(cwd)} is gone; this command ran at the workspace top]\n"
+
+
+def _cwd_script(command: str, start: Path, fd: int) -> str:
+    """``command`` run from ``start``, reporting the directory it ended in on ``fd``."""
+    return (f"trap 'pwd -P >&{fd} 2>/dev/null' EXIT\n"
+            f"cd -- {shlex.quote(str(start))} || exit 1\n{command}")
+
+
+def _keep_cwd(ctx: ToolContext, start: Path, fd: int) -> str:
+    """Take the directory the command reported on ``fd`` as the next start; the note to show."""
+    os.set_blocking(fd, False)
+    try:
+        raw = os.read(fd, 8192)
+    except BlockingIOError:
+        raw = b""  # killed (a timeout) or its trap was replaced: the directory stays
+    lines = raw.decode("utf-8", "replace").splitlines()
+    if not lines:
+        return ""
+    end = Path(lines[-1])
+    if not end.is_absolute():
+        return ""
+    if not _inside(end, ctx.workspace):
+        where = ctx.rel(start)
+        return (f"\n[cwd: the command ended in {end}, outside the workspace; the working directory stays "
+                f"{where} (commands work inside the workspace {ctx.workspace} only)]")
+    new = None if end == ctx.workspace else end
+    if new == ctx.cwd:
+        return ""
+    ctx.cwd = new
+    return f"\n[cwd: {ctx.rel(end)}]"
 
 
 class BashArgs(Args):
@@ -157,32 +217,38 @@ def _pump(proc: subprocess.Popen, fd: int, sink: BinaryIO, scrubber: Scrubber, t
 def bash(call: Call) -> ToolOutput:
     """Run a bash command in the workspace and return its exit code and output
     (stdout and stderr together; long output is cut to head and tail and saved in full).
-    Destructive commands are refused by policy; the command runs in a sandbox where only
-    the workspace and /tmp are writable."""
+    The working directory is kept between calls (a cd holds for the next command) and stays
+    inside the workspace. Destructive commands are refused by policy; the command runs in a
+    sandbox where only the workspace and /tmp are writable."""
     ctx, a = call.ctx, call.args
     limit = ctx.shell_timeout * 5
     timeout = max(0.001, min(a.timeout or ctx.shell_timeout, limit, ctx.time_left()))  # not past the task's time
     prefix = sandbox_prefix(ctx)
+    start, gone_note = start_dir(ctx)
+    cwd_note = ""
     out_path = output_path(ctx.outputs_dir, "bash", call.call_id, ".log")
     scrubber = ctx.secrets.stream()
     read_fd, write_fd = os.pipe()
+    cwd_read, cwd_write = os.pipe()
     try:
         with open(out_path, "wb") as sink:
             try:
                 proc = subprocess.Popen(
-                    [*prefix, "bash", "-c", a.command],
-                    cwd=ctx.workspace,
+                    [*prefix, "bash", "-c", _cwd_script(a.command, start, cwd_write)],
+                    cwd=start,
                     stdin=subprocess.DEVNULL,
                     stdout=write_fd,
                     stderr=subprocess.STDOUT,
                     env=task_environment(os.environ, agent_environment(ctx)),
                     start_new_session=True,
+                    pass_fds=(cwd_write,),
                 )
             except OSError as e:
                 out_path.unlink(missing_ok=True)
                 raise ToolError(f"could not start bash: {e.strerror}") from None
             finally:
                 os.close(write_fd)
+                os.close(cwd_write)
             try:
                 timed_out = _pump(proc, read_fd, sink, scrubber, timeout)
             finally:
@@ -190,8 +256,10 @@ def bash(call: Call) -> ToolOutput:
                     _kill_group(proc)  # the pump did not finish (our bug, or an interrupt)
                 code = proc.wait()
             sink.write(scrubber.close())
+        cwd_note = _keep_cwd(ctx, start, cwd_read) if not timed_out else ""
     finally:
         os.close(read_fd)
+        os.close(cwd_read)
     text, was_cut = bound_file(out_path, call.tool.budget - 300)
     if not was_cut:
         out_path.unlink()
@@ -209,7 +277,7 @@ def bash(call: Call) -> ToolOutput:
         if not ctx.network and any(e in raw for e in _NETWORK_ERRORS):
             body += NETWORK_HINT
     return ToolOutput(
-        head + body,
+        gone_note + head + body + cwd_note,
         is_error=timed_out,
         bounded=True,
         full_output=out_path if was_cut else None,

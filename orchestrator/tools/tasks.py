@@ -9,6 +9,21 @@ the model can act on ("task #3 is already owned by bob"). The acting agent is
 name. ``task_list`` prints the seed's line format, as ``team task list``
 does (``tasks.render.list_line``: ``[>] #2: subject (owner)``,
 ``(blocked by: [3, 4])`` listing only unfinished blockers).
+
+Who may change what is the role's ``permissions.tasks`` (roles/roles.py),
+checked by each tool's ``authorize`` in the pipeline's ``permit`` stage,
+before the store is touched:
+
+* ``task_create`` needs ``create``; a task for someone else (``owner`` not
+  empty and not the agent) needs ``assign``. The task records
+  ``created_by`` (the agent).
+* ``task_update`` on a task the agent owns, or created while nobody owns it,
+  or is working on (``ctx.task_id``), needs ``update-own``; on any other task ``update-any``. Changing the owner
+  away from or to someone other than the agent or nobody needs ``assign``.
+
+A refusal is a tool error that says whose the task is and what to do
+instead (ask the lead), so a coder that tries to reassign another's task
+learns why at once.
 """
 
 from __future__ import annotations
@@ -19,10 +34,10 @@ from pydantic import Field
 
 from ..core.errors import ConflictError
 from ..core.jsonutil import dumps
-from ..core.models import MAX_TASK_ID, Status
+from ..core.models import MAX_TASK_ID, Status, Task
 from ..tasks import graph
 from ..tasks.render import list_line
-from .base import Args, Call, ToolError, tool
+from .base import Args, Call, Refused, ToolError, tool
 
 Ref = Annotated[int, Field(ge=1, le=MAX_TASK_ID)] | str
 StatusName = Literal["pending", "in_progress", "completed", "failed", "cancelled"]
@@ -36,11 +51,49 @@ class CreateArgs(Args):
     owner: str = Field("", description="Who should do it (empty: unassigned).")
 
 
-@tool("task_create", args=CreateArgs, risk="coordinate", budget=2000)
+def _refuse(call: Call, what: str) -> Refused:
+    return Refused(f"{what} (your role's permissions: {call.ctx.permissions.describe()}); ask the lead with "
+                   f"send_message if it should change", "permission")
+
+
+def _may_create(call: Call) -> None:
+    a, ctx = call.args, call.ctx
+    if not ctx.permissions.may("create"):
+        raise _refuse(call, "your role may not create tasks")
+    if a.owner not in ("", ctx.agent) and not ctx.permissions.may("assign"):
+        raise _refuse(call, f"only the lead assigns tasks to others: create it without an owner "
+                            f"(or owner {ctx.agent!r}), not for {a.owner!r}")
+
+
+def _whose(task: Task) -> str:
+    if task.owner:
+        return f"owned by {task.owner}"
+    return f"owned by nobody and was created by {task.created_by or 'someone else'}"
+
+
+def _may_update(call: Call) -> None:
+    a, ctx = call.args, call.ctx
+    perms = ctx.permissions
+    if perms.may("update-any") and perms.may("assign"):
+        return
+    task = ctx.store.read(ctx.store.resolve(a.task))
+    mine = (task.owner == ctx.agent or (not task.owner and task.created_by == ctx.agent)
+            or task.id == ctx.task_id)  # the attempt the agent was given is its own to finish
+    if not perms.may("update-any") and not (mine and perms.may("update-own")):
+        raise _refuse(call, f"task #{task.id} is {_whose(task)}: you may update only tasks you own or created")
+    if a.owner is not None and a.owner != task.owner and not perms.may("assign"):
+        if task.owner not in ("", ctx.agent) or a.owner not in ("", ctx.agent):
+            now = f"from {task.owner} " if task.owner else ""
+            raise _refuse(call, f"only the lead reassigns tasks: task #{task.id} cannot go {now}to "
+                                f"{a.owner or 'nobody'} by your hand")
+
+
+@tool("task_create", args=CreateArgs, risk="coordinate", budget=2000, authorize=_may_create)
 def task_create(call: Call) -> str:
     """Create a task in the shared task graph, optionally blocked by other tasks."""
     a, ctx = call.args, call.ctx
-    task = ctx.store.create(a.subject, a.description, a.blocked_by, a.owner, actor=ctx.agent)
+    task = ctx.store.create(a.subject, a.description, a.blocked_by, a.owner, actor=ctx.agent,
+                            created_by=ctx.agent)
     deps = f" (blocked by {task.blockedBy})" if task.blockedBy else ""
     return f"created task #{task.id}: {task.subject}{deps}"
 
@@ -54,7 +107,7 @@ class UpdateArgs(Args):
     result: str | None = Field(None, description="What the task produced (when completing it).")
 
 
-@tool("task_update", args=UpdateArgs, risk="coordinate", budget=2000)
+@tool("task_update", args=UpdateArgs, risk="coordinate", budget=2000, authorize=_may_update)
 def task_update(call: Call) -> str:
     """Change a task's status, owner, dependencies or result. Mark your task completed
     with a result when it is done."""

@@ -1,0 +1,68 @@
+"""``task_completed`` hooks for shell tasks: asked before the scheduler records a completion.
+
+``Hooked(inner, hooks)`` wraps the shell executor (runner.build_executors,
+only when the run has ``task_completed`` hooks). An attempt that ends
+``completed`` is held while the hooks decide, on a thread of its own so the
+job watcher and the scheduler are never blocked by a hook; a veto (exit 2)
+turns the outcome into ``failed`` with "vetoed by a task_completed hook:
+<its stderr>", so the task is not completed and its ``retries`` apply. Any
+other outcome passes at once.
+
+Agent tasks are not wrapped: their teammate asks the hooks itself before
+reporting, and a veto goes back to the agent as a message within the same
+attempt (runtime/teammate.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..core import threads
+from ..core.hooks import Hooks
+from ..core.models import Task
+from ..core.threads import Crash
+from ..jobs.records import JobRecord
+from .executor import DoneCallback, Executor, Outcome
+
+
+class Hooked:
+    """An executor whose completed attempts pass the ``task_completed`` hooks first."""
+
+    def __init__(self, inner: Executor, hooks: Hooks, *, on_crash: Crash | None = None):
+        self.inner, self.hooks, self.on_crash = inner, hooks, on_crash
+        self.kind = inner.kind
+        self.inline_start = inner.inline_start
+
+    def _decided(self, task: Task, done: DoneCallback) -> DoneCallback:
+        def report(out: Outcome) -> None:
+            if not out.ok:
+                done(out)
+                return
+
+            def decide() -> None:
+                verdict = self.hooks.decide(
+                    "task_completed", teammate=task.owner or None, task=task,
+                    outcome={"status": out.status, "exit_code": out.exit_code, "result": out.result, "log": out.log})
+                if verdict.vetoed:
+                    done(dataclasses.replace(out, status="failed",
+                                             error=f"vetoed by a task_completed hook: {verdict.feedback}"))
+                else:
+                    done(out)
+
+            threads.start(f"team-hook-task-{task.id}", decide, on_crash=self.on_crash)
+        return report
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start(task, epoch, self._decided(task, done))
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start_now(task, epoch, self._decided(task, done))
+
+    def cancel(self, task_id: int) -> None:
+        self.inner.cancel(task_id)
+
+    def reap_orphans(self) -> list[JobRecord]:
+        return self.inner.reap_orphans()
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,267 @@
+"""``team mcp`` driven by the official MCP client SDK: the real ``team mcp`` process, over stdio
+and over streamable HTTP on 127.0.0.1.
+
+Every tool is called; refused changes come back as MCP tool errors carrying the CLI's own line;
+concurrent clients claiming the same tasks on one store each win a task at most once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+from conftest import REPO, run_team, team_env
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from orchestrator.team.roster import Team
+
+TOOLS = {"task_create", "task_update", "task_get", "task_list", "task_blocked", "task_critical", "task_claim",
+         "message_send", "message_broadcast", "inbox_read", "team_status"}
+
+
+def _stdio_params(root: Path, caller: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "orchestrator", "--root", str(root), "mcp", "--as", caller],
+                                 env={"PYTHONPATH": str(REPO)}, cwd=str(root))
+
+
+@contextlib.asynccontextmanager
+async def stdio_session(root: Path, caller: str = "claude") -> AsyncIterator[ClientSession]:
+    """A session with a fresh ``team mcp`` process over its stdin/stdout."""
+    async with stdio_client(_stdio_params(root, caller)) as (r, w), ClientSession(r, w) as s:
+        await s.initialize()
+        yield s
+
+
+@contextlib.contextmanager
+def http_server(root: Path, caller: str = "claude"):
+    """``team mcp --http --port 0`` in a subprocess; yields its URL (read from its stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "mcp", "--http", "--port", "0", "--as", caller],
+                            cwd=root, env=team_env(root), stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        m = re.search(r"(http://127\.0\.0\.1:\d+/mcp)", line)
+        assert m, f"no URL in {line!r}"
+        yield m.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str) -> AsyncIterator[ClientSession]:
+    async with streamable_http_client(url) as (r, w), ClientSession(r, w) as s:
+        await s.initialize()
+        yield s
+
+
+async def call(s: ClientSession, tool: str, /, **args) -> tuple[str, bool]:
+    res = await s.call_tool(tool, args)
+    return "".join(c.text for c in res.content if c.type == "text"), bool(res.is_error)
+
+
+async def ok(s: ClientSession, tool: str, /, **args) -> str:
+    text, err = await call(s, tool, **args)
+    assert not err, f"{tool}({args}) failed: {text}"
+    return text
+
+
+async def every_tool(s: ClientSession, root: Path) -> None:
+    listed = {t.name for t in (await s.list_tools()).tools}
+    assert listed == TOOLS
+
+    a = json.loads(await ok(s, "task_create", subject="design", name="design", estimate=5))
+    b = json.loads(await ok(s, "task_create", subject="build", blocked_by=["design"], estimate=10))
+    c = json.loads(await ok(s, "task_create", subject="ship", blocked_by=[b["id"]]))
+    assert (a["ready"], b["ready"], b["waiting_on"]) == (True, False, [a["id"]])
+
+    assert "design" in await ok(s, "task_list", ready=True)
+    assert "build" not in await ok(s, "task_list", ready=True)
+    blocked = await ok(s, "task_list", blocked=True)
+    assert "build" in blocked and "ship" in blocked
+    chains = await ok(s, "task_blocked", task=c["id"])
+    assert f"#{a['id']}" in chains and f"#{b['id']}" in chains
+    crit = json.loads(await ok(s, "task_critical"))
+    assert crit["path"] == [a["id"], b["id"], c["id"]]
+
+    got = json.loads(await ok(s, "task_claim", task="design"))
+    assert (got["status"], got["owner"]) == ("in_progress", "claude")
+    done = json.loads(await ok(s, "task_update", task=a["id"], status="completed", result="spec written"))
+    assert (done["status"], done["result"]) == ("completed", "spec written")
+    assert json.loads(await ok(s, "task_get", task=b["id"]))["ready"] is True
+
+    # the store on disk says the same, through the CLI
+    shown = json.loads(run_team(root, "task", "show", "design", "--json").stdout)
+    assert (shown["status"], shown["owner"], shown["result"]) == ("completed", "claude", "spec written")
+
+    Team(root).add("alice", "coder")
+    assert "sent" in await ok(s, "message_send", to="lead", text="design is done")
+    assert "design is done" in await ok(s, "inbox_read", name="lead", peek=True)
+    assert "design is done" in await ok(s, "inbox_read", name="lead")
+    assert "no unread messages" in await ok(s, "inbox_read", name="lead")
+    assert await ok(s, "message_broadcast", text="hello all") == "broadcast to alice"
+    assert "hello all" in await ok(s, "inbox_read", name="alice")
+    status = await ok(s, "team_status")
+    assert "tasks: 2 pending · 1 completed (1 ready)" in status and "alice" in status
+    assert status == run_team(root, "status").stdout.strip()  # the same text as `team status`
+
+
+async def errors(s: ClientSession, root: Path) -> None:
+    await ok(s, "task_create", subject="one", name="one")
+    await ok(s, "task_create", subject="two", name="two", blocked_by=["one"])
+    cases = [
+        ("task_get", {"task": 99}, ["task", "show", "99"]),
+        ("task_update", {"task": "one", "add_blocked_by": ["two"]}, ["task", "update", "one", "--add-blocked-by", "two"]),
+        ("task_create", {"subject": "x", "name": "bad name/"}, ["task", "create", "x", "--name", "bad name/"]),
+        ("task_update", {"task": "one", "status": "completed", "owner": "bad/owner"},
+         ["task", "update", "one", "--status", "completed", "--owner", "bad/owner"]),
+    ]
+    for tool, args, cli in cases:
+        text, err = await call(s, tool, **args)
+        assert err, f"{tool}({args}) should fail, got {text}"
+        line = run_team(root, *cli).stderr.strip()
+        assert line and text == line, (tool, text, line)
+    assert re.match(r"UnknownRef: ", (await call(s, "task_get", task=99))[0])
+    assert (await call(s, "task_update", task="one", add_blocked_by=["two"]))[0].startswith("CycleError: ")
+    text, err = await call(s, "task_claim", task="two")
+    assert err and text.startswith("ConflictError: ")
+    await ok(s, "task_claim", task="one")
+    text, err = await call(s, "task_claim", task="one", owner="other")
+    assert err and text == "ConflictError: task #1 is in_progress, not pending"
+    text, err = await call(s, "message_send", to="nobody", text="hi")
+    assert err and "nobody" in text
+    # nothing refused was written
+    assert json.loads(run_team(root, "task", "show", "one", "--json").stdout)["blockedBy"] == []
+    # a torn task file is named, not fatal, in a listing (as `team task list` does)
+    (root / ".tasks" / "task_2.json").write_text("{torn")
+    listing = await ok(s, "task_list")
+    assert "one" in listing and "warning: task_2.json cannot be read" in listing
+
+
+def test_every_tool_over_stdio(tmp_path):
+    async def main():
+        async with stdio_session(tmp_path) as s:
+            await every_tool(s, tmp_path)
+
+    anyio.run(main)
+
+
+def test_every_tool_over_http(tmp_path):
+    async def main(url):
+        async with http_session(url) as s:
+            await every_tool(s, tmp_path)
+
+    with http_server(tmp_path) as url:
+        anyio.run(main, url)
+
+
+def test_errors_are_mcp_tool_errors_with_the_cli_line_stdio(tmp_path):
+    async def main():
+        async with stdio_session(tmp_path) as s:
+            await errors(s, tmp_path)
+
+    anyio.run(main)
+
+
+def test_errors_are_mcp_tool_errors_with_the_cli_line_http(tmp_path):
+    async def main(url):
+        async with http_session(url) as s:
+            await errors(s, tmp_path)
+
+    with http_server(tmp_path) as url:
+        anyio.run(main, url)
+
+
+N = 12
+
+
+async def _claim_all(s: ClientSession, owner: str, won: dict[str, list[int]]) -> None:
+    for tid in range(1, N + 1):
+        text, err = await call(s, "task_claim", task=tid, owner=owner)
+        if not err:
+            won[owner].append(json.loads(text)["id"])
+        else:
+            assert text.startswith("ConflictError: "), text
+
+
+def _check_claims(root: Path, won: dict[str, list[int]]) -> None:
+    claimed = sorted(i for ids in won.values() for i in ids)
+    assert claimed == list(range(1, N + 1)), won  # each task once, none lost
+    tasks = {t["id"]: t for t in json.loads(run_team(root, "task", "list", "--json").stdout)}
+    for owner, ids in won.items():
+        for i in ids:
+            assert (tasks[i]["owner"], tasks[i]["status"], tasks[i]["attempts"]) == (owner, "in_progress", 1)
+
+
+def test_concurrent_stdio_clients_on_one_store_claim_each_task_once(tmp_path):
+    for i in range(N):
+        assert run_team(tmp_path, "task", "create", f"t{i}").returncode == 0
+    won: dict[str, list[int]] = {"ann": [], "bob": [], "cy": []}
+
+    async def client(owner: str) -> None:
+        async with stdio_session(tmp_path, owner) as s:
+            await _claim_all(s, owner, won)
+            for i in range(5):
+                await ok(s, "task_create", subject=f"{owner} {i}")
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            for owner in won:
+                tg.start_soon(client, owner)
+
+    anyio.run(main)
+    _check_claims(tmp_path, won)
+    tasks = json.loads(run_team(tmp_path, "task", "list", "--json").stdout)  # creates lost nothing either
+    assert sorted(t["id"] for t in tasks) == list(range(1, N + 16))
+    assert sorted(t["subject"] for t in tasks[N:]) == sorted(f"{o} {i}" for o in won for i in range(5))
+
+
+def test_concurrent_http_sessions_on_one_server_claim_each_task_once(tmp_path):
+    for i in range(N):
+        assert run_team(tmp_path, "task", "create", f"t{i}").returncode == 0
+    won: dict[str, list[int]] = {"ann": [], "bob": [], "cy": []}
+
+    async def client(url: str, owner: str) -> None:
+        async with http_session(url) as s:
+            await _claim_all(s, owner, won)
+
+    async def main(url):
+        async with anyio.create_task_group() as tg:
+            for owner in won:
+                tg.start_soon(client, url, owner)
+
+    with http_server(tmp_path) as url:
+        anyio.run(main, url)
+    _check_claims(tmp_path, won)
+
+
+def test_describe_prints_the_tool_list_and_its_token_cost(team):
+    r = team("mcp", "--describe")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert {line.split()[0] for line in lines[:-1]} == TOOLS
+    m = re.match(r"11 tools, (\d+) tokens", lines[-1])
+    assert m and int(m.group(1)) <= 3000
+    data = json.loads(team("mcp", "--describe", "--json").stdout)
+    assert {t["name"] for t in data["tools"]} == TOOLS
+    assert data["tokens"] == int(m.group(1))
+
+
+def test_bad_caller_name_and_taken_port_are_one_line_errors(team):
+    r = team("mcp", "--as", "no/slash", "--describe")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "InvalidName" in r.stderr
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        r = team("mcp", "--http", "--port", str(s.getsockname()[1]))
+    assert r.returncode == 2 and "UserError: cannot listen on 127.0.0.1" in r.stderr and "Traceback" not in r.stderr
