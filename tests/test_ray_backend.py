@@ -9,6 +9,7 @@ starts a new one, so it runs last.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -285,7 +286,7 @@ def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
     assert any(t.get("lost", 0) >= 1 for t in tasks.values())
     assert "w3" in {t["node"] for t in tasks.values()}
     status = lead(cluster, tmp_path, "status")
-    assert "attempt(s) lost with a node" in status.stdout, status.stdout
+    assert re.search(r"nodes: .*\bw3 \d+ tasks?\b.* · \d+ attempts? lost with a node", status.stdout), status.stdout
 
 
 def test_chaos_the_lead_killed_mid_run_and_resumed(cluster, tmp_path):

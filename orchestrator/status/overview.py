@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.models import Message, Status
-from ..core.text import shown
+from ..core.text import plural, shown
 from ..jobs.manager import JobManager
 from ..jobs.records import JobRecord, job_orphaned, shown_status
 from ..tasks import graph
@@ -138,8 +138,8 @@ def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
     nodes = data.get("nodes") or {}
     if nodes.get("tasks"):
         lost = nodes.get("lost_attempts", 0)
-        lines.append("nodes: " + " · ".join(f"{shown(n)} {k} task(s)" for n, k in nodes["tasks"].items())
-                     + (f" · {lost} attempt(s) lost with a node" if lost else ""))
+        lines.append("nodes: " + " · ".join(f"{shown(n)} {plural(k, 'task')}" for n, k in nodes["tasks"].items())
+                     + (f" · {plural(lost, 'attempt')} lost with a node" if lost else ""))
     running = data["jobs"]["running"]
     orphans = sum(1 for j in running if j.get("orphaned"))
     lines.append(f"jobs: {len(running)} running{f' ({orphans} orphaned)' if orphans else ''}, "
