@@ -1,6 +1,6 @@
 # Every target creates the virtualenv it needs: a fresh clone with only
 # Python installed can run `make demo` and `make test` directly.
-# System packages the tests use for real (bubblewrap, chromium) come from `make sysdeps`.
+# System packages the tests use for real (bubblewrap, chromium, iproute2) come from `make sysdeps`.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml
 sysdeps:
 	@need=""; \
 	command -v bwrap >/dev/null 2>&1 || need="$$need bubblewrap"; \
+	command -v ip >/dev/null 2>&1 || need="$$need iproute2"; \
+	command -v unshare >/dev/null 2>&1 || need="$$need util-linux"; \
 	if [ "$$TEAM_SKIP_BROWSER" != 1 ]; then \
 	  command -v chromium >/dev/null 2>&1 || need="$$need chromium"; \
 	  command -v chromedriver >/dev/null 2>&1 || need="$$need chromium-driver"; \
@@ -33,7 +35,8 @@ sysdeps:
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null || exit 1; \
 	else \
-	  echo "missing Debian packages:$$need (bubblewrap: agents' shell commands run in it;" \
+	  echo "missing Debian packages:$$need (bubblewrap: agents' shell commands run in it; iproute2," \
+	       "util-linux: the Ray tests' network namespace (unshare -n, ip link set lo up);" \
 	       "chromium, chromium-driver: the board's browser tests, or TEAM_SKIP_BROWSER=1)." >&2; \
 	  echo "Install them (sudo apt-get install$$need), then run make again." >&2; \
 	  exit 1; \

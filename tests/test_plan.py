@@ -40,7 +40,8 @@ def test_every_problem_is_reported_at_once(tmp_path):
         "integer (got 'x')",
         "plan.yaml:6: tasks[0].retries: Input should be greater than or equal to 0 (got -1)",
         "plan.yaml:7: tasks[0].colour: unknown key 'colour'; allowed: id, run, prompt, needs, description, "
-        "assignee, role, estimate, timeout, retries, retry_delay, env, cwd, isolation",
+        "assignee, role, estimate, timeout, retries, retry_delay, env, cwd, isolation, outputs, num_cpus, "
+            "resources, lost_retries",
     ]
 
 

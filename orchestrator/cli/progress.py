@@ -5,7 +5,9 @@ The scheduler emits plain dict events (``run_started``, ``started``,
 ``stale``); with worktree isolation the merge thread adds ``merge_queued``
 (the task finished running and waits for its turn to merge, ``ahead`` tasks
 before it) and ``merging`` (its merge began); ``completed`` follows once it
-landed. Events come from more than one thread: every sink takes a lock. A
+landed. On ``--backend ray`` ``completed`` and ``failed`` carry the ``node``
+the attempt ran on, and ``lost`` says an attempt was lost with its node (it
+runs again elsewhere, using no retry). Events come from more than one thread: every sink takes a lock. A
 sink is any callable taking one; three ship here and the CLI picks one:
 
 * ``LiveProgress``  on a terminal: a rich live view (counts per state, the
@@ -71,10 +73,10 @@ class _Tracker:
         elif kind == "merging":
             self.merge[ev["task"]] = "merging"
             self.state[ev["task"]] = "merging"
-        elif kind in ("completed", "failed", "retry", "cancelled"):
+        elif kind in ("completed", "failed", "retry", "cancelled", "lost"):
             self.running.pop(ev["task"], None)
             self.merge.pop(ev["task"], None)
-            self.state[ev["task"]] = "retrying" if kind == "retry" else kind
+            self.state[ev["task"]] = "retrying" if kind in ("retry", "lost") else kind
             if kind == "completed":
                 self.durations.append(ev.get("duration") or 0.0)
 
@@ -114,10 +116,15 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
         return f"{stamp} run: {plural(t.total, 'task')}, {t.before} already completed, {plural(t.workers, 'worker')}"
     if kind == "started":
         return f"{stamp} start {who} (attempt {ev['attempt']})"
+    on = f" on {shown(ev['node'])}" if ev.get("node") else ""
     if kind == "completed":
-        return f"{stamp} done  {who} in {ev['duration']:.2f}s [{t.done}/{t.total}]"
+        return f"{stamp} done  {who} in {ev['duration']:.2f}s{on} [{t.done}/{t.total}]"
     if kind == "failed":
-        return f"{stamp} FAIL  {who}: {_first_line(ev['error'])}" + (f" (log: {ev['log']})" if ev.get("log") else "")
+        return (f"{stamp} FAIL  {who}{on}: {_first_line(ev['error'])}"
+                + (f" (log: {ev['log']})" if ev.get("log") else ""))
+    if kind == "lost":
+        again = "; running it again elsewhere" if ev.get("again") else ""
+        return f"{stamp} lost  {who}: attempt {ev['attempt']} lost with node {shown(ev['node'])}{again}"
     if kind == "retry":
         return (f"{stamp} retry {who}: {_first_line(ev['error'])}; again in {ev['delay']:.2f}s"
                 + (f" (log: {ev['log']})" if ev.get("log") else ""))
@@ -190,7 +197,7 @@ class LiveProgress:
             self.live.start()
         with self.lock:
             self.t.apply(ev)
-            if ev["event"] in ("failed", "cancelled", "retry", "stopping"):
+            if ev["event"] in ("failed", "cancelled", "retry", "stopping", "lost"):
                 line = format_event(self.t, ev)
                 if line:
                     self.console.print(line, markup=False, highlight=False)
@@ -264,8 +271,11 @@ def summarise(result: RunResult, workers: int, root: Path | None = None) -> dict
                       for r in runs.values() if r.status == "cancelled"],
         "durations": sorted(({"task": r.id, "name": r.name, "status": r.status, "seconds": round(r.duration, 3),
                               "attempts": r.attempts, "failed_attempts": r.failures,
-                              "interrupted_attempts": r.interrupted} for r in ran),
+                              "interrupted_attempts": r.interrupted,
+                              **({"node": r.node} if r.node else {}),
+                              **({"lost_with": r.lost} if r.lost else {})} for r in ran),
                             key=lambda d: -d["seconds"]),
+        "lost": [{"task": r.id, "name": r.name, "nodes": r.lost} for r in runs.values() if r.lost],
         "critical_path": [{"task": i, "name": runs[i].name, "seconds": round(runs[i].duration, 3)} for i in path],
         "stopped": result.stopped,
         "deadlock": result.deadlock,
@@ -279,10 +289,14 @@ def _earlier(d: dict[str, Any]) -> str:
     failed, interrupted = d.get("failed_attempts", 0), d.get("interrupted_attempts", 0)
     if d.get("status") == "failed":
         failed -= 1  # the last attempt is the one the summary reports as FAILED
+    lost = d.get("lost_with", [])
+    interrupted -= min(len(lost), interrupted)  # a lost attempt is counted as interrupted too
     parts = ([f"{failed} failed"] if failed else []) + ([f"{interrupted} interrupted"] if interrupted else [])
-    if not parts:
-        return ""
-    return f" (after {' and '.join(parts)} attempt{'s' if failed + interrupted > 1 else ''})"
+    said = [f"{' and '.join(parts)} attempt{'s' if failed + interrupted > 1 else ''}"] if parts else []
+    if lost:
+        said.append(f"{len(lost)} attempt{'s' if len(lost) > 1 else ''} lost with node "
+                    f"{', '.join(dict.fromkeys(lost))}")
+    return f" (after {'; '.join(said)})" if said else ""
 
 
 CHAIN_HEAD = 4
@@ -321,7 +335,15 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         listed = s["durations"][:limit]
         more = f" (slowest {limit} of {len(s['durations'])})" if len(s["durations"]) > limit else ""
         lines.append(f"durations{more}:")
-        lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}{_earlier(d)}" for d in listed]
+        lines += [f"  {d['seconds']:8.2f}s  #{d['task']} {d['name']}" + (f" on {d['node']}" if d.get("node") else "")
+                  + _earlier(d) for d in listed]
+    by_node: dict[str, list[str]] = {}
+    for item in s.get("lost", []):
+        for node in dict.fromkeys(item["nodes"]):
+            by_node.setdefault(node, []).append(f"#{item['task']} {item['name']}")
+    for node, names in by_node.items():
+        shown_names = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+        lines.append(f"lost with node {shown(node)}: {shown(shown_names)} (run again elsewhere; no retry used)")
     for f in s["failed"][:limit]:
         error = shown(f["error"], lines=True).replace("\n", "\n    ")  # continuation lines stay indented
         lines.append(f"FAILED #{f['task']} {f['name']}: {error}" + (f"\n  log: {f['log']}" if f["log"] else ""))

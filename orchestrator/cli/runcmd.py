@@ -46,6 +46,8 @@ def run_cmd(
     model: Annotated[str | None, typer.Option("--model", help="Model for agent tasks (else the plan's, else $TEAM_MODEL).")] = None,
     ask: Annotated[bool, typer.Option("--ask", help="A teammate that reaches its budget asks for more (answered with `team approve ID` or `team deny ID`; `team approve` lists the requests) instead of failing its task.")] = False,
     board: Annotated[bool, typer.Option("--board", help="Serve the live web board (`team board`) while the run lasts; prints its URL.")] = False,
+    backend: Annotated[str | None, typer.Option("--backend", help="Where tasks run: local (this machine) or ray (a Ray cluster; docs/scale.md). Default: the plan's `backend`, else local.", metavar="local|ray")] = None,
+    address: Annotated[str | None, typer.Option("--address", help="--backend ray: the cluster, `auto` (this machine is a node) or HOST:PORT of its head; without it an embedded local Ray instance on 127.0.0.1 is started.", metavar="auto|HOST:PORT")] = None,
     json_out: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -61,10 +63,11 @@ def run_cmd(
     if dry_run:
         _dry_run(lp, state_root, workers, json_out)
         return
-    from ..run.runner import check_redo, run_plan
+    from ..run.runner import Backend, check_redo, run_plan
     from ..run.stop import RunStop
 
     check_redo(lp, redo or [])
+    where = Backend.choose(lp, backend, address)
 
     sink: progress.JsonProgress | progress.LiveProgress | progress.PlainProgress
     if json_out:
@@ -95,7 +98,8 @@ def run_cmd(
         signal.signal(sig, on_signal)
     try:
         result = run_plan(lp, state_root, workers=workers, keep_going=keep_going, fresh=fresh, redo=redo or [],
-                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop, ask=ask)
+                          include_uncommitted=include_uncommitted, emit=sink, note=note, stop=stop, ask=ask,
+                          backend=where)
     finally:
         sink.close()
         if web is not None:
@@ -186,10 +190,15 @@ def check_cmd(
     """Validate a plan without running it (exit 2 with file:line: field: problem).
 
     With isolation: worktree it also checks the git repository holding the state
-    root (--root, $TEAM_ROOT or the current directory): every task must run inside it."""
+    root (--root, $TEAM_ROOT or the current directory): every task must run inside it.
+    With `backend: ray`, that every shell task brings its work back (outputs: or a worktree)."""
+    from ..core.errors import PlanError
     from ..plan.load import load_plan
+    from ..run.runner import ray_problems
 
     lp = load_plan(plan_file, model=model)
+    if lp.plan.backend == "ray" and (problems := ray_problems(lp)):
+        raise PlanError("\n".join(problems))
     for w in _isolation_check(lp, root_of(root, ctx)):
         err(w)
     out(f"{plan_file}: ok ({plural(len(lp.plan.tasks), 'task')})")

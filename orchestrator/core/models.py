@@ -79,6 +79,14 @@ class Task(BaseModel):
     redo: bool = Field(False, description="Run again from scratch: its merge and kept branch are dropped first.")
     landed: str | None = Field(None, description="The commit `team land` brought its work into the user's branch with.")
     usage: dict[str, Any] = Field(default_factory=dict, description="Token usage of agent tasks.")
+    outputs: list[str] = Field(default_factory=list, description="Globs of files (relative to its cwd) a task "
+                                                                 "run on another machine brings back (backend ray).")
+    num_cpus: float | None = Field(None, description="CPUs an attempt reserves on a cluster node (backend ray).")
+    resources: dict[str, float] = Field(default_factory=dict, description="Custom cluster resources an attempt "
+                                                                          "reserves, e.g. {gpu: 1} (backend ray).")
+    lost_retries: int = Field(3, description="Attempts lost with a cluster node that are re-run (use no retry).")
+    lost: int = Field(0, description="Attempts lost with a cluster node (infrastructure losses, backend ray).")
+    node: str | None = Field(None, description="The cluster node the current/last attempt ran on (backend ray).")
 
     @property
     def ref(self) -> str:
@@ -90,10 +98,11 @@ class Task(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The on-disk form: seed keys first, then the rest, None/empty omitted."""
         data = self.model_dump(mode="json", exclude_none=True)
-        for key in ("env", "usage", "redo"):
+        for key in ("env", "usage", "redo", "outputs", "resources"):
             if not data.get(key):
                 data.pop(key, None)
-        for key, default in (("retries", 0), ("attempts", 0), ("failures", 0), ("interrupted", 0), ("epoch", 0)):
+        for key, default in (("retries", 0), ("attempts", 0), ("failures", 0), ("interrupted", 0), ("epoch", 0),
+                             ("lost", 0), ("lost_retries", 3)):
             if data.get(key) == default:
                 data.pop(key)
         if data.get("kind") == "manual":

@@ -57,6 +57,24 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+def _resource_names(value: dict[str, float] | None) -> dict[str, float] | None:
+    """Custom resources: names Ray accepts, amounts not negative (``CPU`` is ``num_cpus``)."""
+    for name, amount in (value or {}).items():
+        if not NAME_RE.match(name) or name in ("CPU", "cpu", "num_cpus"):
+            raise ValueError(f"{name!r} is not a resource name (a slug; CPUs are `num_cpus`)")
+        if amount < 0:
+            raise ValueError(f"{name}: {amount} is negative")
+    return value
+
+
+def _output_globs(value: list[str] | None) -> list[str] | None:
+    """Output globs stay inside the task's folder: relative, without ``..``."""
+    for glob in value or []:
+        if not glob or glob.startswith("/") or ".." in Path(glob).parts:
+            raise ValueError(f"{glob!r}: an output glob is relative to the task's cwd, without '..'")
+    return value
+
+
 class Defaults(_Strict):
     """Values every task inherits unless it sets its own."""
 
@@ -66,9 +84,19 @@ class Defaults(_Strict):
                                                                  "time, up to an hour.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
+    outputs: list[str] | None = Field(None, description="backend ray: globs (relative to the task's cwd) of the "
+                                                        "files an attempt brings back to the lead's tree.")
+    num_cpus: float | None = Field(None, ge=0, le=1024, description="backend ray: CPUs an attempt reserves on a "
+                                                                    "node (default 1).")
+    resources: dict[str, float] | None = Field(None, description="backend ray: custom resources an attempt "
+                                                                 "reserves on a node, e.g. {gpu: 1}.")
+    lost_retries: int | None = Field(None, ge=0, le=1000, description="backend ray: attempts lost with a node "
+                                                                      "re-run elsewhere (use no retry; default 3).")
 
     _env = field_validator("env", mode="before")(_env_values)
     _env_name = field_validator("env")(_env_names)
+    _res = field_validator("resources")(_resource_names)
+    _out = field_validator("outputs")(_output_globs)
 
 
 class TeamMember(_Strict):
@@ -99,9 +127,19 @@ class PlanTask(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation.")
+    outputs: list[str] | None = Field(None, description="backend ray: globs (relative to the task's cwd) of the "
+                                                        "files an attempt brings back to the lead's tree.")
+    num_cpus: float | None = Field(None, ge=0, le=1024, description="backend ray: CPUs an attempt reserves on a "
+                                                                    "node (default 1).")
+    resources: dict[str, float] | None = Field(None, description="backend ray: custom resources an attempt "
+                                                                 "reserves on a node, e.g. {gpu: 1}.")
+    lost_retries: int | None = Field(None, ge=0, le=1000, description="backend ray: attempts lost with a node "
+                                                                      "re-run elsewhere (use no retry; default 3).")
 
     _env = field_validator("env", mode="before")(_env_values)
     _env_name = field_validator("env")(_env_names)
+    _res = field_validator("resources")(_resource_names)
+    _out = field_validator("outputs")(_output_globs)
 
     @field_validator("needs", mode="before")
     @classmethod
@@ -130,6 +168,9 @@ class Plan(_Strict):
     workers: int = Field(4, ge=1, le=1024, description="Max tasks running at once.")
     model: str | None = Field(None, description="Model for agent tasks (else --model or $TEAM_MODEL).")
     isolation: Literal["none", "worktree"] = Field("none", description="none, or a git worktree per task.")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: tasks run on this machine; ray: on a Ray cluster (`team run --backend ray "
+                             "--address ...`; docs/scale.md).")
     sandbox: Literal["on", "off"] = Field(
         "on", description="on: agents' shell commands run in an OS sandbox (bubblewrap); off: without one, "
                           "on purpose (shown in `team status`). Plan shell tasks never run in it.")

@@ -6,6 +6,9 @@
     stop.py       RunStop: how a signal or a failed thread of ours stops a run at a safe point
     shell.py      ShellExecutor: shell tasks as background jobs
     agents.py     AgentExecutor: agent tasks on teammates
+    ray_backend.py  RayExecutor: shell tasks on a Ray cluster (--backend ray; imports ray lazily),
+                  workspaces shipped through the object store, outputs and commits brought back
+    ray_remote.py what runs on a cluster node for one attempt (workspace in, command, work out)
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
     hooked.py     task_completed hooks asked before a shell task's completion is recorded
     reconcile.py  the task store and the integration branch made to agree before a run

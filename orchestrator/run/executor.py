@@ -53,6 +53,10 @@ class Outcome:
     result: str | None = None  # what an agent task produced (else the tail of the log is kept)
     usage: dict[str, Any] | None = None  # token usage of an agent attempt (pricing.Usage as a dict)
     fields: dict[str, Any] | None = None  # extra task fields to store with the outcome (worktree, branch, ...)
+    node: str | None = None  # the cluster node the attempt ran on (backend ray), stored as the task's ``node``
+    # The attempt was lost with its node or worker process (an infrastructure loss, not the task's
+    # failure): the scheduler re-runs it without using a retry, up to the task's ``lost_retries``.
+    lost: bool = False
 
     @property
     def ok(self) -> bool:

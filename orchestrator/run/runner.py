@@ -18,7 +18,10 @@ Order of a run (``run_plan``):
 3. Build the executors the plan needs (``build_executors``: shell first, so
    its job server forks while this process has one thread) and reap orphaned
    jobs of a dead lead (they are killed and marked ``lost``) so nothing from
-   the old run keeps going.
+   the old run keeps going. On ``--backend ray`` (``Backend``; the plan's
+   ``backend:``) shell tasks run on a Ray cluster (ray_backend.py); a plan
+   whose shell tasks would bring nothing back from another machine was
+   refused in step 1 (``ray_problems``).
 4. ``start_fresh``: ``--fresh`` (or the marker of an interrupted one) deletes
    the plan's branches, worktrees and tasks between writing a marker and
    removing it, so a kill in between is finished by the next run.
@@ -124,11 +127,18 @@ def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
         retries=t.retries if t.retries is not None else d.retries,
         env={**d.env, **t.env}, cwd=str(lp.task_cwd(t)),
         isolation=t.isolation or (lp.plan.isolation if lp.plan.isolation != "none" else None),
+        outputs=_pick(t.outputs, d.outputs) or [], num_cpus=_pick(t.num_cpus, d.num_cpus),
+        resources=_pick(t.resources, d.resources) or {}, lost_retries=_pick(t.lost_retries, d.lost_retries, 3),
     )
 
 
+def _pick(*values: Any) -> Any:
+    """The first value that is set (a task's own, then the plan's defaults, then the built-in)."""
+    return next((v for v in values if v is not None), None)
+
+
 _MUTABLE = ("subject", "description", "command", "prompt", "role", "assignee", "estimate", "timeout",
-            "retries", "env", "cwd", "isolation")
+            "retries", "env", "cwd", "isolation", "outputs", "num_cpus", "resources", "lost_retries")
 
 
 def tasks_of(store: TaskStore, plan: str) -> list[Task]:
@@ -185,7 +195,7 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                           reason=f"the previous lead died during attempt {old.attempts}; re-running")
             note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
         if old.status in (Status.failed, Status.cancelled):
-            store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, error=None,
+            store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, lost=0, error=None,
                          **fields)
             note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: retrying it")
         elif fields:
@@ -216,26 +226,49 @@ def kinds_of(lp: LoadedPlan) -> dict[str, list[str]]:
     return out
 
 
+@dataclass(frozen=True)
+class Backend:
+    """Where tasks run: ``local`` (this machine) or ``ray`` (a Ray cluster at ``address``: ``auto``,
+    ``HOST:PORT``, or None for an embedded local instance; ray_backend.py)."""
+
+    name: str = "local"
+    address: str | None = None
+
+    @classmethod
+    def choose(cls, lp: LoadedPlan, backend: str | None, address: str | None) -> Backend:
+        name = backend or lp.plan.backend
+        if name not in ("local", "ray"):
+            raise UserError(f"--backend {name}: unknown backend; use local or ray")
+        if address is not None and name != "ray":
+            raise UserError("--address names a Ray cluster: use it with --backend ray (or `backend: ray` in the plan)")
+        return cls(name, address)
+
+
 def run_plan(lp: LoadedPlan, root: Path, *, workers: int | None = None, keep_going: bool = False,
              fresh: bool = False, redo: Iterable[str] = (), include_uncommitted: bool = False,
-             emit: Emit, note: Callable[[str], None], stop: RunStop | None = None, ask: bool = False) -> RunResult:
+             emit: Emit, note: Callable[[str], None], stop: RunStop | None = None, ask: bool = False,
+             backend: Backend | None = None) -> RunResult:
     """Everything ``team run`` does after parsing its options (see the module docstring).
 
     ``stop``: how signals reach the run (the CLI's handler calls ``stop.request``) and how the
     threads of the executors report their death (stop.py). ``ask``: a teammate that reaches its
-    budget asks the lead for more instead of failing its task (runtime/teammate.py)."""
+    budget asks the lead for more instead of failing its task (runtime/teammate.py). ``backend``:
+    where tasks run (default: the plan's ``backend``, else this machine)."""
     stop = stop if stop is not None else RunStop()
+    backend = backend if backend is not None else Backend.choose(lp, None, None)
     with stop.deferred():  # a signal is taken at a safe point (stop.check(), the scheduler's turns)
-        result = _run(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop, ask)
+        result = _run(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop, ask,
+                      backend)
     stop.check()  # a signal during the last cleanup: the run's work is saved; say it was stopped
     return result
 
 
 def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fresh: bool, redo: Iterable[str],
          include_uncommitted: bool, emit: Emit, note: Callable[[str], None], stop: RunStop,
-         ask: bool = False) -> RunResult:
+         ask: bool = False, backend: Backend | None = None) -> RunResult:
+    backend = backend if backend is not None else Backend()
     kinds = kinds_of(lp)
-    preflight(lp, kinds)  # every refusal that needs no state comes before any state
+    preflight(lp, kinds, backend)  # every refusal that needs no state comes before any state
     hook_config = run_hooks(root, lp.plan.hooks)  # a bad .team/hooks.yaml is refused here: nothing written
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
@@ -244,6 +277,8 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     agents = "agent" in kinds
     # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
     info = {"sandbox": sandbox.state()} if agents else {}
+    if backend.name == "ray":  # `team status` says where the lead runs its tasks
+        info["backend"] = f"ray ({backend.address or 'embedded, 127.0.0.1'})"
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
         if agents and (said := sandbox.note()) is not None:
             note(said)
@@ -259,7 +294,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
             store.observer = dispatcher.task_observer
         try:
             result = _run_locked(lp, root, workers, keep_going, fresh, redo, include_uncommitted, emit, note, stop,
-                                 ask, store, wt, kinds, workspace, hooks, rerun, sandbox)
+                                 ask, store, wt, kinds, workspace, hooks, rerun, sandbox, backend)
         except BaseException as e:
             hooks.fire("run_finished", ok=False, stopped=f"{type(e).__name__}: {e}")
             raise
@@ -275,7 +310,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
 def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fresh: bool, redo: list[str],
                 include_uncommitted: bool, emit: Emit, note: Callable[[str], None], stop: RunStop, ask: bool,
                 store: TaskStore, wt: Worktrees | None, kinds: dict[str, list[str]], workspace: Path, hooks: Hooks,
-                rerun: str, sandbox: Sandbox) -> RunResult:
+                rerun: str, sandbox: Sandbox, backend: Backend) -> RunResult:
     """``_run`` once the lead lock is held and the hooks are set up."""
     if wt is not None and Land(wt).pending() is not None:
         raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
@@ -289,7 +324,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                           models={m.name: m.model for m in lp.plan.team if m.model},
                           budgets={m.name: m.budget for m in lp.plan.team if m.budget},
                           mcp_servers=list(lp.plan.mcp_servers))
-    execs = build_executors(set(kinds), ctx)
+    execs = build_executors(set(kinds), ctx, backend)
     iso: Isolation | None = None
     try:
         stop.check()
@@ -366,11 +401,16 @@ def spend_rows(spend: Spend, team: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def preflight(lp: LoadedPlan, kinds: dict[str, list[str]]) -> None:
+def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | None = None) -> None:
     """Refuse what can be refused before the lead lock, executors or tasks exist (a refused run
     leaves no state): the model service's settings of agent tasks (a missing model or key, a bad
     ``TEAM_AGENT_MAX_STEPS``), which the agent executor would otherwise refuse after the job
-    server had started."""
+    server had started; on ``--backend ray``, tasks that could not bring their work back
+    (``ray_problems``)."""
+    if backend is not None and backend.name == "ray":
+        problems = ray_problems(lp)
+        if problems:
+            raise PlanError("\n".join(problems))
     if "agent" in kinds:
         from ..llm.types import LLMConfig
         from .agents import max_steps_from_env
@@ -378,6 +418,24 @@ def preflight(lp: LoadedPlan, kinds: dict[str, list[str]]) -> None:
         LLMConfig.resolve(lp.model, None)
         max_steps_from_env()
         ask_timeout_from_env()
+
+
+def ray_problems(lp: LoadedPlan) -> list[str]:
+    """``file:line: field: problem`` for tasks ``--backend ray`` cannot run: a shell task on another
+    machine must say what comes back (``outputs:`` globs, ``[]`` for nothing but its exit and log) or
+    run in a git worktree (its commits come back); agent tasks run on the lead's machine only so far."""
+    d = lp.plan.defaults
+    out = []
+    for i, t in enumerate(lp.plan.tasks):
+        line = lp.lines.get(("tasks", i), 1)
+        if t.kind == "agent":
+            out.append(f"{lp.path}:{line}: tasks[{i}]: {t.id} is an agent task; backend ray runs shell tasks "
+                       f"only: run this plan with --backend local")
+        elif (t.isolation or lp.plan.isolation) != "worktree" and t.outputs is None and d.outputs is None:
+            out.append(f"{lp.path}:{line}: tasks[{i}].outputs: {t.id} would run on another machine with "
+                       f"nothing coming back: declare `outputs:` (globs of the files to bring back to "
+                       f"{lp.task_cwd(t)}; `outputs: []` for none) or use isolation: worktree")
+    return out
 
 
 def check_redo(lp: LoadedPlan, redo: Iterable[str]) -> list[str]:
@@ -459,13 +517,22 @@ def _started(start: Start, wt: Worktrees, include: bool, rerun: str, note: Calla
              f"`{rerun} --fresh --include-uncommitted` to put them in the plan's base")
 
 
-def build_executors(kinds: set[str], ctx: ExecutorContext) -> dict[str, Executor]:
+def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | None = None) -> dict[str, Executor]:
     """The executors for these task kinds. The shell executor first: it forks its job
-    server while this process has a single thread; the agent executor starts threads."""
+    server while this process has a single thread; the agent executor starts threads.
+    On ``--backend ray`` shell tasks run on the cluster (ray_backend.py, which imports ray)."""
     built: dict[str, Executor] = {}
     try:
         if "shell" in kinds:
-            shell = ShellExecutor(ctx)
+            shell: Executor
+            if backend is not None and backend.name == "ray":
+                from .ray_backend import (
+                    RayExecutor,  # imports ray: only runs on a cluster pay for it
+                )
+
+                shell = RayExecutor(ctx, backend.address)
+            else:
+                shell = ShellExecutor(ctx)
             # a shell task's completion passes the task_completed hooks first (agents' teammates ask themselves)
             built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
                 else shell

@@ -105,6 +105,8 @@ class TaskRun:
     attempts: int = 0  # started, ever (the task's ``attempts``)
     failures: int = 0  # of them, failed (count against ``retries``)
     interrupted: int = 0  # of them, stopped from outside (Ctrl-C, a dead lead, ...): no retry used
+    lost: list[str] = field(default_factory=list)  # nodes attempts were lost with this run (backend ray)
+    node: str | None = None  # where the last attempt ran (backend ray)
     finished: float | None = None
     duration: float = 0.0
     log: str | None = None
@@ -146,6 +148,7 @@ class Scheduler:
         self.running: dict[int, tuple[int, float]] = {}
         self.delayed: list[tuple[float, int]] = []
         self.failures: dict[int, int] = {t.id: t.failures for t in tasks}
+        self.lost: dict[int, int] = {t.id: t.lost for t in tasks}
         self.unclaimable: dict[int, str] = {}
         self.events: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self.stopped: str | None = None
@@ -260,23 +263,33 @@ class Scheduler:
             run = self.runs[out.task_id]
             run.finished, run.log = now, out.log
             run.duration += out.duration
+            if out.node:
+                run.node = out.node
             task = self.tasks[out.task_id]
+            if out.lost and self._lost(task, out, run):
+                continue
             if out.ok:
                 result = out.result if out.result is not None else out.tail[-500:]
                 fields = {"log": out.log, "result": result, **self._usage(task, out), **(out.fields or {})}
+                if out.node:
+                    fields["node"] = out.node
                 finals.append((out.task_id, out.epoch, "completed", fields))
                 self._unlock_dependents(out.task_id)
                 continue
             self.failures[out.task_id] += 1
             n = self.failures[out.task_id]
             reason = out.describe()
+            if out.lost:
+                reason = (f"lost with node {out.node or 'an unknown node'} ({reason}); its lost_retries "
+                          f"({task.lost_retries}) are used up")
             run.error, run.failures = reason, n
+            node: dict[str, Any] = {"node": out.node} if out.node else {}
             if n <= task.retries and not self.stopped:
                 delay = min(self.opts.retry_delay.get(out.task_id, 1.0) * 2.0 ** min(n - 1, 30), MAX_RETRY_DELAY)
                 released = self.store.release(out.task_id, out.epoch,
                                               reason=f"attempt {task.attempts} {reason}; retrying",
                                               actor=self.opts.owner, failures=n, log=out.log,
-                                              **self._usage(task, out), **(out.fields or {}))
+                                              **self._usage(task, out), **(out.fields or {}), **node)
                 self.tasks[out.task_id] = released
                 heapq.heappush(self.delayed, (now + delay, out.task_id))
                 run.status = "retrying"
@@ -286,10 +299,30 @@ class Scheduler:
             finals.append((out.task_id, out.epoch, "failed",
                            {"log": out.log, "error": reason, "failures": n,
                             "result": out.result if out.result is not None else out.tail[-2000:],
-                            **self._usage(task, out), **(out.fields or {})}))
+                            **self._usage(task, out), **(out.fields or {}), **node}))
             if not self.opts.keep_going and not self.stopped:
                 self.stopped = f"#{out.task_id} ({run.name}) failed"
         return finals
+
+    def _lost(self, task: Task, out: Outcome, run: TaskRun) -> bool:
+        """An attempt lost with its node: re-run at once without using a retry (True), unless the task's
+        ``lost_retries`` are used up (False: it fails like any attempt, saying where it was lost)."""
+        n = self.lost[task.id] = self.lost[task.id] + 1
+        where = out.node or "an unknown node"
+        run.lost.append(where)
+        if n > task.lost_retries:
+            return False
+        fields: dict[str, Any] = {"node": out.node} if out.node else {}
+        reason = f"attempt {task.attempts} lost with node {where} ({out.describe()})"
+        self.tasks[task.id] = self.store.release(task.id, out.epoch, reason=f"{reason}; re-running elsewhere",
+                                                 actor=self.opts.owner, interrupted=True, lost=n, **fields)
+        run.interrupted += 1
+        run.status = "pending"
+        if not self.stopped:
+            self._push_ready(task.id)
+        self.emit({"event": "lost", "task": task.id, "name": run.name, "node": where, "attempt": task.attempts,
+                   "error": out.describe(), "again": not self.stopped})
+        return True
 
     @staticmethod
     def _usage(task: Task, out: Outcome) -> dict[str, Any]:
@@ -344,8 +377,11 @@ class Scheduler:
                 continue
             self.tasks[tid] = done[tid]
             run.status = status
-            self.emit({"event": status, "task": tid, "name": run.name, "duration": round(run.duration, 3),
-                       "log": fields.get("log"), "error": fields.get("error")})
+            ev = {"event": status, "task": tid, "name": run.name, "duration": round(run.duration, 3),
+                  "log": fields.get("log"), "error": fields.get("error")}
+            if fields.get("node"):
+                ev["node"] = fields["node"]
+            self.emit(ev)
             if status == "failed":
                 self._cancel_downstream(tid)
                 if self.stopped and self.stopped.startswith(f"#{tid} "):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.models import Message, Status
-from ..core.text import shown
+from ..core.text import plural, shown
 from ..jobs.manager import JobManager
 from ..jobs.records import JobRecord, job_orphaned, shown_status
 from ..tasks import graph
@@ -71,6 +71,12 @@ def status_data(root: Path) -> dict[str, Any]:
     for t in tasks:
         counts[t.status.value] += 1
     ready = len(graph.ready(tasks))
+    nodes: dict[str, int] = {}  # backend ray: where the tasks' last attempts ran
+    lost = 0
+    for t in tasks:
+        if t.node:
+            nodes[t.node] = nodes.get(t.node, 0) + 1
+        lost += t.lost
     jobs = JobManager(root).list()
     running = [j for j in jobs if j.status == "running"]
     lead = lead_info(root)
@@ -79,6 +85,7 @@ def status_data(root: Path) -> dict[str, Any]:
         "lead": {"alive": lead is not None, **(lead or {})},
         "members": members,
         "tasks": {"total": len(tasks), **counts, "ready": ready, "unreadable": len(bad)},
+        "nodes": {"tasks": dict(sorted(nodes.items())), "lost_attempts": lost},
         "jobs": {"total": len(jobs), "running": [job_data(j) for j in running]},
         "usage": usage.report(roster.members, tasks, usage.lead_usage(root)),
         "requests": [r.model_dump(exclude_none=True) for r in Requests(root).pending()],
@@ -90,6 +97,8 @@ def lead_text(lead: dict[str, Any]) -> str:
     if not lead["alive"]:
         return "not running"
     what = " · team chat" if lead.get("mode") == "chat" else ""
+    if lead.get("backend"):
+        what += f" · backend {shown(str(lead['backend']))}"
     sandbox = lead.get("sandbox")
     if isinstance(sandbox, str) and sandbox != "on":
         what += f" · sandbox {sandbox}"
@@ -126,6 +135,11 @@ def status_lines(data: dict[str, Any], *, with_usage: bool = True) -> list[str]:
         lines.append(f"tasks: {' · '.join(parts)}{extra}{bad}")
     else:
         lines.append("tasks: none")
+    nodes = data.get("nodes") or {}
+    if nodes.get("tasks"):
+        lost = nodes.get("lost_attempts", 0)
+        lines.append("nodes: " + " · ".join(f"{shown(n)} {plural(k, 'task')}" for n, k in nodes["tasks"].items())
+                     + (f" · {plural(lost, 'attempt')} lost with a node" if lost else ""))
     running = data["jobs"]["running"]
     orphans = sum(1 for j in running if j.get("orphaned"))
     lines.append(f"jobs: {len(running)} running{f' ({orphans} orphaned)' if orphans else ''}, "

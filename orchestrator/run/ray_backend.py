@@ -1,0 +1,441 @@
+"""``team run --backend ray``: shell tasks as Ray tasks on a cluster; the lead stays the single writer.
+
+``RayExecutor`` is an ``Executor`` (executor.py) like the local shell one: the
+scheduler, its group commit, epochs, retries and recovery are unchanged. Only
+this module (and ``ray_remote``, which runs on the nodes) imports ``ray``, and
+only when a run uses the backend, so no other command pays for it.
+
+Connecting (``connect``): ``--address auto`` joins the cluster this machine
+is a node of, ``--address HOST:PORT`` a given head, and no address starts an
+embedded local Ray instance bound to 127.0.0.1 (no dashboard), for trying the
+backend on a laptop. The driver's own address is 127.0.0.1 when the head is
+on loopback.
+
+A run is a new Ray job, whose worker processes start on demand: the executor
+starts one per CPU of the cluster as soon as it is built (``ray_remote.warm``)
+and waits for them (at most ``WARM_WAIT`` seconds) before the run starts.
+
+Per attempt (``start``, non-blocking, so it may run inside the store's
+commit): the task's workspace goes into the object store once and is shared
+by every attempt that starts from it (``Workspaces``); the attempt is
+submitted as one Ray task (``num_cpus``: the task's, default 1;
+``resources``: the plan's custom resources such as ``{gpu: 1}``; Ray's own
+retries off: the lead decides what runs again, under a new epoch). Its
+completion comes back through the reference's future callback: no thread
+per task and no polling. One landing thread then, in completion order:
+
+* checks the result carries the epoch of the attempt still in flight for its
+  task (else it is dropped: its outputs never reach the tree);
+* writes the log under ``.team/ray/`` (scrubbed of the lead's secrets, as
+  every file under the root is);
+* brings the work back: the ``outputs`` files into the task's folder (outputs
+  mode), or the returned commits into the task's worktree, fast-forwarded
+  (``isolation: worktree``; ``isolation.py`` then merges them back as it
+  merges local work, conflicts handled as today);
+* hands the ``Outcome`` (with the node it ran on) to the scheduler, whose
+  store commit refuses it if its epoch went stale meanwhile.
+
+Faults: an attempt whose node died (``NodeDiedError``), whose worker process
+died, or whose object was lost comes back as ``Outcome(lost=True)`` naming
+the node; the scheduler re-runs it elsewhere without using a retry, up to the
+task's ``lost_retries`` (scheduler.py). A dead lead's attempts die with its
+Ray driver (Ray cancels the tasks of a driver that exited); the next lead
+releases their tasks (``materialise``) and claims them again under new
+epochs, so nothing completes twice.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import queue
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core import threads
+from ..core.environ import expand_env
+from ..core.errors import TeamError, UserError
+from ..core.fsutil import atomic_write
+from ..core.models import Task
+from ..core.paths import team_dir
+from ..core.redact import Secrets
+from ..jobs.records import JobRecord
+from .executor import DoneCallback, ExecutorContext, Outcome
+from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt, warm
+
+ARCHIVE_CAP = 512 * 1024 * 1024
+"""The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
+COMPRESS_OVER = 8 * 1024 * 1024
+"""A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either)."""
+WARM_WAIT = 20.0
+"""Seconds the lead waits, at most, for the run's worker processes to start before running tasks."""
+SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
+"""Folders never put into a shipped workspace archive."""
+
+
+def connect(address: str | None) -> str:
+    """Join the cluster at ``address`` (``auto`` or ``HOST:PORT``), or start an embedded local instance
+    bound to 127.0.0.1 when it is None. Returns how the run is connected, for the user."""
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return "ray (already connected)"
+    quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="team",
+                                 configure_logging=True)
+    try:
+        if address is None:
+            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, **quiet)
+            return "an embedded local Ray instance on 127.0.0.1"
+        host = address.rsplit(":", 1)[0]
+        local = host in ("127.0.0.1", "localhost", "::1")
+        if local:
+            quiet["_node_ip_address"] = "127.0.0.1"
+        ray.init(address=address, **quiet)
+        return f"the Ray cluster at {address}"
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = "start an embedded Ray instance" if address is None else f"connect to the Ray cluster at {address}"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"--backend ray: cannot {where}: {first} (start one with `ray start --head`, "
+                        f"see docs/scale.md)") from None
+
+
+@dataclass
+class _Flight:
+    task: Task
+    epoch: int
+    done: DoneCallback
+    ref: Any  # ray.ObjectRef
+
+
+class Workspaces:
+    """Each workspace a task starts from, put into the object store once and shared by its attempts.
+
+    A git workspace is keyed by its base commit (a bundle whose HEAD is that commit); an outputs-mode
+    folder by its path and how many times outputs landed in it since (a dependent sees its needs'
+    outputs: the folder is archived again after files came back into it)."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self._ray = ray
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str, int], Any] = {}
+        self._generation: dict[str, int] = {}
+
+    def get(self, task: Task) -> tuple[Any, str]:
+        """The object reference of ``task``'s workspace and the folder to run in, relative to its top."""
+        if task.worktree:
+            top = Path(task.worktree)
+            base = _git_out(top, "rev-parse", "HEAD")
+            key = ("bundle", base, 0)
+            rel = os.path.relpath(Path(task.cwd or top).resolve(), top.resolve())
+            make = lambda: Workspace("bundle", _bundle(top))  # noqa: E731
+        else:
+            folder = Path(task.cwd or ".").resolve()
+            with self._lock:
+                gen = self._generation.get(str(folder), 0)
+            key, rel = ("archive", str(folder), gen), "."
+            make = lambda: Workspace("archive", _archive(folder))  # noqa: E731
+        with self._lock:
+            ref = self._cache.get(key)
+        if ref is None:
+            ref = self._ray.put(make())  # type: ignore[no-untyped-call]
+            with self._lock:
+                if key[0] == "archive":  # an older archive of the folder is not needed again
+                    for old in [k for k in self._cache if k[0] == "archive" and k[1] == key[1]]:
+                        del self._cache[old]
+                self._cache.setdefault(key, ref)
+        return ref, rel
+
+    def changed(self, folder: Path) -> None:
+        """Files came back into ``folder``: archives of it, or of a folder holding it, are stale."""
+        folder = folder.resolve()
+        with self._lock:
+            for name in list(self._generation) + [str(folder)]:
+                if folder == Path(name) or Path(name) in folder.parents or folder in Path(name).parents:
+                    self._generation[name] = self._generation.get(name, 0) + 1
+
+
+def _git_out(cwd: Path, *args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise UserError(f"git {' '.join(args)} in {cwd}: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def _bundle(top: Path) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
+        out = Path(tmp) / "base.bundle"
+        _git_out(top, "bundle", "create", "-q", str(out), "HEAD")
+        return out.read_bytes()
+
+
+def _archive(folder: Path) -> bytes:
+    if not folder.is_dir():
+        raise UserError(f"the task's folder {folder} does not exist")
+    buf = io.BytesIO()
+    total = 0
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        nonlocal total
+        if Path(info.name).name in SKIP:
+            return None
+        total += info.size
+        if total > ARCHIVE_CAP:
+            raise UserError(f"{folder} holds more than {ARCHIVE_CAP >> 20} MB to ship to the nodes: run the task "
+                            f"in a smaller folder (`cwd:`), or use isolation: worktree")
+        return info
+
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=".", filter=keep)
+    if total < COMPRESS_OVER:
+        return buf.getvalue()  # unpacked once per attempt: a small one is not worth inflating each time
+    return gzip.compress(buf.getvalue(), compresslevel=1)
+
+
+class RayExecutor:
+    """``kind: shell`` on a Ray cluster (see the module docstring)."""
+
+    kind = "shell"
+    inline_start = True  # start() only submits: safe inside store.commit's on_logged
+
+    def __init__(self, ctx: ExecutorContext, address: str | None = None):
+        import ray
+
+        self.ctx = ctx
+        self._ray = ray
+        said = connect(address)
+        if ctx.note is not None:
+            ctx.note(f"backend ray: running tasks on {said}")
+        self._remote = ray.remote(run_attempt)
+        # A run is a new Ray job, whose worker processes start on demand (a second or more each): start
+        # one per CPU of the cluster now, and give them up to WARM_WAIT seconds to come up, so the first
+        # attempts (and the scheduler's first turns) do not wait on process start-up one by one.
+        cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
+        warming = [ray.remote(warm).options(num_cpus=1, max_retries=0).remote() for _ in range(min(cpus, 256))]
+        if warming:
+            ray.wait(warming, num_returns=len(warming), timeout=WARM_WAIT)
+        self.workspaces = Workspaces()
+        self.secrets = Secrets.from_environ()
+        self.logs = team_dir(ctx.root) / "ray"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.ident = _identity(ctx.root)
+        self._lock = threading.Lock()
+        self._running: dict[int, _Flight] = {}
+        self._nodes: dict[str, str] = {}
+        self._submitters: dict[tuple[tuple[str, float], ...], Any] = {}
+        self._totals: list[dict[str, float]] = []
+        self._totals_at = -1e9
+        self._stop = threading.Event()
+        self._landing: queue.SimpleQueue[tuple[int, int, Future[AttemptResult]] | None] = queue.SimpleQueue()
+        self._lander = threads.start("team-ray-landing", self._land_loop, on_crash=ctx.stop.fail)
+
+    # ------------------------------------------------------------------ executor seam
+    def reap_orphans(self) -> list[JobRecord]:
+        """Nothing to reap: Ray cancels the tasks of a driver (a lead) that died."""
+        return []
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.start(task, epoch, done)
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        if self._stop.is_set():
+            done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+            return
+        try:
+            ws, rel = self.workspaces.get(task)
+        except (OSError, TeamError) as e:
+            done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
+            return
+        need = {"CPU": task.num_cpus if task.num_cpus is not None else 1.0, **task.resources}
+        lacking = self._infeasible(need)
+        if lacking:
+            done(Outcome(task.id, epoch, "failed", error=f"cannot start: no node of the cluster has {lacking} "
+                                                          f"(ray start --num-cpus/--resources on a node gives it)"))
+            return
+        env = {k: expand_env(v) for k, v in task.env.items()}
+        env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
+                   TEAM_ATTEMPT=str(task.attempts))
+        spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
+                           list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
+                           self.ident)
+        ref = self._submitter(need).remote(spec, ws)
+        with self._lock:
+            self._running[task.id] = _Flight(task, epoch, done, ref)
+        fut: Future[AttemptResult] = ref.future()
+        fut.add_done_callback(lambda f: self._landing.put((task.id, epoch, f)))
+
+    def _submitter(self, need: dict[str, float]) -> Any:
+        """The remote function with these resources (one per distinct ask: Ray validates options each
+        time they are set, so they are set once)."""
+        key = tuple(sorted(need.items()))
+        with self._lock:
+            fn = self._submitters.get(key)
+        if fn is None:
+            custom = {k: v for k, v in need.items() if k != "CPU"}
+            fn = self._remote.options(num_cpus=need["CPU"], max_retries=0, retry_exceptions=False,
+                                      **({"resources": custom} if custom else {}))
+            with self._lock:
+                self._submitters[key] = fn
+        return fn
+
+    def cancel(self, task_id: int) -> None:
+        with self._lock:
+            flight = self._running.get(task_id)
+        if flight is not None:
+            self._ray.cancel(flight.ref, force=False)  # the worker kills the command's process group
+
+    def close(self) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._stop.set()
+            flights = list(self._running.values())
+        from ray import exceptions as rx
+
+        for flight in flights:
+            try:
+                self._ray.cancel(flight.ref, force=False)
+            except (rx.RayError, ConnectionError, ValueError) as e:  # the cluster is gone, its tasks with it
+                if self.ctx.note is not None:
+                    self.ctx.note(f"backend ray: cancelling #{flight.task.id}: {type(e).__name__}: {e}")
+        self._landing.put(None)
+        self._lander.join(timeout=30)
+        self._ray.shutdown()
+
+    # ------------------------------------------------------------------ completions
+    def _land_loop(self) -> None:
+        while True:
+            item = self._landing.get()
+            if item is None:
+                return
+            task_id, epoch, fut = item
+            with self._lock:
+                flight = self._running.get(task_id)
+                if flight is None or flight.epoch != epoch:
+                    continue  # an attempt no longer ours: its result never reaches the tree
+                del self._running[task_id]
+            if self._stop.is_set():
+                continue  # the run stopped: the scheduler gives the task back itself
+            flight.done(self._outcome(flight, fut))
+
+    def _outcome(self, flight: _Flight, fut: Future[AttemptResult]) -> Outcome:
+        from ray import exceptions as rx
+
+        task, epoch = flight.task, flight.epoch
+        try:
+            res = fut.result()
+        except rx.NodeDiedError as e:
+            return Outcome(task.id, epoch, "lost", error=_first(e), node=self._node_of_error(e), lost=True)
+        except (rx.WorkerCrashedError, rx.LocalRayletDiedError, rx.ObjectLostError, rx.RaySystemError) as e:
+            return Outcome(task.id, epoch, "lost", error=_first(e), node=self._node_of_error(e), lost=True)
+        except rx.TaskCancelledError:
+            return Outcome(task.id, epoch, "killed", error="cancelled")
+        except rx.RayError as e:
+            return Outcome(task.id, epoch, "failed", error=f"the cluster could not run it: {_first(e)}")
+        node = self.node_label(res.node_id)
+        if res.task_id != task.id or res.epoch != epoch:
+            return Outcome(task.id, epoch, "failed", node=node,
+                           error=f"a result for #{res.task_id} epoch {res.epoch} came back for this attempt")
+        log = self._write_log(task, res)
+        tail = self.secrets.scrub(res.log[-4000:].decode(errors="replace"))
+        error = res.error
+        if res.status == "timeout" and task.timeout:
+            error = f"timed out after {task.timeout:g}s (process group killed on node {node})"
+        status = res.status
+        if status == "completed":
+            try:
+                self._bring_back(task, res)
+            except (OSError, TeamError, tarfile.TarError) as e:
+                status, error = "failed", f"bringing its work back from node {node} failed: {e}"
+        return Outcome(task.id, epoch, status, res.exit_code, res.duration, log, tail, error=error, node=node)
+
+    def _write_log(self, task: Task, res: AttemptResult) -> str | None:
+        if not res.log:
+            return None  # it printed nothing: no file to keep
+        path = self.logs / f"{task.id}-{task.attempts}.log"
+        # Like a local job's log: not fsynced (the store's record of the attempt is the durable part).
+        atomic_write(path, self.secrets.scrub_bytes(res.log), durable=False)
+        return str(path.relative_to(self.ctx.root)) if path.is_relative_to(self.ctx.root) else str(path)
+
+    def _bring_back(self, task: Task, res: AttemptResult) -> None:
+        if res.outputs:
+            folder = Path(task.cwd or ".").resolve()
+            with tarfile.open(fileobj=io.BytesIO(res.outputs)) as tar:
+                if tar.getmembers():
+                    tar.extractall(folder, filter="data")
+                    self.workspaces.changed(folder)
+        if res.bundle and task.worktree:
+            top = Path(task.worktree)
+            with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
+                path = Path(tmp) / "work.bundle"
+                path.write_bytes(res.bundle)
+                _git_out(top, "fetch", "-q", str(path), "work")
+                _git_out(top, "merge", "-q", "--ff-only", "FETCH_HEAD")
+
+    # ------------------------------------------------------------------ nodes
+    def _infeasible(self, need: dict[str, float]) -> str:
+        """What no live node of the cluster has (``""`` when some node has all of ``need``): such an
+        attempt would wait in Ray forever. The nodes' totals are read again at most every 10 s."""
+        now = time.monotonic()
+        if now - self._totals_at > 10.0:
+            nodes: list[dict[str, Any]] = self._ray.nodes()  # type: ignore[no-untyped-call]
+            self._totals = [dict(n.get("Resources", {})) for n in nodes if n.get("Alive")]
+            self._totals_at = now
+        if any(all(t.get(k, 0.0) >= v for k, v in need.items()) for t in self._totals):
+            return ""
+        return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
+
+    def node_label(self, node_id: str) -> str:
+        """How a node is shown: its name (``ray start --node-name``, else its address), with the start of
+        its id when several nodes share that name (several nodes on one machine)."""
+        with self._lock:
+            known = self._nodes.get(node_id)
+        if known is not None:
+            return known
+        nodes: list[dict[str, Any]] = self._ray.nodes()  # type: ignore[no-untyped-call]
+        names: dict[str, int] = {}
+        for n in nodes:
+            names[n.get("NodeName") or n.get("NodeManagerAddress", "?")] = \
+                names.get(n.get("NodeName") or n.get("NodeManagerAddress", "?"), 0) + 1
+        labels = {}
+        for n in nodes:
+            name = n.get("NodeName") or n.get("NodeManagerAddress", "?")
+            labels[n["NodeID"]] = name if names[name] == 1 else f"{name}/{n['NodeID'][:8]}"
+        with self._lock:
+            self._nodes.update(labels)
+            return self._nodes.get(node_id, node_id[:8])
+
+    def _node_of_error(self, e: BaseException) -> str | None:
+        import re
+
+        m = re.search(r"node ID: ([0-9a-f]{16,})", str(e))
+        return self.node_label(m.group(1)) if m else None
+
+
+def _first(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def _identity(root: Path) -> tuple[str, str]:
+    """Who the nodes' commits are by: the lead's git identity (else ``team``)."""
+    git = shutil.which("git")
+    if git is None:
+        return ("team", "team@localhost")
+    r = subprocess.run([git, "var", "GIT_AUTHOR_IDENT"], cwd=root, capture_output=True, text=True)
+    if r.returncode != 0 or "<" not in r.stdout:
+        return ("team", "team@localhost")
+    name, rest = r.stdout.split("<", 1)
+    return (name.strip() or "team", rest.split(">", 1)[0].strip() or "team@localhost")

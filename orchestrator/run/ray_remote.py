@@ -1,0 +1,233 @@
+"""What runs on a Ray worker node for one attempt of a shell task (``--backend ray``).
+
+``run_attempt(spec, workspace)`` is the body of the Ray task the lead submits
+(ray_backend.py wraps it with ``ray.remote``; the node imports this module, so
+every node needs the same ``team`` installed). It never touches ``.tasks/`` or
+``.team/``: the lead stays their single writer. It:
+
+1. makes a node-local scratch folder (``scratch_root``: ``$TEAM_SCRATCH`` of
+   the node if set, else ``/dev/shm`` for a workspace under ``SHM_MAX`` bytes,
+   since a folder made and removed per attempt costs ~5 ms on a disk and ~0.1
+   ms in memory, else the node's temporary folder) and puts the task's
+   workspace there, from what the lead shipped through the object store:
+
+   * ``archive``: a tar of the task's folder (outputs mode); the command runs in
+     the copy and the files matching the task's ``outputs`` globs come back as
+     a tar;
+   * ``bundle``: a git bundle whose ``HEAD`` is the task's base commit
+     (``isolation: worktree``); it is cloned, the command runs in the clone,
+     everything it changed is committed, and the new commits come back as a
+     bundle (empty when nothing changed) for the lead's merge-back;
+
+2. runs the command as the local backend does (plain words exec'd, the rest
+   under ``/bin/sh -c``; ``jobs.manager.command_argv``) in its own session,
+   with the one environment policy of core/environ.py applied on the node:
+   the node's allow-listed variables, then what the plan declared (expanded
+   on the lead), then the ``TEAM_*`` variables; ``timeout`` kills its process
+   group (TERM, a grace, KILL), and so does a cancel from the lead;
+
+3. returns an ``AttemptResult`` carrying the attempt's task id and epoch, the
+   node it ran on, the exit, the log (its last ``LOG_CAP`` bytes), and the
+   outputs or commits; the scratch folder is removed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.environ import task_environment
+from ..jobs.manager import command_argv
+
+LOG_CAP = 4 * 1024 * 1024
+"""The last bytes of an attempt's output that come back to the lead (the log kept there)."""
+SHM_MAX = 64 * 1024 * 1024
+"""Workspaces shipped smaller than this (bytes) are unpacked in ``/dev/shm`` when it is writable."""
+GRACE = 5.0
+"""Seconds between SIGTERM and SIGKILL when an attempt times out or is cancelled."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What the lead ships for a task's workspace (one object in the store per base, shared by attempts)."""
+
+    kind: str  # "archive" (a tar of a folder) | "bundle" (a git bundle, HEAD = the base commit)
+    data: bytes
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """One attempt, as the worker needs it (no path of the lead's machine is used on the node)."""
+
+    task_id: int
+    epoch: int
+    attempt: int
+    command: str
+    rel_cwd: str  # the folder to run in, relative to the workspace's top
+    env: dict[str, str]  # the plan's env (expanded on the lead) and the TEAM_* variables
+    timeout: float | None
+    outputs: list[str] = field(default_factory=list)
+    message: str = ""  # the commit message of a git workspace's work
+    ident: tuple[str, str] = ("team", "team@localhost")  # author of that commit (the lead's identity)
+
+
+@dataclass
+class AttemptResult:
+    task_id: int
+    epoch: int
+    node_id: str
+    status: str  # completed | failed | timeout | killed
+    exit_code: int | None
+    duration: float
+    log: bytes
+    outputs: bytes | None = None  # a tar of the output files (archive workspaces)
+    bundle: bytes | None = None  # the new commits, ref ``refs/heads/work`` (git workspaces; None: no change)
+    error: str | None = None
+
+
+def scratch_root(size: int) -> str | None:
+    """Where an attempt's scratch folder goes on this node (None: the temporary folder)."""
+    if os.environ.get("TEAM_SCRATCH"):
+        return os.environ["TEAM_SCRATCH"]
+    if size < SHM_MAX and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return None
+
+
+def _node_id() -> str:
+    import ray  # on the worker: ray is imported already
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _unpack(ws: Workspace, scratch: Path) -> Path:
+    top = scratch / "ws"
+    if ws.kind == "archive":
+        top.mkdir()
+        with tarfile.open(fileobj=io.BytesIO(ws.data)) as tar:
+            tar.extractall(top, filter="data")
+    else:
+        bundle = scratch / "base.bundle"
+        bundle.write_bytes(ws.data)
+        _git("clone", "-q", str(bundle), str(top), cwd=scratch)
+        _git("checkout", "-q", "-B", "work", cwd=top)
+    return top
+
+
+def _outputs(cwd: Path, globs: list[str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        seen: set[Path] = set()
+        for pattern in globs:
+            for path in sorted(cwd.glob(pattern)):
+                if path in seen or not (path.is_file() or path.is_dir()) or path.is_symlink():
+                    continue
+                seen.add(path)
+                tar.add(path, arcname=str(path.relative_to(cwd)))
+    return buf.getvalue()
+
+
+def _head(top: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _commits(top: Path, base: str, spec: AttemptSpec) -> bytes | None:
+    name, email = spec.ident
+    _git("add", "-A", cwd=top)
+    if subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=top).returncode != 0:
+        _git("-c", f"user.name={name}", "-c", f"user.email={email}", "commit", "-q", "--no-verify",
+             "-m", spec.message, cwd=top)
+    if _head(top) == base:
+        return None
+    out = top.parent / "out.bundle"
+    _git("bundle", "create", "-q", str(out), "work", f"^{base}", cwd=top)
+    return out.read_bytes()
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path,
+         timeout: float | None) -> tuple[str, int | None, str | None]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        code = proc.wait(timeout=timeout)
+        return ("completed" if code == 0 else "failed"), code, None
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        return "timeout", proc.returncode, None
+    except KeyboardInterrupt:  # ray.cancel(): the lead cancelled the attempt
+        _stop(proc)
+        return "killed", proc.returncode, "cancelled by the lead"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, GRACE), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def warm() -> str:
+    """Nothing: a worker process that ran it has started and imported this module (the lead starts one
+    per CPU of the cluster while it prepares the run, so the first attempts find workers ready)."""
+    return _node_id()
+
+
+def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
+    """One attempt on this node (see the module docstring)."""
+    t0 = time.monotonic()
+    node = _node_id()
+    scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(len(ws.data))))
+    try:
+        top = _unpack(ws, scratch)
+        base = _head(top) if ws.kind == "bundle" else ""
+        cwd = (top / spec.rel_cwd).resolve()
+        cwd.mkdir(parents=True, exist_ok=True)
+        env = task_environment(os.environ, spec.env, {"TEAM_ROOT": str(scratch / "root")})
+        (scratch / "root").mkdir()
+        log = scratch / "log"
+        try:
+            argv = command_argv(spec.command, env.get("PATH", os.defpath))
+            status, code, error = _run(argv, cwd, env, log, spec.timeout)
+        except OSError as e:  # the program or the folder is missing on this node
+            status, code, error = "failed", None, f"cannot start on this node: {e}"
+        text = b""
+        if log.exists():
+            with open(log, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_CAP))
+                text = f.read()
+        result = AttemptResult(spec.task_id, spec.epoch, node, status, code, time.monotonic() - t0, text,
+                               error=error)
+        if status == "completed":
+            if ws.kind == "archive":
+                result.outputs = _outputs(cwd, spec.outputs)
+            else:
+                result.bundle = _commits(top, base, spec)
+        return result
+    except (OSError, subprocess.CalledProcessError, tarfile.TarError) as e:
+        detail = e.stderr.decode(errors="replace").strip() if isinstance(e, subprocess.CalledProcessError) \
+            and e.stderr else str(e)
+        return AttemptResult(spec.task_id, spec.epoch, node, "failed", None, time.monotonic() - t0, b"",
+                             error=f"workspace on node failed: {detail}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,182 @@
+"""A real local multi-node Ray cluster inside a network namespace of its own (tests and bench/ray_bench.py).
+
+``LocalCluster(base)`` makes a network namespace (``unshare -n``, then ``lo``
+brought up: only 127.0.0.1 exists in it, so nothing the cluster, the lead or
+a model server does can leave loopback), and starts in it, with ``ray start``,
+a head and ``workers`` worker nodes, each with its own ``--temp-dir`` (so its
+processes can be found, and killed, by that folder). ``run``/``popen`` run a
+command inside the namespace (``nsenter``). ``kill_node`` SIGKILLs every
+process of one node (its raylet, workers, agents and what they started);
+``add_node`` starts another. ``stop`` kills every process in the namespace
+(the nodes, their helpers, leads still running) and the namespace; it never uses ``ray stop`` (which would stop every Ray on
+the machine, other users' too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+PORT = 6379  # the namespace is ours: the default port is free in it
+
+
+def unshare_works() -> str | None:
+    """None if a network namespace can be made here, else why not (tests skip with it)."""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None or shutil.which("ip") is None:
+        return "needs unshare, nsenter and ip (util-linux, iproute2)"
+    r = subprocess.run(["unshare", "-n", "ip", "link", "set", "lo", "up"], capture_output=True, text=True)
+    return None if r.returncode == 0 else f"cannot make a network namespace: {r.stderr.strip()}"
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def _cmdline_has(pid: int, text: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return text.encode() in f.read()
+    except OSError:
+        return False
+
+
+class LocalCluster:
+    def __init__(self, base: Path, workers: int = 2, cpus: int = 1, env: dict[str, str] | None = None,
+                 resources: dict[str, dict[str, float]] | None = None):
+        """``resources``: custom resources of some nodes, e.g. ``{"w2": {"gpu": 1}}``."""
+        self.resources = resources or {}
+        self.base = base
+        self.base.mkdir(parents=True, exist_ok=True)
+        # RAY_AUTH_MODE explicit: a token left in ~/.ray by an embedded `ray.init()` must not turn token
+        # authentication on for some of the nodes and not for others (Ray reads it when the mode is unset).
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **(env or {})}
+        self.env.pop("RAY_ADDRESS", None)
+        self.cpus = cpus
+        self.address = f"127.0.0.1:{PORT}"
+        self.nodes: dict[str, Path] = {}
+        self.ns = subprocess.Popen(["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep 1000000"],
+                                   stdin=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while not self._lo_up():
+            if time.time() > deadline or self.ns.poll() is not None:
+                raise RuntimeError("the network namespace did not come up")
+            time.sleep(0.02)
+        self.netns = os.readlink(f"/proc/{self.ns.pid}/ns/net")
+        try:
+            self._start("head", head=True)
+            starts = [self._start(f"w{i + 1}", wait=False) for i in range(workers)]
+            for p in starts:
+                self._wait(p)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _lo_up(self) -> bool:
+        r = subprocess.run(["nsenter", "-t", str(self.ns.pid), "-n", "ip", "-br", "addr", "show", "lo"],
+                           capture_output=True, text=True)
+        return "127.0.0.1" in r.stdout
+
+    def ns_argv(self, argv: list[str]) -> list[str]:
+        return ["nsenter", "-t", str(self.ns.pid), "-n", *argv]
+
+    def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        kw["env"] = {**kw.get("env", self.env), "RAY_AUTH_MODE": "disabled"}
+        return subprocess.run(self.ns_argv(argv), **kw)
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        kw["env"] = {**kw.get("env", self.env), "RAY_AUTH_MODE": "disabled"}
+        return subprocess.Popen(self.ns_argv(argv), **kw)
+
+    def _start(self, name: str, head: bool = False, wait: bool = True) -> subprocess.Popen:
+        temp = self.base / name
+        self.nodes[name] = temp
+        argv = [str(BIN / "ray"), "start", "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp),
+                "--num-cpus", str(self.cpus), "--object-store-memory", str(80 * 1024 * 1024),
+                "--disable-usage-stats", "--node-name", name]
+        if name in self.resources:
+            argv += ["--resources", json.dumps(self.resources[name])]
+        argv += ["--head", "--port", str(PORT), "--include-dashboard", "false"] if head else \
+            ["--address", self.address]
+        p = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if wait:
+            self._wait(p)
+        return p
+
+    def _wait(self, p: subprocess.Popen) -> None:
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"ray start failed:\n{out.decode(errors='replace')[-3000:]}")
+
+    def add_node(self, name: str) -> None:
+        self._start(name)
+
+    def pids(self, name: str) -> list[int]:
+        """Every process of node ``name``: those naming its temp dir, and their descendants."""
+        marker = str(self.nodes[name]) + "/"
+        kids = _children()
+        roots = [pid for pid in (int(e) for e in os.listdir("/proc") if e.isdigit())
+                 if pid != os.getpid() and _cmdline_has(pid, marker)]
+        out, stack = set(), list(roots)
+        while stack:
+            pid = stack.pop()
+            if pid not in out:
+                out.add(pid)
+                stack.extend(kids.get(pid, []))
+        return sorted(out)
+
+    def kill_node(self, name: str) -> int:
+        """SIGKILL every process of node ``name`` (and, three times over, any that appeared meanwhile)."""
+        killed: set[int] = set()
+        for _ in range(3):
+            for pid in self.pids(name):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        return len(killed)
+
+    def in_namespace(self) -> list[int]:
+        """Every process in the cluster's network namespace (its nodes, leads, what they started)."""
+        out = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != self.ns.pid:
+                try:
+                    if os.readlink(f"/proc/{entry}/ns/net") == self.netns:
+                        out.append(int(entry))
+                except OSError:
+                    continue
+        return out
+
+    def stop(self) -> None:
+        """Kill every process in the namespace (a node's helpers too, e.g. the head's client server), then
+        the namespace's own process."""
+        for name in list(self.nodes)[::-1]:
+            self.kill_node(name)
+        for _ in range(3):
+            for pid in self.in_namespace():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        self.ns.kill()
+        self.ns.wait()

@@ -1,0 +1,355 @@
+"""``team run --backend ray`` on a real local Ray cluster: a head and two worker nodes started with
+``ray start`` (each with its own --temp-dir) inside a network namespace this module makes, so nothing
+leaves loopback (tests/raycluster.py). The lead runs in the namespace too (``nsenter``). No mocks of Ray.
+
+One cluster for the module (starting one takes seconds); the chaos test kills a worker node and
+starts a new one, so it runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_team, team_env
+from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse: the user's identity only where given)
+from raycluster import LocalCluster, unshare_works
+
+ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
+why_not = unshare_works()
+pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    base = Path(tempfile.mkdtemp(prefix="trc", dir="/tmp"))  # short: Ray's socket paths live under it
+    c = LocalCluster(base, workers=2, resources={"w2": {"gpu": 1}})
+    yield c
+    c.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def lead(cluster: LocalCluster, root: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    return cluster.run([sys.executable, "-m", "orchestrator", *args], cwd=root, env=team_env(root),
+                       capture_output=True, text=True, timeout=timeout)
+
+
+def tasks_of(root: Path) -> dict[str, dict]:
+    out = {}
+    for f in (root / ".tasks").glob("task_*.json"):
+        t = json.loads(f.read_text())
+        out[t["plan_task"]] = t
+    return out
+
+
+def events_of(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / ".tasks" / "events.jsonl").read_text().splitlines() if line]
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={**team_env(cwd), **USER_ID}).stdout.strip()
+
+
+MIXED = """\
+name: mix
+workers: 3
+tasks:
+  - {id: gen-a, run: "sleep 1; mkdir -p out; echo A > out/a.txt", outputs: ["out/a.txt"]}
+  - {id: gen-b, run: "sleep 1; mkdir -p out; echo B > out/b.txt", outputs: ["out/b.txt"]}
+  - {id: gen-c, run: "sleep 1; mkdir -p out; echo C > out/c.txt", outputs: ["out/*.txt"]}
+  - id: report
+    run: "cat out/a.txt out/b.txt out/c.txt > out/all.txt"
+    outputs: ["out/all.txt"]
+    needs: [gen-a, gen-b, gen-c]
+  - {id: rename, run: "sed -i s/old/new/ src/lib.txt", isolation: worktree, needs: [gen-a]}
+  - {id: extend, run: "echo more >> src/more.txt && git add -A && git -c user.name=T -c user.email=t@x commit -qm extend", isolation: worktree, needs: rename}
+  - {id: docs, run: "mkdir -p docs && echo doc > docs/x.md", isolation: worktree}
+"""
+
+
+def make_repo(path: Path) -> Path:
+    (path / "src").mkdir(parents=True)
+    (path / "src" / "lib.txt").write_text("old\n")
+    (path / ".gitignore").write_text("out/\n.team/\n.tasks/\n")
+    (path / "plan.yaml").write_text(MIXED)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "start")
+    return path
+
+
+def test_shell_and_worktree_tasks_run_across_nodes_with_the_local_backends_result(cluster, tmp_path):
+    ray_repo, local_repo = make_repo(tmp_path / "r"), make_repo(tmp_path / "l")
+    head = git(ray_repo, "rev-parse", "HEAD")
+
+    r = lead(cluster, ray_repo, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address, "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    loc = run_team(local_repo, "run", "plan.yaml", timeout=120)
+    assert loc.returncode == 0, loc.stdout + loc.stderr
+
+    # The store says which node ran each task; the three parallel 1 s tasks needed three 1-CPU nodes.
+    tasks = tasks_of(ray_repo)
+    assert all(t["status"] == "completed" for t in tasks.values())
+    nodes = {t["node"] for t in tasks.values()}
+    assert len({tasks[k]["node"] for k in ("gen-a", "gen-b", "gen-c")}) == 3, nodes
+    assert nodes <= {"head", "w1", "w2"}
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    done = [e for e in events if e["event"] == "completed"]
+    assert {e["name"]: e["node"] for e in done} == {k: t["node"] for k, t in tasks.items()}
+    summary = events[-1]
+    assert summary["event"] == "summary" and {d["node"] for d in summary["durations"]} == nodes
+
+    # Outputs came back into the lead's tree; a dependent saw its needs' outputs.
+    assert (ray_repo / "out" / "all.txt").read_text() == "A\nB\nC\n"
+    for name in ("a", "b", "c", "all"):
+        assert (ray_repo / "out" / f"{name}.txt").read_text() == (local_repo / "out" / f"{name}.txt").read_text()
+
+    # The worktree tasks' commits came back as bundles and were merged as the local backend merges:
+    # the integration branch holds the same tree; the user's checkout is untouched.
+    integ = "team/mix/integration"
+    assert git(ray_repo, "rev-parse", f"{integ}^{{tree}}") == git(local_repo, "rev-parse", f"{integ}^{{tree}}")
+    assert git(ray_repo, "show", f"{integ}:src/lib.txt") == "new"
+    assert git(ray_repo, "show", f"{integ}:src/more.txt") == "more"
+    assert git(ray_repo, "rev-parse", "HEAD") == head
+    assert git(ray_repo, "status", "--porcelain") == ""
+    assert (ray_repo / "src" / "lib.txt").read_text() == "old\n"
+
+    status = lead(cluster, ray_repo, "status")
+    assert status.returncode == 0 and "nodes:" in status.stdout, status.stdout
+
+
+def test_custom_resources_choose_the_node_and_an_impossible_ask_fails_clearly(cluster, tmp_path):
+    (tmp_path / "plan.yaml").write_text(
+        "name: res\ndefaults: {outputs: []}\ntasks:\n"
+        "  - {id: on-gpu, run: 'true', resources: {gpu: 1}, num_cpus: 0.5}\n"
+        "  - {id: on-tpu, run: 'true', resources: {tpu: 2}}\n")
+    r = lead(cluster, tmp_path, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address,
+             "--keep-going")
+    assert r.returncode == 1, r.stdout + r.stderr
+    tasks = tasks_of(tmp_path)
+    assert tasks["on-gpu"]["status"] == "completed" and tasks["on-gpu"]["node"] == "w2"
+    assert tasks["on-tpu"]["status"] == "failed"
+    assert "cannot start: no node of the cluster has CPU: 1, tpu: 2" in tasks["on-tpu"]["error"]
+    assert "FAILED #2 on-tpu: cannot start: no node of the cluster has CPU: 1, tpu: 2" in r.stdout
+
+
+def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
+    (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - {id: a, run: 'true'}\n  - {id: b, run: 'true', outputs: []}\n")
+    r = run_team(tmp_path, "run", "plan.yaml", "--backend", "ray")
+    assert r.returncode == 2
+    assert "plan.yaml:3: tasks[0].outputs: a would run on another machine with nothing coming back" in r.stderr
+    assert "Traceback" not in r.stderr and "b would" not in r.stderr
+    assert not (tmp_path / ".team").exists() and not (tmp_path / ".tasks").exists()
+    r = run_team(tmp_path, "run", "plan.yaml", "--address", "auto")
+    assert r.returncode == 2 and "--address names a Ray cluster: use it with --backend ray" in r.stderr
+    (tmp_path / "plan.yaml").write_text("name: p\nbackend: ray\ntasks:\n  - {id: a, run: 'true'}\n")
+    r = run_team(tmp_path, "plan", "check", "plan.yaml")
+    assert r.returncode == 2 and "plan.yaml:4: tasks[0].outputs: a would run on another machine" in r.stderr
+    r = run_team(tmp_path, "run", "plan.yaml", "--backend", "local")  # the flag wins over the plan
+    assert r.returncode == 0, r.stderr
+
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+def test_the_embedded_default_binds_loopback_only(tmp_path):
+    """`--backend ray` without --address starts Ray in the lead's process; every socket it (and the task
+    it runs) listens on is on 127.0.0.1 / ::1. Run in a network namespace of its own: the task lists the
+    namespace's listening sockets into an output."""
+    (tmp_path / "plan.yaml").write_text(
+        "name: emb\ntasks:\n  - id: sockets\n    run: mkdir -p out && cat /proc/net/tcp /proc/net/tcp6 > out/sockets\n"
+        "    outputs: [out/sockets]\n")
+    script = f"ip link set lo up && exec {sys.executable} -m orchestrator run plan.yaml --backend ray"
+    r = subprocess.run(["unshare", "-n", "sh", "-c", script], cwd=tmp_path, env=team_env(tmp_path),
+                       capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "backend ray: running tasks on an embedded local Ray instance on 127.0.0.1" in r.stderr
+    listening = [line.split()[1].rsplit(":", 1)[0] for line in (tmp_path / "out" / "sockets").read_text().splitlines()
+                 if len(line.split()) > 3 and line.split()[3] == "0A"]
+    assert len(listening) >= 3  # Ray's own servers were up while the task ran
+    assert set(listening) <= LOOPBACK, listening
+
+
+def test_the_plan_schema_has_the_ray_keys():
+    r = subprocess.run([sys.executable, "-m", "orchestrator", "plan", "schema"], capture_output=True, text=True,
+                       cwd=REPO, env=team_env(REPO))
+    schema = json.loads(r.stdout)
+    assert schema["properties"]["backend"]["enum"] == ["local", "ray"]
+    task = schema["$defs"]["PlanTask"]["properties"]
+    assert {"outputs", "num_cpus", "resources", "lost_retries"} <= set(task)
+
+
+CHAOS_TASKS = 42
+
+
+def chaos_plan(n: int = CHAOS_TASKS, sleep: float = 0.6) -> str:
+    lines = ["name: chaos", "workers: 3", "defaults:", "  retries: 0", "  lost_retries: 50", "tasks:"]
+    for i in range(n):
+        needs = f", needs: [t{i - 3:02d}]" if i >= 3 and i % 2 == 0 else ""
+        lines.append(f'  - {{id: t{i:02d}, run: "sleep {sleep}; mkdir -p ledger; echo t{i:02d} >> ledger/t{i:02d}",'
+                     f' outputs: ["ledger/t{i:02d}"]{needs}}}')
+    return "\n".join(lines) + "\n"
+
+
+def completed(root: Path) -> int:
+    n = 0
+    for f in (root / ".tasks").glob("task_*.json"):
+        try:
+            n += json.loads(f.read_text()).get("status") == "completed"
+        except (OSError, ValueError):
+            pass  # being replaced right now: read again next time
+    return n
+
+
+def wait_for(pred, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not pred():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def running_on(cluster: LocalCluster, names: list[str]) -> str | None:
+    """A node among ``names`` running an attempt right now (a chaos task's ``sleep`` among its processes)."""
+    for name in names:
+        for pid in cluster.pids(name):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    return name
+            except OSError:
+                continue
+    return None
+
+
+def check_exactly_once(root: Path, n: int) -> list[dict]:
+    """Every task completed exactly once in the store, its ledger line present once, every file parses;
+    an extra attempt only where one was lost with a node or with the lead. Returns the events."""
+    for f in (root / ".tasks").iterdir():
+        if f.suffix == ".json":
+            json.loads(f.read_text())
+    events = events_of(root)  # every line parses
+    tasks = tasks_of(root)
+    assert len(tasks) == n and all(t["status"] == "completed" for t in tasks.values())
+    completions: dict[int, int] = {}
+    for e in events:
+        if e.get("to") == "completed":
+            completions[e["task"]] = completions.get(e["task"], 0) + 1
+    assert sorted(completions.values()) == [1] * n, completions
+    for slug, t in tasks.items():
+        assert (root / "ledger" / slug).read_text() == f"{slug}\n"
+        assert t.get("failures", 0) == 0  # a lost attempt used no retry
+        extra = [e for e in events if e["task"] == t["id"] and e["event"] == "released"]
+        assert len(extra) == t["attempts"] - 1, (slug, t, extra)
+        for e in extra:
+            assert "lost with node" in e.get("reason", "") or "lead died" in e.get("reason", ""), e
+    return events
+
+
+def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
+    """A worker node running an attempt has all its processes SIGKILLed. That attempt is lost with the
+    node, runs again elsewhere without using a retry, and the summary says where it was lost; a new node
+    joins and takes work."""
+    (tmp_path / "plan.yaml").write_text(chaos_plan())
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address]
+    with open(tmp_path / "out.txt", "w") as o, open(tmp_path / "err.txt", "w") as e:
+        # files, not pipes: a pipe nobody reads while the test waits fills up and blocks the lead
+        run = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=o, stderr=e)
+    try:
+        wait_for(lambda: completed(tmp_path) >= 6, 90, "6 completions")
+        victim = None
+
+        def busy() -> bool:
+            nonlocal victim
+            victim = running_on(cluster, ["w1", "w2"])
+            return victim is not None
+
+        wait_for(busy, 60, "an attempt running on a worker node")
+        assert cluster.kill_node(victim) > 0
+        cluster.add_node("w3")
+        run.wait(timeout=150)
+    finally:
+        run.kill()
+    out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
+    assert run.returncode == 0, out[-3000:] + err[-3000:]
+    assert f"lost with node {victim}; running it again elsewhere" in out, out[-3000:]
+    assert f"\nlost with node {victim}: #" in out  # the summary
+    check_exactly_once(tmp_path, CHAOS_TASKS)
+    tasks = tasks_of(tmp_path)
+    assert any(t.get("lost", 0) >= 1 for t in tasks.values())
+    assert "w3" in {t["node"] for t in tasks.values()}
+    status = lead(cluster, tmp_path, "status")
+    assert re.search(r"nodes: .*\bw3 \d+ tasks?\b.* · \d+ attempts? lost with a node", status.stdout), status.stdout
+
+
+def test_chaos_the_lead_killed_mid_run_and_resumed(cluster, tmp_path):
+    """SIGKILL the lead with attempts in flight on the cluster; `team run` again finishes the plan and
+    nothing completes twice (the old attempts died with their driver; their tasks were claimed anew)."""
+    (tmp_path / "plan.yaml").write_text(chaos_plan())
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address, "--json"]
+    first = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: completed(tmp_path) >= 15, 90, "15 completions")
+        first.kill()
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+    assert first.returncode == -9
+    assert completed(tmp_path) < CHAOS_TASKS
+    second = lead(cluster, tmp_path, *argv[3:])
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    check_exactly_once(tmp_path, CHAOS_TASKS)
+    assert any(t["attempts"] > 1 for t in tasks_of(tmp_path).values())  # some were in flight at the kill
+
+
+@pytest.mark.chaos
+def test_chaos_twenty_node_kills(cluster, tmp_path):
+    """The long version (`make chaos`): a worker node SIGKILLed 20 times (and started again each time)
+    while a 300-task plan runs; then every task completed exactly once."""
+    n = 300
+    (tmp_path / "plan.yaml").write_text(chaos_plan(n, sleep=1.5))
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address, "--json"]
+    with open(tmp_path / "out.json", "w") as o:  # a file: an unread pipe would fill and block the lead
+        proc = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=o, stderr=subprocess.DEVNULL)
+    kills = 0
+    try:
+        while kills < 20 and proc.poll() is None:
+            victim = running_on(cluster, ["w1", "w2"])
+            if victim is None:
+                time.sleep(0.1)
+                continue
+            if cluster.kill_node(victim):
+                kills += 1
+            cluster.add_node(victim)
+        proc.wait(timeout=900)
+    finally:
+        proc.kill()
+    out = (tmp_path / "out.json").read_text()
+    assert kills == 20
+    assert proc.returncode == 0, out[-3000:]
+    lost = [json.loads(line) for line in out.splitlines() if '"event": "lost"' in line]
+    assert len(lost) >= 20
+    check_exactly_once(tmp_path, n)
+
+
+def test_the_cluster_example_runs(cluster, tmp_path):
+    """examples/cluster/plan.yaml (its run.sh starts a cluster like this module's): the matrix reports
+    come back, the refactor is merged and its tests pass on the merged result."""
+    dest = tmp_path / "ex"
+    subprocess.run([str(REPO / "examples" / "refactor" / "setup.sh"), str(dest)], check=True, capture_output=True)
+    shutil.copy(REPO / "examples" / "cluster" / "plan.yaml", dest / "plan.yaml")
+    r = lead(cluster, dest, "run", "plan.yaml", "--address", cluster.address)  # the plan says backend: ray
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (dest / "results" / "matrix.txt").read_text().count("\nOK\n") == 3
+    assert "def load_data" in git(dest, "show", "team/cluster-demo/integration:shop/api.py")
+    assert "backend ray: running tasks on the Ray cluster at 127.0.0.1:6379" in r.stderr
