@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..core.errors import UserError
+from ..core.text import plural
 from .base import Call, Refused, Tool, ToolContext
 from .shellpolicy import _segments
 
@@ -150,8 +151,7 @@ def describe(call: Call) -> tuple[str, str]:
             rel += " (overwrite" if path.exists() else " (new file"
             content = getattr(args, "content", None)
             if isinstance(content, str):
-                n = len(content.splitlines())
-                rel += f", {n} line{'' if n == 1 else 's'}, {len(content)} chars"
+                rel += f", {plural(len(content.splitlines()), 'line')}, {plural(len(content), 'char')}"
             rel += ")"
         bits.append(rel if name == "path" else f"{name}={rel}")
     if not bits:
