@@ -46,3 +46,10 @@ def test_mcp_bench_prints_the_tool_list_cost_and_the_read_latencies():
     assert re.search(r"team mcp tool list: 11 tools, \d+ tokens", out)
     rows = [line for line in out.splitlines() if line.startswith(("team task show", "task_get over", "MCP fx__peek"))]
     assert len(rows) == 4
+
+
+def test_scale_bench_times_materialise_listing_dry_run_and_a_run_against_make():
+    out = run_bench("bench/scale_bench.py", "--sizes", "120", "--skip-startup")
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:3] == ["120", "true", "this"]]
+    assert len(row) == 13 and float(row[11]) > 0  # ms per task
+    assert "per-task cost vs 1k's" not in out and "durable write on this disk" in out

@@ -115,7 +115,7 @@ def test_an_ask_tool_waits_for_team_approve_from_another_process(tmp_path):
         assert code == 0, output
         srv.assert_complete()
     assert (root / "notes.txt").read_text() == "v1\n"
-    assert task_result(root)["result"] == "created notes.txt (1 lines, 3 bytes)"
+    assert task_result(root)["result"] == "created notes.txt (1 line, 3 bytes)"
     assert f"ada asks to run write_file notes.txt (new file, 1 line, 3 chars) (rule write_file, request {req['id']})" in output
     # a second answer is refused, naming the first
     again = run_team(root, "deny", req["id"], "--reason", "too late")

@@ -41,7 +41,7 @@ def test_builtin_roles_declare_task_tools_and_permissions():
 
 def test_bad_permissions_in_a_role_file_are_clear_errors(tmp_path):
     head = "---\nname: x\ndescription: d\ntools: [bash]\n"
-    with pytest.raises(UserError, match=r"unknown task right\(s\) \['reassign'\].*known: \['create'"):
+    with pytest.raises(UserError, match=r"unknown task right \['reassign'\].*known: \['create'"):
         parse_role(head + "permissions: {tasks: [reassign]}\n---\nhi\n", tmp_path / "x.md")
     with pytest.raises(UserError, match="'permissions.worktrees' must be one of"):
         parse_role(head + "permissions: {worktrees: all}\n---\nhi\n", tmp_path / "x.md")

@@ -15,8 +15,23 @@
     common.py     the --root and --json options, output helpers
     helpfmt.py    how --help reads (plain, whole summaries, NAME for arguments, no <bool> on flags)
 
-Every command module registers itself on ``app``. Errors: any ``TeamError``
-reaching the edge prints ``TypeName: message`` to stderr and exits with its
+Adding a command: write it in a module here and register it in that
+module's ``register(app)``, one line per command (``app.command("NAME")(fn)``
+or ``app.add_typer(sub_app, name="NAME")``); then add the module to the
+tuple in ``_register`` below. The order of registration is the order of
+``team --help``.
+
+Start-up (issue 13): every command pays for importing this package, so a
+command module imports at module level only typer, ``core.states``/``text``/
+``paths``/``errors`` and what its options' annotations need; the store,
+pydantic records, rich, networkx, yaml and the rest are imported inside the
+command functions that use them (``tests/test_scale.py`` checks this).
+``app`` only collects the registrations: the click command tree ``team`` runs
+is ``_root``, whose group (``_Commands``) builds a command's click object the
+first time it is looked up, so ``team task list`` does not pay for building
+the options of every other command (``team --help`` builds them all).
+
+Errors: any ``TeamError`` reaching the edge prints ``TypeName: message`` to stderr and exits with its
 ``exit_code`` (2 = bad input, 1 = work failed); click usage errors exit 2.
 An ``OSError`` of a write to the state root (disk full, read-only root) is
 the same one line (``core.errors.storage_error``: the path, the errno, what
@@ -33,21 +48,66 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+import typer.main
 
 from ..core.errors import Signalled, TeamError, ThreadDied, storage_error
 from ..core.text import shown
 from .common import silence
+from .helpfmt import TeamGroup, adopt
 
-app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help (cli/helpfmt.py)
-    help="team: a multi-agent team orchestrator with a durable task graph.",
-)
+if TYPE_CHECKING:  # typer carries its own click
+    from typer._click import Command, Context
+
+HELP = "team: a multi-agent team orchestrator with a durable task graph."
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=HELP,
+                  rich_markup_mode=None)  # plain help (cli/helpfmt.py)
+"""Where the command modules register their commands (see the module docstring)."""
+
+
+class _Commands(TeamGroup):
+    """``team``'s root group: the commands registered on ``app``, each built on first lookup."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [*(c.name for c in app.registered_commands if c.name),
+                *(g.name for g in app.registered_groups if g.name)]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name not in self.commands:
+            built = _build(cmd_name)
+            if built is None:
+                return None
+            self.commands[cmd_name] = built
+        return self.commands[cmd_name]
+
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
+        if args and args[0] not in self.list_commands(ctx):  # a typo: typer suggests from the built commands
+            for name in self.list_commands(ctx):
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+
+def _build(name: str) -> Command | None:
+    """The click object of the command or group registered on ``app`` as ``name``, built as
+    typer would have built it with the whole tree."""
+    for command in app.registered_commands:
+        if command.name == name:
+            return typer.main.get_command_from_info(
+                command, pretty_exceptions_short=app.pretty_exceptions_short,
+                rich_markup_mode=app.rich_markup_mode)
+    for group in app.registered_groups:
+        if group.name == name:
+            return typer.main.get_group_from_info(
+                group, pretty_exceptions_short=app.pretty_exceptions_short,
+                rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
+    return None
+
+
+_root = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                    help=HELP, rich_markup_mode=None)
 
 
 def _show_version(value: bool) -> None:
@@ -58,7 +118,7 @@ def _show_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@_root.callback()
 def _global(
     ctx: typer.Context,
     root: Annotated[
@@ -80,7 +140,6 @@ def _register() -> None:
         chat,
         controls,
         doctor,
-        helpfmt,
         mcpcmd,
         review,
         runcmd,
@@ -92,7 +151,7 @@ def _register() -> None:
     for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, controls, boardcmd, worktreecmd,
                    mcpcmd):
         module.register(app)
-    helpfmt.adopt(app)
+    adopt(app)
 
 
 _register()
@@ -119,7 +178,7 @@ def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
 
 def _dispatch(argv: list[str] | None) -> int:
     try:
-        app(args=argv, prog_name="team")
+        _root(args=argv, prog_name="team")
     except SystemExit as e:  # typer's normal exit path (usage errors exit 2)
         stopped = _interrupt_behind(e)
         if stopped is not None:  # typer ends a KeyboardInterrupt silently with 130: say what stopped us

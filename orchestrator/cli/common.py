@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from ..core.jsonutil import pretty
 from ..core.paths import resolve_root
 from ..core.text import shown
 
@@ -46,7 +46,7 @@ def err(text: str) -> None:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.write(pretty(obj) + "\n")  # json.dumps(obj, ensure_ascii=False, indent=2), faster
 
 
 def silence(stream: IO[str]) -> None:

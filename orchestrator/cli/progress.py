@@ -18,7 +18,10 @@ sink is any callable taking one; three ship here and the CLI picks one:
 ``summarise`` turns a ``RunResult`` into data (failed tasks with log paths,
 per-task durations, the critical path as it actually ran, wall time vs task
 time; with worktree isolation, the integration branch and the commands to
-take it); ``render_summary`` turns that into text lines. Sinks write to the
+take it); ``render_summary`` turns that into text lines that stay a screenful
+at any plan size (a long critical path keeps its first and last tasks and
+counts the rest, the slowest tasks are listed, failures and cancellations
+are capped; the ``--json`` summary keeps everything). Sinks write to the
 stream they are given; only the CLI chooses stdout. A stream whose reader
 went away (a closed pipe) is silenced, not an error: the run goes on.
 
@@ -296,7 +299,29 @@ def _earlier(d: dict[str, Any]) -> str:
     return f" (after {'; '.join(said)})" if said else ""
 
 
+CHAIN_HEAD = 4
+CHAIN_TAIL = 4
+"""A critical path longer than HEAD + TAIL + 1 tasks keeps both ends and counts the middle."""
+
+
+def _chain(path: list[dict[str, Any]]) -> str:
+    """``a (1.00s) → b (2.00s) → … 312 more (40.12s) … → y (1.00s) → z (0.50s)``: readable at any length
+    (the whole path is in ``--json``)."""
+    def step(c: dict[str, Any]) -> str:
+        return f"{c['name']} ({c['seconds']:.2f}s)"
+
+    if len(path) <= CHAIN_HEAD + CHAIN_TAIL + 1:
+        return " → ".join(step(c) for c in path)
+    middle = path[CHAIN_HEAD:-CHAIN_TAIL]
+    hidden = sum(c["seconds"] for c in middle)
+    return " → ".join([*(step(c) for c in path[:CHAIN_HEAD]), f"… {len(middle)} more ({hidden:.2f}s) …",
+                       *(step(c) for c in path[-CHAIN_TAIL:])])
+
+
 def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
+    """The summary as text lines, a screenful at any size: the critical path keeps its ends,
+    durations list the ``limit`` slowest tasks, failures and cancellations the first
+    ``limit``; ``--json`` has all of it."""
     counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
     if not s["durations"] and s["ok"]:
         return [f"plan {s['plan']}: nothing to run, all {plural(s['total'], 'task')} already completed "
@@ -305,8 +330,7 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
              f"wall {s['wall']:.2f}s · task time {s['task_time']:.2f}s · speed-up "
              f"{s['speedup'] or 0:.2f}× with {plural(s['workers'], 'worker')}"]
     if s["critical_path"]:
-        chain = " → ".join(f"{c['name']} ({c['seconds']:.2f}s)" for c in s["critical_path"])
-        lines.append(f"critical path as run: {chain}")
+        lines.append(f"critical path as run: {_chain(s['critical_path'])}")
     if s["durations"]:
         listed = s["durations"][:limit]
         more = f" (slowest {limit} of {len(s['durations'])})" if len(s["durations"]) > limit else ""
@@ -320,9 +344,12 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
     for node, names in by_node.items():
         shown_names = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
         lines.append(f"lost with node {shown(node)}: {shown(shown_names)} (run again elsewhere; no retry used)")
-    for f in s["failed"]:
+    for f in s["failed"][:limit]:
         error = shown(f["error"], lines=True).replace("\n", "\n    ")  # continuation lines stay indented
         lines.append(f"FAILED #{f['task']} {f['name']}: {error}" + (f"\n  log: {f['log']}" if f["log"] else ""))
+    if len(s["failed"]) > limit:
+        lines.append(f"... and {len(s['failed']) - limit} more failed (`team task list --status failed`; "
+                     "every one in --json)")
     for c in s["cancelled"][:limit]:
         lines.append(f"cancelled #{c['task']} {c['name']}: {shown(c['reason'])}")
     if len(s["cancelled"]) > limit:

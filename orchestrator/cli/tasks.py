@@ -9,24 +9,30 @@ store's locked, validated methods, so a refused change writes nothing. Queries a
 ``graph`` functions and their text comes from ``render``; this module only
 prints.
 
-``task list`` is on the cold-start budget (≤ 0.3 s at 1,000 tasks): nothing
-here may import networkx, rich or yaml at module level.
+``task list`` is on the cold-start budget (issue 13: 80 ms at 1,000 tasks):
+it reads through the task index (tasks/index.py), which validates only the
+files it has not seen, so a warm listing imports no pydantic. Nothing here
+may import pydantic, networkx, rich or yaml at module level; the other
+commands import the store inside their bodies.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..core.models import Status, Task
+from ..core.paths import tasks_dir
 from ..core.text import plural, shown
 from ..tasks import graph, render
-from ..tasks.attempts import parse_status
-from ..tasks.store import TaskStore
+from ..tasks.index import read_rows
 from .common import JsonOpt, RootOpt, err, out, print_json, root_of
+
+if TYPE_CHECKING:
+    from ..core.models import Task
+    from ..tasks.store import TaskStore
 
 task_app = typer.Typer(no_args_is_help=True, help="Inspect and edit the task graph (.tasks/).")
 
@@ -34,7 +40,16 @@ EMPTY = "No tasks yet. Create one with `team task create SUBJECT` or run a plan 
 
 
 def _store(root, ctx) -> TaskStore:
+    from ..tasks.store import TaskStore
+
     return TaskStore(root_of(root, ctx))
+
+
+def _warn(bad: list[tuple[Path, str]]) -> None:
+    for path, why in bad:
+        detail = why.replace(f"{path}: ", "", 1).split(" (run `team doctor`")[0]
+        err(f"warning: {_shown(path)} cannot be read ({detail}); it is left out "
+            "(`team doctor` says more)")
 
 
 class Readable:
@@ -43,10 +58,7 @@ class Readable:
     def __init__(self, store: TaskStore):
         self.tasks, bad = store.scan()
         self.bad = [path for path, _ in bad]
-        for path, why in bad:
-            detail = why.replace(f"{path}: ", "", 1).split(" (run `team doctor`")[0]
-            err(f"warning: {_shown(path)} cannot be read ({detail}); it is left out "
-                "(`team doctor` says more)")
+        _warn(bad)
 
     def done(self) -> None:
         if self.bad:
@@ -67,6 +79,12 @@ def _task_json(task: Task, by_id: dict[int, Task]) -> dict[str, Any]:
     return data
 
 
+def _parse_status(value: str):  # -> Status, without importing the store for it
+    from ..tasks.attempts import parse_status
+
+    return parse_status(value)
+
+
 @task_app.command("list")
 def list_cmd(
     ctx: typer.Context,
@@ -78,20 +96,26 @@ def list_cmd(
     root: RootOpt = None,
 ) -> None:
     """One line per task: [ ] pending, [>] running, [x] done, [!] failed, [-] cancelled."""
-    want = parse_status(status) if status is not None else None
-    readable = Readable(_store(root, ctx))
-    tasks = readable.tasks
+    from ..core.states import Status
+
+    if status is not None and status not in Status.__members__:
+        _parse_status(status)  # the one error message for a bad status
+    want = Status(status) if status is not None else None
+    tasks, bad = read_rows(tasks_dir(root_of(root, ctx)))
+    _warn(bad)
     by_id = {t.id: t for t in tasks}
-    shown = graph.TaskFilter(status=want, owner=owner, ready=ready, blocked=blocked).select(tasks)
+    selected = graph.TaskFilter(status=want, owner=owner, ready=ready, blocked=blocked).select(tasks)
     if as_json:
-        print_json([_task_json(t, by_id) for t in shown])
-    elif not tasks and not readable.bad:
+        print_json([{**t.data, "ready": graph.is_ready(t, by_id), "waiting_on": graph.open_blockers(t, by_id)}
+                    for t in selected])
+    elif not tasks and not bad:
         out(EMPTY)
-    elif not shown:
+    elif not selected:
         out(f"No tasks match these filters ({plural(len(tasks), 'task')} in total).")
     else:
-        out("\n".join(render.list_line(t, by_id) for t in shown))
-    readable.done()
+        out("\n".join(render.list_line(t, by_id) for t in selected))
+    if bad:
+        raise typer.Exit(1)
 
 
 @task_app.command("show")
@@ -124,7 +148,7 @@ def show_cmd(
 
     waiting = graph.open_blockers(task, by_id)
     state = task.status.value
-    if task.status == Status.pending:
+    if task.status == "pending":
         state += f" (blocked by {waiting})" if waiting else " (ready)"
     rows = [("status", state), ("owner", shown(task.owner) or "-")]
     if task.name:
@@ -212,7 +236,7 @@ def update_cmd(
 ) -> None:
     """Change status, owner, dependencies or text of a task; checked, all or nothing."""
     if status is not None:
-        parse_status(status)  # fail before touching anything
+        _parse_status(status)  # fail before touching anything
     fields: dict[str, Any] = {}
     for key, value in (("subject", subject), ("description", description), ("estimate", estimate)):
         if value is not None:
@@ -226,7 +250,7 @@ def update_cmd(
         actor="cli",
         **fields,
     )
-    if task.plan and task.isolation == "worktree" and status is not None and task.status == Status.pending \
+    if task.plan and task.isolation == "worktree" and status is not None and task.status == "pending" \
             and task.merge_commit:
         err(f"note: #{task.id} was merged ({task.merge_commit[:10]}); the next `team run` of plan {task.plan} takes "
             f"that merge out and runs it again, with every task that needs it (`team task retry` says so up front)")

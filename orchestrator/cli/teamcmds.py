@@ -12,12 +12,12 @@ from typing import Annotated
 
 import typer
 
-from ..core.models import MESSAGE_TYPES
+from ..core.states import MESSAGE_TYPES
 from ..core.text import shown
-from ..jobs.manager import JobManager
-from ..status import overview
-from ..team.inbox import Bus
 from .common import JsonOpt, RootOpt, out, print_json, root_of
+
+# The bus, the job manager and the overview are imported by the commands that use them:
+# importing this module is part of every command's start-up (cli/__init__.py).
 
 jobs_app = typer.Typer(help="Background shell jobs (.team/jobs/): list, show, kill.")
 
@@ -32,6 +32,8 @@ def send_cmd(
     root: RootOpt = None,
 ) -> None:
     """Append a message to TO's inbox (returns once it is on disk)."""
+    from ..team.inbox import Bus
+
     msg = Bus(root_of(root, ctx)).send(to, text, sender=sender, type=type_, request_id=request_id)
     out(f"sent {msg.id} to {to}")
 
@@ -43,6 +45,8 @@ def broadcast_cmd(
     root: RootOpt = None,
 ) -> None:
     """Send TEXT to every team member except the sender."""
+    from ..team.inbox import Bus
+
     sent = Bus(root_of(root, ctx)).broadcast(text, sender=sender)
     out(f"broadcast to {', '.join(m.to or '?' for m in sent)}" if sent else "no other members to broadcast to")
 
@@ -55,6 +59,9 @@ def inbox_cmd(
     root: RootOpt = None,
 ) -> None:
     """Read (and consume) NAME's unread messages."""
+    from ..status import overview
+    from ..team.inbox import Bus
+
     bus = Bus(root_of(root, ctx))
     messages = bus.peek(name) if peek else bus.read(name)
     if as_json:
@@ -67,6 +74,8 @@ def inbox_cmd(
 
 def status_cmd(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Roster with working/idle/waiting/dead/shutdown, task counts, running jobs, lead alive?, token usage."""
+    from ..status import overview
+
     data = overview.status_data(root_of(root, ctx))
     if as_json:
         print_json(data)
@@ -77,6 +86,9 @@ def status_cmd(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = Non
 @jobs_app.callback(invoke_without_command=True)
 def jobs_list(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """List background jobs (oldest first)."""
+    from ..jobs.manager import JobManager
+    from ..status import overview
+
     if ctx.invoked_subcommand is not None:
         return
     where = root_of(root, ctx)
@@ -95,6 +107,9 @@ def jobs_show(
     root: RootOpt = None,
 ) -> None:
     """A job's record and the tail of its output."""
+    from ..jobs.manager import JobManager
+    from ..status import overview
+
     j = JobManager(root_of(root, ctx)).get(job_id)
     if as_json:
         print_json(overview.job_data(j))
@@ -115,6 +130,8 @@ def jobs_kill(
     root: RootOpt = None,
 ) -> None:
     """Kill a job's whole process group (from any process)."""
+    from ..jobs.manager import JobManager
+
     mgr = JobManager(root_of(root, ctx))
     before = mgr.get(job_id)
     if before.status != "running":

@@ -10,15 +10,17 @@ procedure (git/land.py: built off to the side, refused rather than overwrite wor
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..core.text import plural
-from ..git.agentwt import AgentWorktrees
-from ..tasks.store import TaskStore
-from ..tools.worktree import unbind
 from .common import JsonOpt, RootOpt, out, print_json, root_of
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..git.agentwt import AgentWorktrees
 
 worktree_app = typer.Typer(help="The agents' git worktrees (.team/worktrees/index.json): list, events, keep, "
                                 "remove, land.", no_args_is_help=True)
@@ -26,10 +28,17 @@ worktree_app = typer.Typer(help="The agents' git worktrees (.team/worktrees/inde
 NameArg = Annotated[str, typer.Argument(help="The worktree's name (see `team worktree list`).", show_default=False)]
 
 
+def _registry(root: Path) -> AgentWorktrees:
+    """The agents' worktree registry (imported here: other commands do not pay for git/ and tools/)."""
+    from ..git.agentwt import AgentWorktrees
+
+    return AgentWorktrees(root)
+
+
 @worktree_app.command("list")
 def list_cmd(ctx: typer.Context, as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Every agent worktree: name, status, branch, owner, bound task."""
-    entries = AgentWorktrees(root_of(root, ctx)).entries()
+    entries = _registry(root_of(root, ctx)).entries()
     if as_json:
         print_json([asdict(e) for e in entries])
         return
@@ -48,7 +57,7 @@ def events_cmd(
     root: RootOpt = None,
 ) -> None:
     """The worktree lifecycle log (.team/worktrees/events.jsonl), oldest first."""
-    events = AgentWorktrees(root_of(root, ctx)).events(limit)
+    events = _registry(root_of(root, ctx)).events(limit)
     if as_json:
         print_json(events)
         return
@@ -65,7 +74,7 @@ def events_cmd(
 @worktree_app.command("keep")
 def keep_cmd(ctx: typer.Context, name: NameArg, root: RootOpt = None) -> None:
     """Keep worktree NAME: it stays, with its branch, until merged or removed."""
-    entry = AgentWorktrees(root_of(root, ctx)).keep(name, actor="cli")
+    entry = _registry(root_of(root, ctx)).keep(name, actor="cli")
     out(f"kept worktree {entry.name} at {entry.path}")
 
 
@@ -80,8 +89,11 @@ def remove_cmd(
 ) -> None:
     """Remove worktree NAME and its branch (work not merged needs --force)."""
     r = root_of(root, ctx)
-    reg = AgentWorktrees(r)
+    reg = _registry(r)
     entry = reg.remove(name, actor="cli", force=force)
+    from ..tasks.store import TaskStore
+    from ..tools.worktree import unbind
+
     out(f"removed worktree {entry.name}" + unbind(TaskStore(r), reg, entry, complete=complete_task, actor="cli"))
 
 
@@ -93,7 +105,7 @@ def land_cmd(
     root: RootOpt = None,
 ) -> None:
     """Bring what the lead merged (branch team/agents/integration) into your current branch."""
-    landing, done = AgentWorktrees(root_of(root, ctx)).land(actor="cli", per_task=per_task)
+    landing, done = _registry(root_of(root, ctx)).land(actor="cli", per_task=per_task)
     out(f"landed {plural(len(done), 'worktree')} ({', '.join(e.name for e in done)}) into "
         f"{landing.intent.branch.removeprefix('refs/heads/')}: {landing.intent.old[:10]}..{landing.intent.new[:10]}")
 

@@ -2,6 +2,7 @@
 
     errors.py   the exception tree (TeamError and its exit codes)
     models.py   pydantic records kept on disk: Task, Event, Member, Roster, Message
+    states.py   task statuses, names, message types: what a lean command needs, without pydantic
     paths.py    where state lives (--root, $TEAM_ROOT, the current directory)
     fsutil.py   crash-safe files: atomic_write, append_line, read_jsonl, file_lock
     jsonutil.py JSON text: dumps (records on disk), stable_json and canonical (byte-stable)

@@ -3,6 +3,7 @@
 * ``dumps``: compact, keys in the order the object has them, UTF-8 kept.
   Every record and JSONL line ``team`` writes (task files list the seed's
   keys first, so field order matters there).
+* ``pretty``: what ``json.dumps(indent=2)`` writes, built faster (listings).
 * ``stable_json``: compact with sorted keys: the same bytes for the same
   data, whatever the order it was built in. What goes into a model request
   that must stay byte-identical from turn to turn (tool schemas, so prompt
@@ -19,6 +20,69 @@ from typing import Any
 def dumps(obj: Any) -> str:
     """Compact JSON, field order kept."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def pretty(obj: Any) -> str:
+    """``json.dumps(obj, ensure_ascii=False, indent=2)``, byte for byte, several times faster on
+    big listings (with ``indent`` the json module encodes in pure Python; here only the
+    containers are walked in Python and every string goes through the C escaper).
+    ``team task list --json`` of 10,000 tasks spent most of its time there."""
+    parts: list[str] = []
+    _pretty(obj, 0, parts)
+    return "".join(parts)
+
+
+def _pretty(obj: Any, level: int, out: list[str]) -> None:
+    if isinstance(obj, str):
+        out.append(_escape(obj))
+    elif obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, int):
+        out.append(int.__repr__(obj))
+    elif isinstance(obj, float):
+        out.append(_float(obj))
+    elif isinstance(obj, dict):
+        if not obj:
+            out.append("{}")
+            return
+        if not all(isinstance(k, str) for k in obj):  # keys json would convert: let it
+            out.append(json.dumps(obj, ensure_ascii=False, indent=2).replace("\n", "\n" + "  " * level))
+            return
+        pad = "\n" + "  " * (level + 1)
+        sep = "{" + pad
+        for key, value in obj.items():
+            out.append(sep + _escape(key) + ": ")
+            _pretty(value, level + 1, out)
+            sep = "," + pad
+        out.append("\n" + "  " * level + "}")
+    elif isinstance(obj, (list, tuple)):
+        if not obj:
+            out.append("[]")
+            return
+        pad = "\n" + "  " * (level + 1)
+        sep = "[" + pad
+        for value in obj:
+            out.append(sep)
+            _pretty(value, level + 1, out)
+            sep = "," + pad
+        out.append("\n" + "  " * level + "]")
+    else:  # anything else json knows (or refuses) the way it does
+        out.append(json.dumps(obj, ensure_ascii=False, indent=2).replace("\n", "\n" + "  " * level))
+
+
+_escape = json.encoder.encode_basestring  # ensure_ascii=False: the C escaper when there is one
+
+
+def _float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
 
 
 def stable_json(obj: Any) -> str:

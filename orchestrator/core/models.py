@@ -5,6 +5,10 @@ A task file holding only the seed's six keys (``id``, ``subject``,
 every other field has a default. Unknown keys are kept (``extra="allow"``)
 so a newer or hand-extended file round-trips without loss.
 
+The records other than ``Task`` are built on first use (``defer_build``):
+importing this module costs a command only the models it touches.
+Statuses, names and message types live in states.py (no pydantic).
+
 Readiness and blocked-ness are *derived* from ``blockedBy`` and the status of
 the tasks named there; they are never stored.
 """
@@ -13,38 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-"""Names of tasks (slugs), members and plans: no path separators, no spaces."""
-MAX_TASK_ID = 10**15
-"""The largest task id: a ref past it names no task (and no file name the OS would refuse)."""
-
-
-class Status(str, Enum):
-    pending = "pending"
-    in_progress = "in_progress"
-    completed = "completed"
-    failed = "failed"
-    cancelled = "cancelled"
-
-    def __str__(self) -> str:  # so f-strings print the value
-        return self.value
-
-
-TERMINAL = frozenset({Status.completed, Status.failed, Status.cancelled})
-
-MARKERS = {
-    Status.pending: "[ ]",
-    Status.in_progress: "[>]",
-    Status.completed: "[x]",
-    Status.failed: "[!]",
-    Status.cancelled: "[-]",
-}
+from .states import MARKERS as MARKERS
+from .states import MAX_TASK_ID as MAX_TASK_ID
+from .states import MESSAGE_TYPES as MESSAGE_TYPES
+from .states import NAME_RE as NAME_RE
+from .states import PROTOCOL_TYPES as PROTOCOL_TYPES
+from .states import TERMINAL as TERMINAL
+from .states import Status as Status
 
 
 class Task(BaseModel):
@@ -130,7 +113,7 @@ class Task(BaseModel):
 class Event(BaseModel):
     """One line of ``.tasks/events.jsonl``: a transition of a task."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     ts: float = Field(description="Unix time of the event.")
     task: int = Field(description="Task id.")
@@ -143,7 +126,7 @@ class Event(BaseModel):
 class Member(BaseModel):
     """One roster entry in ``.team/config.json``."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     name: str
     role: str = "coder"
@@ -157,7 +140,7 @@ class Member(BaseModel):
 class Roster(BaseModel):
     """``.team/config.json``."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     team_name: str = "team"
     members: list[Member] = Field(default_factory=list)
@@ -166,7 +149,7 @@ class Roster(BaseModel):
 class Message(BaseModel):
     """One line of ``.team/inbox/<name>.jsonl``."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     id: str
     type: str = "message"
@@ -207,21 +190,3 @@ class Message(BaseModel):
             return cls.model_validate({**data, "id": f"seed-{digest}"})
         except ValidationError:
             return None
-
-
-MESSAGE_TYPES = (
-    "message",
-    "broadcast",
-    "shutdown_request",
-    "shutdown_response",
-    "plan_approval_request",
-    "plan_approval_response",
-    "approval_request",
-    "job_done",
-    "budget_request",
-    "budget_response",
-)
-PROTOCOL_TYPES = frozenset(
-    {"shutdown_request", "shutdown_response", "plan_approval_request", "plan_approval_response",
-     "approval_request", "budget_request", "budget_response"}
-)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,11 @@ _MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": Team
                                        "hooks": HooksConfig, "budget": Budget,
                                        **{event: HookCommand for event in EVENTS}}
 
-MAX_PLAN_BYTES = 4 << 20
-"""Largest plan file read (4 MiB: a 1,000-task plan is ~100 KB)."""
+MAX_PLAN_BYTES = 16 << 20
+"""Largest plan file read (16 MiB: a 100,000-task plan of one-line commands is ~6 MB)."""
 MAX_ALIAS_VALUES = 100_000
 """Most values YAML aliases may add to a plan (each use counts the anchored node's whole size)."""
+STR_TAG = "tag:yaml.org,2002:str"
 MAX_DEPTH = 50
 """Deepest nesting of a plan document (a plan needs about 5)."""
 
@@ -66,13 +68,31 @@ MAX_DEPTH = 50
 def _loader_class() -> type:
     """``yaml.SafeLoader`` whose composer refuses alias bombs and deep nesting (module docstring)."""
     import yaml
-    from yaml.composer import ComposerError
+    from yaml.composer import Composer, ComposerError
+    from yaml.constructor import SafeConstructor
+    from yaml.resolver import Resolver
 
-    class _BoundedLoader(yaml.SafeLoader):
+    # libyaml's parser (C) when PyYAML has it: scanning and parsing are most of the time of
+    # a big plan (a pure-Python 10,000-task plan takes seconds); the composer stays PyYAML's
+    # Python one, so the bounds below hold either way.
+    if yaml.__with_libyaml__:
+        from yaml._yaml import CParser
+
+        class _Base(Composer, CParser, SafeConstructor, Resolver):
+            def __init__(self, text: str) -> None:
+                CParser.__init__(self, text)
+                Composer.__init__(self)
+                SafeConstructor.__init__(self)
+                Resolver.__init__(self)
+    else:
+        _Base = yaml.SafeLoader  # type: ignore[misc]
+
+    class _BoundedLoader(_Base):
         def __init__(self, text: str) -> None:
             super().__init__(text)
             self._sizes: dict[int, int] = {}  # id(node) -> values it holds, aliases expanded
             self._aliased = 0  # values added by aliases so far
+            self._done: set[int] = set()  # id() of anchored nodes composed whole
             self._depth = 0
 
         def compose_node(self, parent: Any, index: Any) -> Any:
@@ -80,7 +100,8 @@ def _loader_class() -> type:
                 event = self.peek_event()
                 node = self.anchors.get(event.anchor)
                 if node is not None:  # (an undefined alias is the composer's own error)
-                    self._aliased += self._sizes.get(id(node), 1)
+                    # an anchor still being composed (the alias is inside it) counts 1
+                    self._aliased += self._size(node) if id(node) in self._done else 1
                     if self._aliased > MAX_ALIAS_VALUES:
                         raise ComposerError(None, None, f"aliases expand this plan by more than "
                                             f"{MAX_ALIAS_VALUES} values (an alias bomb?); refusing it",
@@ -90,12 +111,35 @@ def _loader_class() -> type:
             if self._depth > MAX_DEPTH:
                 raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels; a plan needs a "
                                     "handful", self.peek_event().start_mark)
+            anchor = getattr(self.peek_event(), "anchor", None)
             try:
                 node = super().compose_node(parent, index)
             finally:
                 self._depth -= 1
-            self._sizes[id(node)] = 1 + sum(self._sizes.get(id(child), 1) for child in _children(node))
+            if anchor is not None:
+                self._done.add(id(node))
             return node
+
+        def _size(self, node: Any) -> int:
+            """Values ``node`` holds, aliases expanded: computed when an alias names it, once
+            per node (a plan without aliases pays nothing), without recursion. A node still
+            being composed (an alias inside its own anchor) counts 1."""
+            sizes = self._sizes
+            stack: list[tuple[Any, bool]] = [(node, False)]
+            busy: set[int] = set()
+            while stack:
+                n, kids_done = stack.pop()
+                if id(n) in sizes:
+                    continue
+                kids = _children(n)
+                if kids_done:
+                    busy.discard(id(n))
+                    sizes[id(n)] = 1 + sum(sizes.get(id(c), 1) for c in kids)
+                    continue
+                busy.add(id(n))
+                stack.append((n, True))
+                stack.extend((c, False) for c in kids if id(c) not in sizes and id(c) not in busy)
+            return sizes.get(id(node), 1)
 
     return _BoundedLoader
 
@@ -155,7 +199,8 @@ def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
             return out
         if isinstance(node, yaml.SequenceNode):
             return [build(item, (*loc, i), depth + 1) for i, item in enumerate(node.value)]
-        value = loader.construct_object(node, deep=True)
+        # a plain string (most of a plan) is its node's value, as SafeConstructor would make it
+        value = node.value if node.tag == STR_TAG else loader.construct_object(node, deep=True)
         if isinstance(value, str) and "\0" in value:
             errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: contains a NUL byte (\\0), "
                           "which no command, argument, environment variable or path can carry; remove it")
@@ -232,7 +277,13 @@ def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dic
         raise PlanError(f"{where}: no such plan file; pass the path of a plan.yaml") from None
     except (OSError, UnicodeDecodeError) as e:
         raise PlanError(f"{where}: cannot read: {e}") from None
-    data, lines, errors = _compose(text, where)
+    gc_was_on = gc.isenabled()
+    gc.disable()  # composing a big plan makes ~10 objects a task, none of them garbage yet:
+    try:          # collecting while they pile up made a 10,000-task plan several times slower
+        data, lines, errors = _compose(text, where)
+    finally:
+        if gc_was_on:
+            gc.enable()
     if errors:
         raise PlanError("\n".join(errors))
     if not isinstance(data, dict):
@@ -262,6 +313,8 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
         errors.append(f"{where}:{_line(lines, loc)}: {_field(loc)}: {msg}")
 
     first: dict[str, int] = {}
+    members = {m.name for m in plan.team}
+    is_dir: dict[Path, bool] = {}  # one stat per distinct directory, not per task
     for i, t in enumerate(plan.tasks):
         if t.id in first:
             err(("tasks", i, "id"), f"duplicate id {t.id!r} (first at line {_line(lines, ('tasks', first[t.id], 'id'))})")
@@ -273,11 +326,12 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
             err(("tasks", i, "prompt"), f"task {t.id!r} has both run and prompt; keep `run` (shell) or `prompt` (agent)")
         elif t.run is None and t.prompt is None:
             err(("tasks", i), f"task {t.id!r} has neither run nor prompt; add `run: COMMAND` or `prompt: TEXT`")
-        members = {m.name for m in plan.team}
         if t.assignee is not None and plan.team and t.assignee not in members:
             err(("tasks", i, "assignee"), f"{t.assignee!r} is not in `team:` ({', '.join(sorted(members))})")
         cwd = lp.task_cwd(t)
-        if not cwd.is_dir():
+        if cwd not in is_dir:
+            is_dir[cwd] = cwd.is_dir()
+        if not is_dir[cwd]:
             loc = ("tasks", i, "cwd") if t.cwd else ("defaults", "cwd")
             err(loc, f"directory {cwd} does not exist (cwd is relative to the plan file)")
     ids = set(first)

@@ -206,7 +206,8 @@ def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                                      "reached the task file); re-running")
         note(f"#{tid} was starting when the last lead died: re-running it")
 
-    tasks_by_key = {t.plan_task: t for t in store.all() if t.plan == plan.name}
+    # a first run has nothing to re-read: the batch it just wrote is every task of the plan
+    tasks_by_key = {t.plan_task: t for t in (store.all() if existing else created) if t.plan == plan.name}
     tasks = [tasks_by_key[t.id] for t in plan.tasks]
     remaining = analyse(plan).remaining
     d = plan.defaults
@@ -341,9 +342,11 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         for text in asked.notes:
             note(text)
         prep = materialise(store, lp, note=note)
-        for text in reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun).notes:
+        agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
+        for text in agreed.notes:
             note(text)
-        tasks = [store.read(t.id) for t in prep.tasks]
+        # reconcile writes only for a redo or with worktree isolation: else the tasks are as materialised
+        tasks = [store.read(t.id) for t in prep.tasks] if agreed.redone or wt is not None else prep.tasks
         if wt is not None:
             for text in kept_work_notes(tasks, wt, rerun):
                 note(text)

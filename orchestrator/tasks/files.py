@@ -8,6 +8,7 @@ Layout::
     .tasks/.lock-waiting    held shared by a process blocked on .lock (see pipeline.py)
     .tasks/.next_id         id counter: the next id is past it and past every file
     .tasks/names.jsonl      name -> id index (a cache: verified on every use)
+    .tasks/index.json       hashes of task files already validated (a cache: index.py)
 
 ``TaskFiles`` is this layer and nothing more: paths, the store lock, reading
 and parsing task files, refs (id or name), the event log, the name index and
@@ -52,7 +53,9 @@ from ..core.fsutil import append_line, atomic_write, file_lock, fsync_dir, parse
 from ..core.jsonutil import dumps
 from ..core.models import MAX_TASK_ID, Status, Task
 from ..core.paths import tasks_dir
-from ..core.redact import Secrets
+from ..core.redact import MASK, Secrets
+from . import index as task_index
+from .index import INDEX_NAME
 from .pipeline import Pipeline, WriteBatch
 
 TASK_PREFIX = "task_"
@@ -70,6 +73,16 @@ def task_id_from_filename(fname: str) -> int | None:
         if digits.isdigit():
             return int(digits)
     return None
+
+
+def parse_task(path: Path, data: bytes) -> Task:
+    """The task in ``data`` (the bytes of ``path``); ``CorruptFile`` saying why if it is not one."""
+    try:
+        return Task.model_validate_json(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "file"
+        raise CorruptFile(path, f"{where}: {first.get('msg', 'invalid')}") from None
 
 
 def _parallel(pool: Executor, jobs: Sequence[Callable[[], None]]) -> None:
@@ -167,12 +180,7 @@ class TaskFiles:
             raise
         except OSError as e:
             raise CorruptFile(path, f"cannot read: {e.strerror}") from None
-        try:
-            return Task.model_validate_json(data)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "file"
-            raise CorruptFile(path, f"{where}: {first.get('msg', 'invalid')}") from None
+        return parse_task(path, data)
 
     def load(self, task_id: int) -> Task:
         """``task_<id>.json``, checked to hold that id (a copied file would not)."""
@@ -278,9 +286,9 @@ class TaskFiles:
 
     def add_names(self, tasks: Iterable[Task]) -> None:
         """Index the names of new tasks (under the lock; a cache, not fsynced)."""
-        for t in tasks:
-            if t.name:
-                append_line(self.names_path, {"name": t.name, "id": t.id}, durable=False)
+        lines = "\n".join(dumps({"name": t.name, "id": t.id}) for t in tasks if t.name)
+        if lines:  # one append for a whole batch
+            append_line(self.names_path, lines, durable=False)
 
     def rebuild_names_locked(self) -> dict[str, int]:
         """Rewrite ``names.jsonl`` from the task files (first id wins a duplicate name); under the lock."""
@@ -345,13 +353,16 @@ class TaskFiles:
         self.write([task], [self.event_record(task, event, actor, before, **extra)])
 
     def write(self, tasks: Sequence[Task], records: Sequence[EventRecord] = (),
-              logged_first: Sequence[EventRecord] = (), on_logged: Callable[[], None] | None = None) -> None:
+              logged_first: Sequence[EventRecord] = (), on_logged: Callable[[], None] | None = None,
+              *, index: bool = False) -> None:
         """Atomic per file, durable as a batch, then the batch's event lines (under the lock).
 
         ``logged_first`` lines are appended before any file is written, and
         ``on_logged`` is called right after them (see ``Attempts.commit``).
         Inside a pipeline's commit section the files and ``records`` are
         queued for the group-commit writer instead of written here.
+        ``index``: add the files to the task index once they are durable
+        (index.py; a plan's bulk create).
         """
         if logged_first:
             self._append_events(self._event_lines(logged_first))
@@ -369,6 +380,10 @@ class TaskFiles:
             pipe.submit(WriteBatch(files, lines, logged=bool(logged_first)))
             return
         self.write_now(files, lines, synced_lines=bool(logged_first))
+        if index:
+            # a file whose secrets were masked is not dumps(to_json()) of its task: left to the readers
+            canonical = {path: data for path, data in files.items() if MASK.encode() not in data}
+            task_index.remember(self.dir, canonical)
 
     def _threads(self) -> Executor:
         """This object's fsync threads (a forked child, which inherits none of them, makes its own)."""
@@ -422,7 +437,7 @@ class TaskFiles:
         """Remove every task file, the index, the counter and the event log (under the lock)."""
         for tid in self.ids():
             self.path(tid).unlink(missing_ok=True)
-        for p in (self.counter_path, self.names_path, self.events_path):
+        for p in (self.counter_path, self.names_path, self.events_path, self.dir / INDEX_NAME):
             p.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ group commit

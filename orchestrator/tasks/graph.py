@@ -30,9 +30,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
-from ..core.models import Status, Task
+from ..core.states import Status
+
+if TYPE_CHECKING:
+    from ..core.models import Task
+
+
+class TaskLike(Protocol):
+    """What the listing queries read of a task: a ``Task``, or an ``index.Row`` read from the
+    task index without pydantic (``team task list``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def status(self) -> Status: ...
+    @property
+    def blockedBy(self) -> list[int]: ...  # noqa: N802 (the seed's key)
+    @property
+    def owner(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+
+
+T = TypeVar("T", bound=TaskLike)
 
 MAX_PATHS = 20
 """Most chains reported per blocked task (a wide diamond has exponentially many)."""
@@ -43,11 +65,11 @@ CYCLE_STATE = "on or behind a dependency cycle (see `team doctor`)"
 
 
 # ---------------------------------------------------------------------- basics
-def index(tasks: Iterable[Task]) -> dict[int, Task]:
+def index(tasks: Iterable[T]) -> dict[int, T]:
     return {t.id: t for t in tasks}
 
 
-def open_blockers(task: Task, by_id: dict[int, Task]) -> list[int]:
+def open_blockers(task: TaskLike, by_id: dict[int, T]) -> list[int]:
     """Ids in ``task.blockedBy`` that are not completed (missing ones included)."""
     out = []
     for dep in task.blockedBy:
@@ -57,7 +79,7 @@ def open_blockers(task: Task, by_id: dict[int, Task]) -> list[int]:
     return out
 
 
-def is_ready(task: Task, by_id: dict[int, Task]) -> bool:
+def is_ready(task: TaskLike, by_id: dict[int, T]) -> bool:
     return task.status == Status.pending and not open_blockers(task, by_id)
 
 
@@ -67,7 +89,7 @@ def ready(tasks: Sequence[Task]) -> list[Task]:
     return [t for t in sorted(tasks, key=lambda t: t.id) if is_ready(t, by_id)]
 
 
-def is_blocked(task: Task, by_id: dict[int, Task]) -> bool:
+def is_blocked(task: TaskLike, by_id: dict[int, T]) -> bool:
     """Pending and waiting on at least one blocker that is not completed."""
     return task.status == Status.pending and bool(open_blockers(task, by_id))
 
@@ -82,7 +104,7 @@ class TaskFilter:
     ready: bool = False
     blocked: bool = False
 
-    def select(self, tasks: Sequence[Task]) -> list[Task]:
+    def select(self, tasks: Sequence[T]) -> list[T]:
         by_id = index(tasks)
         out = []
         for t in tasks:

@@ -18,17 +18,21 @@ tests compare whole outputs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..core.models import MARKERS, TERMINAL, Status, Task
+from ..core.states import MARKERS, TERMINAL, Status
 from ..core.text import shown
-from .graph import PATH_HEAD, BlockedChain, dependents, index, open_blockers
+from .graph import PATH_HEAD, BlockedChain, T, TaskLike, dependents, index, open_blockers
+
+if TYPE_CHECKING:
+    from ..core.models import Task
 
 
 def format_ids(ids: Sequence[int]) -> str:
     return " → ".join(f"#{i}" for i in ids)
 
 
-def list_line(task: Task, by_id: dict[int, Task]) -> str:
+def list_line(task: TaskLike, by_id: dict[int, T]) -> str:
     """The seed's line: ``[ ] #5: subject (blocked by: [3, 4])``."""
     line = f"{MARKERS[task.status]} #{task.id}: {shown(task.subject)}"
     if task.owner and task.status not in TERMINAL:  # who runs it, or who it is assigned to

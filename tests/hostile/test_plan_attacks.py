@@ -84,7 +84,7 @@ def test_a_plan_nested_deeper_than_any_plan_needs_is_refused_without_a_traceback
 def test_a_plan_file_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path):
     with open(tmp_path / "big.yaml", "w") as f:
         f.write("name: big\ntasks:\n  - {id: a, run: 'true'}\n")
-        f.write(("# " + "x" * 1022 + "\n") * (8 * 1024))  # 8 MiB of comments
+        f.write(("# " + "x" * 1022 + "\n") * (20 * 1024))  # 20 MiB of comments (the limit is 16)
     code, err, seconds, rss = check(tmp_path, "big.yaml")
     assert code == 2 and err.startswith("PlanError: big.yaml:1: ") and "MiB" in err, err
     assert seconds < 10 and rss < PEAK_RSS_MB, (seconds, rss)
