@@ -10,6 +10,10 @@ workspace ``W`` and state root ``R``::
     --ro-bind / /              the whole filesystem read-only ...
     --dev /dev --proc /proc    a minimal /dev, the /proc of its own PID namespace
     --tmpfs /tmp               a private, writable /tmp (TMPDIR=/tmp), gone afterwards
+    --ro-bind T T              ... in which what the agent's commands run from stays visible,
+                               read-only: the directories on PATH, the interpreter's prefix
+                               and team's own code, when they lie under /tmp (``kept``: a
+                               checkout or a virtualenv in /tmp, as on many CI machines)
     --bind W W                 ... but the workspace, writable
     --ro-bind P P              ... except, read-only again, each of R/.tasks, R/.team,
                                W/.tasks, W/.team, the git directory of W and of R (a
@@ -53,6 +57,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -100,6 +105,23 @@ def git_dirs(worktree: Path) -> list[Path]:
     except OSError:
         return dirs
     return [*dirs, (own / common).resolve()] if common else dirs
+
+
+def kept(path_var: str | None = None) -> list[Path]:
+    """What the private /tmp would hide that an agent's commands run from: the directories on
+    ``PATH`` (default: ours), the interpreter's prefix and the folder holding the ``orchestrator``
+    package, where they lie under /tmp; outermost only, shortest first."""
+    here = Path(__file__).resolve().parents[2]  # the folder that holds orchestrator/
+    entries = (os.environ.get("PATH", "") if path_var is None else path_var).split(os.pathsep)
+    found: list[Path] = []
+    for raw in [*entries, sys.prefix, str(here)]:
+        if not raw or not os.path.isabs(raw):
+            continue
+        real = Path(raw).resolve()
+        if real != PRIVATE_TMP and _inside(real, PRIVATE_TMP) and real.is_dir():
+            found.append(real)
+    outer = sorted(set(found), key=lambda p: len(p.parts))
+    return [p for i, p in enumerate(outer) if not any(_inside(p, q) for q in outer[:i])]
 
 
 def protected(workspace: Path, root: Path) -> list[tuple[Path, bool]]:
@@ -221,8 +243,10 @@ class Sandbox:
                 f"agent shell commands run in an OS sandbox, and it cannot be set up here: {problem}. {FIX}")
         assert self._program is not None  # set by a successful probe
         ws = str(workspace.resolve())
-        argv = [self._program, *_NAMESPACES, *(() if network else ("--unshare-net",)), *_BASE_MOUNTS,
-                "--bind", ws, ws]
+        argv = [self._program, *_NAMESPACES, *(() if network else ("--unshare-net",)), *_BASE_MOUNTS]
+        for path in kept():  # before the workspace: a workspace inside one of them stays writable
+            argv += ["--ro-bind", str(path), str(path)]
+        argv += ["--bind", ws, ws]
         for path, exists in protected(workspace, root):
             p = str(path)
             argv += ["--ro-bind", p, p] if exists else ["--tmpfs", p, "--remount-ro", p]

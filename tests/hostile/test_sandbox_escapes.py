@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -250,3 +251,20 @@ def test_python_exec_of_the_lead_cannot_write_the_store(root, agent):
     obs = agent.bash(f"{sys.executable} -c \"{code}\"")
     assert obs.stage == "ok" and "NotWritable: .tasks is not writable" in obs.content, obs.content
     assert snapshot(root) == before
+
+
+def test_programs_under_tmp_stay_reachable_and_read_only(root, agent, monkeypatch):
+    """The private /tmp hides the machine's /tmp, but not what the agent's commands run from:
+    a directory on PATH under /tmp (a virtualenv or a checkout there, as on many CI machines)
+    is visible inside the sandbox, read-only."""
+    tools = Path(tempfile.mkdtemp(prefix="team-tools-", dir="/tmp"))
+    try:
+        program = tools / "hello-from-tmp"
+        program.write_text("#!/bin/sh\necho hello from a tool in /tmp\n")
+        program.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+        obs = agent.bash(f"hello-from-tmp; touch {tools}/planted")
+        assert obs.stage == "ok" and "hello from a tool in /tmp\n" in obs.content, obs.content
+        assert "Read-only file system" in obs.content and not (tools / "planted").exists(), obs.content
+    finally:
+        shutil.rmtree(tools)
