@@ -133,12 +133,14 @@ def test_a_merge_that_does_not_replay_without_the_redone_task_runs_again_too(tmp
              {"id": "other", "run": "echo x > other.txt"}]
     repo = make_project(tmp_path / "repo", plan_yaml(PLAN, tasks, workers=3),
                         {"conf.py": "mode = 1\nlevel = 1\na\nb\nc\ntail = 1\n"}, modules=0)
-    assert run_team(repo, "run", "plan.yaml", "-k").returncode == 1  # late conflicts with early
+    first = run_team(repo, "run", "plan.yaml", "-k")
+    assert first.returncode == 1, first.stdout + first.stderr  # late conflicts with early
     wt = repo / ".team/worktrees/rd/late"
     git(wt, "merge", "team/rd/integration", check=False)
     (wt / "conf.py").write_text("mode = 2\nlevel = 2\na\nb\nc\ntail = 1\n")
     git(wt, "commit", "-qam", "late: resolved by hand")
-    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    resumed = run_team(repo, "run", "plan.yaml")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr + git(repo, "log", "--oneline", "--all", "--graph")
     assert sorted(first_parent_tasks(repo)) == ["early", "late", "other"]
 
     tasks[0]["run"] = "sed -i 's/^tail = .*/tail = 2/' conf.py"
