@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from _disk import durable_write_ms
+from sched_bench import write_makefile, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
 CODE = [REPO]
@@ -63,25 +64,6 @@ def random_dag(n: int, seed: int = 13) -> list[list[int]]:
 def layered(layers: int, width: int) -> list[list[int]]:
     return [[] if layer == 0 else [(layer - 1) * width + j, (layer - 1) * width + (j + 1) % width]
             for layer in range(layers) for j in range(width)]
-
-
-def write_plan(path: Path, name: str, needs: list[list[int]], body: str, workers: int) -> None:
-    lines = [f"name: {name}", f"workers: {workers}", "tasks:"]
-    for i, deps in enumerate(needs):
-        lines.append(f"  - id: t{i}")
-        lines.append(f"    run: \"{body}\"")
-        if deps:
-            lines.append(f"    needs: [{', '.join(f't{d}' for d in deps)}]")
-    path.write_text("\n".join(lines) + "\n")
-
-
-def write_makefile(path: Path, needs: list[list[int]], body: str) -> None:
-    names = [f"t{i}" for i in range(len(needs))]
-    lines = [".PHONY: all " + " ".join(names), "all: " + " ".join(names)]
-    for i, deps in enumerate(needs):
-        lines.append(f"t{i}: " + " ".join(f"t{d}" for d in deps))
-        lines.append(f"\t@{body}")
-    path.write_text("\n".join(lines) + "\n")
 
 
 def env() -> dict[str, str]:

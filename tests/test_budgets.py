@@ -9,7 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import util
 from conftest import run_team, team_env
+from util import tasks_by_name
 
 from orchestrator.llm.script import Reply, tool_call
 from orchestrator.llm.scripted import ScriptedServer
@@ -19,16 +21,7 @@ USAGE = {"prompt_tokens": 100, "completion_tokens": 10}
 
 
 def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
-            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
-
-
-def tasks_by_name(root: Path) -> dict[str, dict]:
-    out = {}
-    for f in sorted((root / ".tasks").glob("task_*.json")):
-        t = json.loads(f.read_text())
-        out[t.get("plan_task") or t["id"]] = t
-    return out
+    return util.llm_env(srv.base_url, KEY, **extra)
 
 
 def members(root: Path) -> dict[str, dict]:

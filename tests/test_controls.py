@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import util
 from conftest import run_team, team_env
 from util import wait_until
 
@@ -46,8 +47,7 @@ tasks:
 
 
 def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
-            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
+    return util.llm_env(srv.base_url, KEY, **extra)
 
 
 def start_run(root: Path, env: dict[str, str]) -> subprocess.Popen[str]:

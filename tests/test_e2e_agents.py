@@ -7,10 +7,10 @@ import json
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
+import util
 from conftest import run_team, team_env
-from util import wait_until
+from util import tasks_by_name, wait_until
 
 from orchestrator.llm.script import Reply, tool_call
 from orchestrator.llm.scripted import ScriptedServer
@@ -20,16 +20,7 @@ KEY = "sk-e2e-secret-7f3a9c1d2b"
 
 
 def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
-            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
-
-
-def tasks_by_name(root: Path) -> dict[str, dict]:
-    out = {}
-    for f in sorted((root / ".tasks").glob("task_*.json")):
-        t = json.loads(f.read_text())
-        out[t.get("plan_task") or t["id"]] = t
-    return out
+    return util.llm_env(srv.base_url, KEY, **extra)
 
 
 def text_of(body: dict) -> str:

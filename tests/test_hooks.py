@@ -8,7 +8,9 @@ import os
 import time
 from pathlib import Path
 
+import util
 from conftest import run_team
+from util import tasks_by_name
 
 from orchestrator.core.hooks import HooksConfig
 from orchestrator.core.models import Task
@@ -20,16 +22,7 @@ KEY = "sk-hooks-secret-5d1e9a7c3b"
 
 
 def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
-            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
-
-
-def tasks_by_name(root: Path) -> dict[str, dict]:
-    out = {}
-    for f in sorted((root / ".tasks").glob("task_*.json")):
-        t = json.loads(f.read_text())
-        out[t.get("plan_task") or t["id"]] = t
-    return out
+    return util.llm_env(srv.base_url, KEY, **extra)
 
 
 def hook_log(root: Path) -> list[dict]:

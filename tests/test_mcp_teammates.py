@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import util
 from conftest import run_team
 
 from orchestrator.core.errors import UserError
@@ -24,8 +25,7 @@ TIME_SERVER = str(Path(sys.executable).parent / "mcp-server-time")
 
 
 def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": KEY, "TEAM_MODEL": "gpt-4o-mini",
-            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
+    return util.llm_env(srv.base_url, KEY, **extra)
 
 
 def task(root: Path, plan_task: str) -> dict:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -43,3 +45,19 @@ def pids_running(argv: list[str]) -> list[int]:
             continue
         found.append(int(name))
     return found
+
+
+def llm_env(base_url: str, key: str, **extra: str) -> dict[str, str]:
+    """The environment a `team` process needs to reach the scripted model server at ``base_url``
+    (no back-off between retries), plus ``extra``."""
+    return {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "TEAM_MODEL": "gpt-4o-mini",
+            "TEAM_LLM_BACKOFF_BASE": "0", "TEAM_LLM_BACKOFF_MAX": "0", **extra}
+
+
+def tasks_by_name(root: Path) -> dict[str, dict]:
+    """Every task file under ``root`` as raw JSON, by its plan task id (else its id)."""
+    out = {}
+    for f in sorted((root / ".tasks").glob("task_*.json")):
+        t = json.loads(f.read_text())
+        out[t.get("plan_task") or t["id"]] = t
+    return out
