@@ -95,6 +95,10 @@ def _parallel(pool: Executor, jobs: Sequence[Callable[[], None]]) -> None:
             future.result()
 
 
+WRITE_CHUNK = 2048
+"""Task files serialised and written at a time by one big write (a plan's bulk create): bounds its memory."""
+
+
 class TaskFiles:
     """The ``.tasks/`` directory of one state root (see the module docstring). Thread-safe."""
 
@@ -373,17 +377,24 @@ class TaskFiles:
         now = self.clock()
         for task in tasks:
             task.updated_at = now
-        files = {self.path(t.id): self.serialize(t).encode() for t in tasks}
         lines = self._event_lines(records) if records else ""
         pipe = self.pipeline
         if pipe is not None and pipe.queueing == threading.get_ident():
-            pipe.submit(WriteBatch(files, lines, logged=bool(logged_first)))
+            pipe.submit(WriteBatch({self.path(t.id): self.serialize(t).encode() for t in tasks}, lines,
+                                   logged=bool(logged_first)))
             return
-        self.write_now(files, lines, synced_lines=bool(logged_first))
+        digests: dict[int, str] = {}
+        for start in range(0, len(tasks), WRITE_CHUNK):  # a plan's 100k files are never all in memory at once
+            chunk = tasks[start:start + WRITE_CHUNK]
+            data = [self.serialize(t).encode() for t in chunk]
+            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)})
+            if index:
+                # a file whose secrets were masked is not dumps(to_json()) of its task: left to the readers
+                digests.update({t.id: task_index.digest(d) for t, d in zip(chunk, data, strict=True)
+                                if MASK.encode() not in d})
+        self._sync(lines, had_files=bool(tasks), synced_lines=bool(logged_first))
         if index:
-            # a file whose secrets were masked is not dumps(to_json()) of its task: left to the readers
-            canonical = {path: data for path, data in files.items() if MASK.encode() not in data}
-            task_index.remember(self.dir, canonical)
+            task_index.remember(self.dir, digests)
 
     def _threads(self) -> Executor:
         """This object's fsync threads (a forked child, which inherits none of them, makes its own)."""
@@ -399,12 +410,20 @@ class TaskFiles:
         ``synced_lines``: the event log has lines of this batch to fsync even
         when ``lines`` is empty (claims appended first).
         """
+        self._write_files(files)
+        self._sync(lines, had_files=bool(files), synced_lines=synced_lines)
+
+    def _write_files(self, files: dict[Path, bytes]) -> None:
+        """Each file atomically (renamed into place, its data fsynced); the folder is synced by ``_sync``."""
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
                 atomic_write(path, data, durable=self.durable, sync_dir=False)
         else:
             _parallel(self._threads(), [partial(atomic_write, path, data, sync_dir=False)
                                         for path, data in files.items()])
+
+    def _sync(self, lines: str, *, had_files: bool, synced_lines: bool) -> None:
+        """After the files of a batch: append its event ``lines``, then make the folder and the log durable."""
         if lines:
             self._append_events(lines)
         if not self.durable:
@@ -412,7 +431,7 @@ class TaskFiles:
         syncs: list[Callable[[], None]] = []
         if lines or synced_lines:
             syncs.append(lambda: fsync_dir(self.events_path))
-        if files:
+        if had_files:
             syncs.append(lambda: fsync_dir(self.dir))
         if len(syncs) == 1:
             syncs[0]()

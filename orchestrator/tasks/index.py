@@ -101,18 +101,16 @@ def save(tasks_dir: Path, valid: dict[str, str]) -> None:
         return  # a cache: every reader validates what the index does not vouch for
 
 
-def remember(tasks_dir: Path, files: dict[Path, bytes]) -> None:
-    """Add files just written by ``team`` (canonical JSON of valid tasks) to the index.
+def remember(tasks_dir: Path, digests: dict[int, str]) -> None:
+    """Add files just written by ``team`` (canonical JSON of valid tasks; ``{id: digest(bytes)}``) to the index.
 
     Called under the store lock by the bulk write of a plan's tasks; a reader
     rewriting the index at the same time may drop these entries again, which
     only costs that many validations later.
     """
     valid = load(tasks_dir)
-    for path, data in files.items():
-        tid = _task_id(path.name)
-        if tid is not None:
-            valid[str(tid)] = digest(data)
+    for tid, sha in digests.items():
+        valid[str(tid)] = sha
     save(tasks_dir, valid)
 
 
