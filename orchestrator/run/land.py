@@ -88,7 +88,7 @@ def _refuse_unfinished(tasks: list[Task], wt: Worktrees, store: TaskStore, task_
         raise UserError(f"{wt.integration} holds the merges of {', '.join(extra)}, which plan {wt.plan} no longer "
                         f"has: landing would bring them in. Put them back in the plan, or start over with "
                         f"`team run PLAN.yaml --fresh`")
-    missing = missing_merges(store, tasks, wt)
+    missing = missing_merges(store, [t.id for t in tasks], wt)
     if missing:
         raise UserError(f"{wt.integration} lacks the merges of {', '.join(missing)}: run the plan again "
                         f"(`team run PLAN.yaml`) to redo them, then land")

@@ -238,12 +238,12 @@ def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> list[str]:
     return notes
 
 
-def missing_merges(store: TaskStore, tasks: Iterable[Task], wt: Worktrees) -> list[str]:
-    """Completed tasks whose recorded merge is not on the integration branch (the check after a run)."""
+def missing_merges(store: TaskStore, ids: Iterable[int], wt: Worktrees) -> list[str]:
+    """Completed tasks (of ``ids``) whose recorded merge is not on the integration branch (the check after a run)."""
     merges = wt.merges()
     missing = []
-    for t in tasks:
-        cur = store.read(t.id)
+    for tid in ids:
+        cur = store.read(tid)
         if (cur.status == Status.completed and cur.isolation == "worktree" and not cur.landed
                 and cur.merge_commit and slug(cur) not in merges):
             missing.append(f"{_label(cur)} (merge {cur.merge_commit[:10]})")

@@ -355,10 +355,13 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
-        result = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop).run()
+        scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop)
+        ids = [t.id for t in tasks]
+        del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
+        result = scheduler.run()
         if iso is not None and wt is not None:
             iso.close()
-            missing = missing_merges(store, tasks, wt)
+            missing = missing_merges(store, ids, wt)
             if missing:
                 result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
                                      f"task store records: run the plan again to redo them")
