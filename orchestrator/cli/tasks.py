@@ -203,10 +203,6 @@ def create_cmd(
     root: RootOpt = None,
 ) -> None:
     """Create a task with the next id. Dependencies must exist."""
-    if not subject.strip():
-        from ..core.errors import UserError
-
-        raise UserError("the subject is empty: give the task a one-line title")
     fields: dict[str, Any] = {}
     if name is not None:
         fields["name"] = name

@@ -97,6 +97,8 @@ class TaskEdits:
         """
         if not specs:
             return []
+        for spec in specs:  # before the lock: a refused create leaves nothing behind, not even .tasks/
+            _check_subject(spec.get("subject"))
         with self.files.locked():
             named = any(spec.get("name") for spec in specs)
             if named and not self.files.names_path.exists() and self.files.ids():
@@ -118,7 +120,6 @@ class TaskEdits:
                 name = spec.get("name")
                 self._check_name(name, index)
                 self._check_owner(spec.get("owner"))
-                _check_subject(spec.get("subject"))
                 if name is not None:
                     if name in seen_names:
                         raise UserError(f"a task named {name!r} appears twice; names must be unique")

@@ -96,6 +96,15 @@ def test_a_failed_update_creates_no_store(tmp_path):
     assert state_files(tmp_path) == []
 
 
+@pytest.mark.parametrize("subject,error", [
+    ("   ", "UserError: a task needs a subject: a one-line title\n"),
+    ("x\x1b[2J", 'UserError: the subject "x\\x1b[2J" holds control characters (\\x1b); remove them\n')])
+def test_a_refused_create_creates_no_store(tmp_path, subject, error):
+    r = run_team(tmp_path, "task", "create", subject)
+    assert (r.returncode, r.stderr) == (2, error)
+    assert state_files(tmp_path) == []
+
+
 def test_a_refused_run_leaves_no_lock_and_no_spare_logs(tmp_path):
     (tmp_path / "plan.yaml").write_text("""name: refused
 model: some-model
