@@ -113,6 +113,46 @@ def test_parallel_tasks_editing_different_files_all_land(tmp_path):
     assert show(repo, "main", "m1.py") == "x = 1\n"  # the user's branch did not move
 
 
+def test_a_task_commits_while_another_worktree_is_half_made(tmp_path):
+    """`git worktree add` makes .git/worktrees/NAME/ before the files in it, and `git worktree
+    list` fails while one is half made ("failed to read .git/worktrees/mod-1/commondir"). A run's
+    merge thread commits a finished task while its prepare thread adds the next worktree: the
+    commit must not depend on the other worktree being complete (a run failed a task on this)."""
+    repo = make_repo(tmp_path / "repo", {"a.py": "a = 1\n"})
+    wt = Worktrees(repo, "half")
+    path = wt.prepare("done")
+    (path / "a.py").write_text("a = 2\n")
+    half = repo / ".git/worktrees/being-added"  # what a concurrent `git worktree add` has made so far:
+    half.mkdir()                                  # the entry, its gitdir, and commondir not written yet
+    (tmp_path / "being-added").mkdir()
+    (tmp_path / "being-added/.git").write_text(f"gitdir: {half}\n")
+    (half / "gitdir").write_text(f"{tmp_path / 'being-added/.git'}\n")
+    (half / "commondir").touch()
+    assert subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True).returncode == 128
+    assert wt.commit("done", "done: edit") is not None
+    assert show(repo, "team/half/done", "a.py") == "a = 2\n"
+
+
+def test_a_listing_that_meets_a_half_made_worktree_reads_it_again(tmp_path):
+    """Another process adding a worktree (``team doctor`` during a run): the listing waits it out."""
+    repo = make_repo(tmp_path / "repo", {"a.py": "a = 1\n"})
+    wt = Worktrees(repo, "half")
+    half = repo / ".git/worktrees/late"
+    half.mkdir(parents=True)
+    (tmp_path / "late").mkdir()
+    (tmp_path / "late/.git").write_text(f"gitdir: {half}\n")
+    (half / "gitdir").write_text(f"{tmp_path / 'late/.git'}\n")
+    (half / "commondir").touch()
+    (half / "HEAD").write_text(git(repo, "rev-parse", "HEAD"))
+    finish = threading.Timer(0.2, lambda: (half / "commondir").write_text("../..\n"))
+    finish.start()
+    try:
+        listed = wt.git.worktrees()
+    finally:
+        finish.join()
+    assert (tmp_path / "late").resolve() in listed
+
+
 def test_same_lines_conflict_names_the_file_and_keeps_the_branch(tmp_path):
     repo = make_repo(tmp_path / "repo", {"shared.py": "VALUE = 1\n", "other.py": "o\n"})
     wt = Worktrees(repo, "cf")

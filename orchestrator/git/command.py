@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from ..core.errors import WorkFailed
@@ -31,6 +32,8 @@ LOCATION_VARS = {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIREC
 OVERRIDES = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "gc.auto=0",
              "-c", "maintenance.auto=false", "-c", "merge.autoStash=false")
 FALLBACK_IDENTITY = {"NAME": "team", "EMAIL": "team@localhost"}
+HALF_ADDED_TRIES = 50
+"""Listings of worktrees tried while one entry is caught half written (20 ms apart)."""
 
 
 class GitError(WorkFailed):
@@ -101,9 +104,22 @@ class Git:
         return Path(proc.stdout.strip()) if proc.returncode == 0 else None
 
     def worktrees(self) -> dict[Path, dict[str, str]]:
-        """Registered worktrees: resolved path -> porcelain attributes (branch, locked, ...)."""
+        """Registered worktrees: resolved path -> porcelain attributes (branch, locked, ...).
+
+        ``git worktree add`` writes a new entry's files one by one, and ``worktree list`` fails
+        on an entry caught half written ("failed to read .git/worktrees/NAME/commondir"); an
+        add under another lock (another plan's, the agents' group) or by another process
+        (``team doctor`` during a run) cannot be waited for, so such a listing is read again,
+        for up to a second."""
+        for _ in range(HALF_ADDED_TRIES):
+            proc = self("worktree", "list", "--porcelain", check=False)
+            if proc.returncode == 0 or "failed to read" not in proc.stderr:
+                break
+            time.sleep(0.02)
+        if proc.returncode:
+            raise GitError(["worktree", "list", "--porcelain"], self.cwd, proc.returncode, proc.stderr)
         out: dict[Path, dict[str, str]] = {}
-        for block in self("worktree", "list", "--porcelain").stdout.split("\n\n"):
+        for block in proc.stdout.split("\n\n"):
             attrs = dict((line.split(" ", 1) + [""])[:2] for line in block.splitlines() if line)
             if "worktree" in attrs:
                 out[Path(attrs["worktree"]).resolve()] = attrs

@@ -328,7 +328,9 @@ class Worktrees:
     def commit(self, task: str, message: str) -> str | None:
         """Commit everything the task changed (``git add -A``); the new sha, or None if clean."""
         path = self.path(task)
-        if path.resolve() not in self.git.worktrees():
+        # not `git worktree list`: it fails while another thread's `git worktree add` is half done
+        # (the run's prepare thread adds worktrees while its merge thread commits, without the lock)
+        if not (path / ".git").is_file():
             raise UserError(f"task '{task}' has no worktree at {path}; call prepare() first")
         self.git("add", "-A", cwd=path)
         if self.git("diff", "--cached", "--quiet", cwd=path, check=False).returncode == 0:
