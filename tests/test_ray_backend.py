@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,10 @@ import pytest
 from conftest import REPO, run_team, team_env
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse: the user's identity only where given)
 from raycluster import LocalCluster, unshare_works
+from util import llm_env, tasks_by_name
+
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
 
 ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
 why_not = unshare_works()
@@ -36,8 +41,8 @@ def cluster():
     shutil.rmtree(base, ignore_errors=True)
 
 
-def lead(cluster: LocalCluster, root: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    return cluster.run([sys.executable, "-m", "orchestrator", *args], cwd=root, env=team_env(root),
+def lead(cluster: LocalCluster, root: Path, *args: str, timeout: float = 150, **env: str) -> subprocess.CompletedProcess:
+    return cluster.run([sys.executable, "-m", "orchestrator", *args], cwd=root, env=team_env(root, **env),
                        capture_output=True, text=True, timeout=timeout)
 
 
@@ -139,6 +144,107 @@ def test_custom_resources_choose_the_node_and_an_impossible_ask_fails_clearly(cl
     assert tasks["on-tpu"]["status"] == "failed"
     assert "cannot start: no node of the cluster has CPU: 1, tpu: 2" in tasks["on-tpu"]["error"]
     assert "FAILED #2 on-tpu: cannot start: no node of the cluster has CPU: 1, tpu: 2" in r.stdout
+
+
+KEY = "sk-ray-agents-secret-5e1d"
+
+PAIR = """\
+name: pair
+workers: 2
+defaults: {outputs: []}
+team:
+  - {name: alice, role: coder}
+  - {name: bob, role: tester}
+tasks:
+  - id: build
+    assignee: alice
+    prompt: Write greet.py, file a follow-up task and tell bob its number.
+    outputs: [greet.py]
+  - id: check
+    assignee: bob
+    prompt: Wait for alice's note, then claim the task she names and finish it.
+"""
+
+
+def test_agent_tasks_run_their_teammates_on_worker_nodes_through_the_lead(cluster, tmp_path):
+    """Two teammates, each a Ray actor on a worker node (the model called from there), message each other
+    and create and claim tasks through the lead's service; results, usage and the node land in .tasks/,
+    transcripts and call logs under the lead's .team/, the file alice wrote in the lead's folder."""
+    root = tmp_path
+    (root / "plan.yaml").write_text(PAIR)
+    alice_sent = threading.Event()
+
+    def alice_created(body: dict) -> Reply:
+        assert "created task #3: polish greet.py" in text_of(body)
+        return Reply(tool_calls=[tool_call("send_message", {"to": "bob", "content": "note from alice: claim task #3"})])
+
+    def alice_done(body: dict) -> Reply:
+        assert "sent to bob (message " in text_of(body)
+        alice_sent.set()
+        return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed",
+                                                           "result": "greet.py written; bob has #3"})])
+
+    def bob_first(body: dict) -> Reply:
+        assert alice_sent.wait(60), "alice never sent her message"
+        if "note from alice: claim task #3" in text_of(body):
+            return Reply(tool_calls=[tool_call("read_inbox", {})])
+        return Reply(tool_calls=[tool_call("idle", {})])
+
+    def bob_claims(body: dict) -> Reply:
+        assert "[message from alice (message)]\\nnote from alice: claim task #3" in text_of(body)
+        return Reply(tool_calls=[tool_call("claim_task", {"task": 3})])
+
+    def bob_finishes(body: dict) -> Reply:
+        assert "claimed task #3: polish greet.py" in text_of(body)
+        return Reply(tool_calls=[tool_call("task_update", {"task": 3, "status": "completed", "result": "polished"}),
+                                 tool_call("task_update", {"task": 2, "status": "completed",
+                                                           "result": "claimed and finished #3"})])
+
+    script = {
+        "alice": [Reply(tool_calls=[tool_call("write_file", {"path": "greet.py", "content": "print('hi')\n"}),
+                                    tool_call("task_create", {"subject": "polish greet.py"})]),
+                  alice_created, alice_done],
+        "bob": [bob_first, bob_claims, bob_finishes],
+    }
+    srv = cluster.inside(lambda: ScriptedServer(script))  # its socket is in the cluster's namespace
+    with srv:
+        r = lead(cluster, root, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address, "--json",
+                 **llm_env(srv.base_url, KEY))
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        srv.assert_complete()
+
+    tasks = tasks_by_name(root)
+    assert {k: (t["status"], t["owner"], t["result"]) for k, t in tasks.items()} == {
+        "build": ("completed", "alice", "greet.py written; bob has #3"),
+        "check": ("completed", "bob", "claimed and finished #3"),
+        3: ("completed", "bob", "polished"),
+    }
+    # each teammate ran on a node of its own, not on the lead's (the driver's: Ray picks the head)
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    notes = [e["text"] for e in events if e["event"] == "note"]
+    lead_node = next(re.match(r"backend ray: the lead's service runs on node (\S+);", n) for n in notes
+                     if n.startswith("backend ray: the lead's service")).group(1)
+    assert {tasks["build"]["node"], tasks["check"]["node"]} == {"w1", "w2"} and lead_node not in ("w1", "w2")
+    assert "backend ray: teammate alice (coder) starts on node " + tasks["build"]["node"] in notes
+    assert tasks["build"]["usage"]["calls"] == 3 and tasks["build"]["usage"]["prompt_tokens"] > 0
+    assert tasks["check"]["usage"]["calls"] == 3
+    assert {e["name"]: e["node"] for e in events if e["event"] == "completed"} == {
+        "build": tasks["build"]["node"], "check": tasks["check"]["node"]}
+    # alice's file came back as the task's output; transcripts and call logs are under the lead's .team/
+    assert (root / "greet.py").read_text() == "print('hi')\n"
+    for name in ("alice", "bob"):
+        assert "task_update" in (root / ".team" / "transcripts" / f"{name}.jsonl").read_text()
+        assert (root / ".team" / "calls" / f"{name}.jsonl").read_text()
+    assert tasks["build"]["log"] == ".team/transcripts/alice.jsonl"
+    roster = json.loads((root / ".team" / "config.json").read_text())
+    assert {m["name"]: m["status"] for m in roster["members"]} == {"alice": "shutdown", "bob": "shutdown"}
+    for f in [*root.joinpath(".team").rglob("*"), *root.joinpath(".tasks").rglob("*")]:
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f
+
+
+def text_of(body: dict) -> str:
+    return json.dumps(body["messages"])
 
 
 def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):

@@ -35,8 +35,8 @@ from pydantic import Field
 
 from ..core.models import Status
 from ..git.agentwt import AgentWorktrees, Entry
-from .services import TaskStorage
 from .base import MAX_SECONDS, Args, Call, Refused, ToolContext, ToolError, ToolOutput, tool
+from .services import TaskStorage
 from .shell import bash
 from .tasks import REF_HELP, Ref
 
