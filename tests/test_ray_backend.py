@@ -459,3 +459,55 @@ def test_the_cluster_example_runs(cluster, tmp_path):
     assert (dest / "results" / "matrix.txt").read_text().count("\nOK\n") == 3
     assert "def load_data" in git(dest, "show", "team/cluster-demo/integration:shop/api.py")
     assert "backend ray: running tasks on the Ray cluster at 127.0.0.1:6379" in r.stderr
+
+
+def agent_actor_on(cluster: LocalCluster) -> str | None:
+    """The node whose processes include a teammate's actor running an attempt (Ray titles that worker
+    process ``ray::RemoteTeammate.run``)."""
+    for name in cluster.nodes:
+        for pid in cluster.pids(name):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::RemoteTeammate.run"):
+                    return name
+            except OSError:
+                continue
+    return None
+
+
+def test_an_agent_attempt_lost_with_its_node_runs_again_on_another(cluster, tmp_path):
+    """The node running a teammate's attempt dies mid model call: the attempt is lost (no retry used), the
+    teammate starts again on another node and the task completes there, once. Runs last: it kills a node."""
+    root = tmp_path
+    (root / "plan.yaml").write_text("name: solo\ndefaults: {outputs: []}\nteam:\n  - {name: alice, role: coder}\n"
+                                    "tasks:\n  - {id: think, assignee: alice, prompt: Say done.}\n")
+    asked, killed = threading.Event(), threading.Event()
+
+    def first(body: dict) -> Reply:
+        asked.set()
+        killed.wait(60)
+        return Reply(content="nobody reads this: the node is gone")
+
+    srv = cluster.inside(lambda: ScriptedServer({"alice": [first, Reply(content="done on another node")]}))
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address]
+    with srv:
+        with open(root / "out.txt", "w") as o, open(root / "err.txt", "w") as e:
+            run = cluster.popen(argv, cwd=root, env=team_env(root, **llm_env(srv.base_url, KEY)), stdout=o, stderr=e)
+        try:
+            wait_for(asked.is_set, 60, "alice's first model call")
+            victim = agent_actor_on(cluster)
+            assert victim is not None and victim != "head"
+            assert cluster.kill_node(victim) > 0
+            killed.set()
+            run.wait(timeout=120)
+        finally:
+            killed.set()
+            run.kill()
+        srv.assert_complete()
+    out, err = (root / "out.txt").read_text(), (root / "err.txt").read_text()
+    assert run.returncode == 0, out[-3000:] + err[-3000:]
+    assert f"lost with node {victim}; running it again elsewhere" in out, out[-3000:]
+    task = tasks_of(root)["think"]
+    assert (task["status"], task["result"], task["lost"], task.get("failures", 0)) == (
+        "completed", "done on another node", 1, 0)
+    assert task["node"] not in (victim, "head") and task["usage"]["calls"] == 1

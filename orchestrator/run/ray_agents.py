@@ -148,6 +148,7 @@ class RayAgentExecutor:
                       f"teammates run on the other nodes")
             self._lock = threading.RLock()
             self.mates: dict[str, _Mate] = {}
+            self._lost_on: set[str] = set()  # nodes a teammate was lost with
             self._running: dict[int, _Flight] = {}
             self._stop = threading.Event()
             self._landing: queue.SimpleQueue[tuple[int, int, Future[AgentAttemptResult]] | None] = queue.SimpleQueue()
@@ -156,8 +157,20 @@ class RayAgentExecutor:
             for name, role in ctx.team:
                 self._spawn(name, role)
         except BaseException:
-            disconnect()
+            self._abort()
             raise
+
+    def _abort(self) -> None:
+        """The executor could not be built: what it started so far goes (its threads, actors, connection)."""
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+            self._landing.put(None)
+        for mate in list(getattr(self, "mates", {}).values()):
+            self._ray.kill(mate.actor)
+        if getattr(self, "service", None) is not None:
+            self._ray.kill(self.service)
+        disconnect()
 
     # ------------------------------------------------------------------ teammates
     def _spawn(self, name: str, role_name: str) -> _Mate:
@@ -197,7 +210,10 @@ class RayAgentExecutor:
         teammates (the lead's own node when it is the only one)."""
         nodes: list[dict[str, Any]] = self._ray.nodes()  # type: ignore[no-untyped-call]
         alive = sorted(n["NodeID"] for n in nodes if n.get("Alive"))
-        others = [n for n in alive if n != self.lead_node] or [self.lead_node]
+        with self._lock:  # a node that lost a teammate may not be known dead yet: others first
+            fresh = [n for n in alive if n not in self._lost_on]
+        others = ([n for n in fresh if n != self.lead_node] or [n for n in alive if n != self.lead_node]
+                  or [self.lead_node])
         with self._lock:
             load = {n: 0 for n in others}
             for m in self.mates.values():
@@ -340,9 +356,10 @@ class RayAgentExecutor:
             res = fut.result()
         except (rx.RayActorError, rx.NodeDiedError, rx.WorkerCrashedError, rx.LocalRayletDiedError,
                 rx.ObjectLostError, rx.RaySystemError) as e:
-            with self._lock:  # the teammate is gone: the next task for its name starts it again
+            with self._lock:  # the teammate is gone: the next task for its name starts it again, elsewhere
                 if self.mates.get(mate.name) is mate:
                     del self.mates[mate.name]
+                self._lost_on.add(mate.node_id)
             node = self.nodes.of_error(e) or self.nodes.label(mate.node_id)
             return Outcome(task.id, epoch, "lost", duration=took, error=f"teammate {mate.name}: {_first(e)}",
                            node=node, lost=True)
