@@ -263,6 +263,24 @@ def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_what_teammates_on_nodes_cannot_do_yet_is_refused_on_ray(tmp_path):
+    (tmp_path / "plan.yaml").write_text(
+        "name: p\nmcp_servers:\n  - {name: time, command: 'true'}\nteam:\n  - {name: alice, role: coder}\n"
+        "  - {name: bob, role: tester, plan_mode: true}\ntasks:\n  - {id: a, prompt: do it}\n"
+        "  - {id: b, prompt: do it too, outputs: []}\n")
+    r = run_team(tmp_path, "run", "plan.yaml", "--backend", "ray", OPENAI_API_KEY=KEY, TEAM_MODEL="m")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[1:] == [
+        "plan.yaml:6: team[1].plan_mode: bob would start in plan mode, which teammates on Ray nodes cannot do "
+        "yet: run this plan with --backend local",
+        f"plan.yaml:8: tasks[0].outputs: a would run on another machine with nothing coming back: declare "
+        f"`outputs:` (globs of the files to bring back to {tmp_path}; `outputs: []` for none) or use "
+        f"isolation: worktree"]
+    assert r.stderr.startswith("PlanError: plan.yaml:2: mcp_servers: teammates on Ray nodes cannot reach MCP "
+                               "servers yet (a, b are agent tasks): run this plan with --backend local\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
+
+
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
 
 
