@@ -162,16 +162,22 @@ tasks:
     outputs: [greet.py]
   - id: check
     assignee: bob
-    prompt: Wait for alice's note, then claim the task she names and finish it.
+    isolation: worktree
+    prompt: Wait for alice's note, then claim the task she names, finish it and write check.txt.
 """
 
 
 def test_agent_tasks_run_their_teammates_on_worker_nodes_through_the_lead(cluster, tmp_path):
     """Two teammates, each a Ray actor on a worker node (the model called from there), message each other
     and create and claim tasks through the lead's service; results, usage and the node land in .tasks/,
-    transcripts and call logs under the lead's .team/, the file alice wrote in the lead's folder."""
+    transcripts and call logs under the lead's .team/, the file alice wrote in the lead's folder (outputs),
+    the one bob wrote in his task's worktree on the plan's integration branch (a commit merged back)."""
     root = tmp_path
     (root / "plan.yaml").write_text(PAIR)
+    (root / ".gitignore").write_text(".team/\n.tasks/\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "start")
     alice_sent = threading.Event()
 
     def alice_created(body: dict) -> Reply:
@@ -196,7 +202,8 @@ def test_agent_tasks_run_their_teammates_on_worker_nodes_through_the_lead(cluste
 
     def bob_finishes(body: dict) -> Reply:
         assert "claimed task #3: polish greet.py" in text_of(body)
-        return Reply(tool_calls=[tool_call("task_update", {"task": 3, "status": "completed", "result": "polished"}),
+        return Reply(tool_calls=[tool_call("write_file", {"path": "check.txt", "content": "checked\n"}),
+                                 tool_call("task_update", {"task": 3, "status": "completed", "result": "polished"}),
                                  tool_call("task_update", {"task": 2, "status": "completed",
                                                            "result": "claimed and finished #3"})])
 
@@ -230,8 +237,11 @@ def test_agent_tasks_run_their_teammates_on_worker_nodes_through_the_lead(cluste
     assert tasks["check"]["usage"]["calls"] == 3
     assert {e["name"]: e["node"] for e in events if e["event"] == "completed"} == {
         "build": tasks["build"]["node"], "check": tasks["check"]["node"]}
-    # alice's file came back as the task's output; transcripts and call logs are under the lead's .team/
+    # alice's file came back as her task's output, bob's as a commit merged into the plan's integration
+    # branch (his task ran in a worktree); transcripts and call logs are under the lead's .team/
     assert (root / "greet.py").read_text() == "print('hi')\n"
+    assert git(root, "show", "team/pair/integration:check.txt") == "checked"
+    assert not (root / "check.txt").exists()
     for name in ("alice", "bob"):
         assert "task_update" in (root / ".team" / "transcripts" / f"{name}.jsonl").read_text()
         assert (root / ".team" / "calls" / f"{name}.jsonl").read_text()

@@ -69,11 +69,11 @@ from .ray_backend import (
     NodeNames,
     RayExecutor,
     Workspaces,
-    _first,
-    _identity,
     bring_back,
     connect,
     disconnect,
+    first_line,
+    git_identity,
 )
 from .ray_remote import AttemptSpec
 from .ray_service import LeadService
@@ -136,7 +136,7 @@ class RayAgentExecutor:
             if not self.team.config.exists():
                 self.team.set_team_name(ctx.plan)
             self.registry = agent_registry()
-            self.ident = _identity(self.root)
+            self.ident = git_identity(self.root)
             self.lead_node = str(ray.get_runtime_context().get_node_id())
             service: Any = ray.remote(LeadService)
             self.service: Any = service.options(
@@ -312,7 +312,7 @@ class RayAgentExecutor:
             try:
                 self._land_private(self._ray.get(ref, timeout=30))
             except (rx.RayError, OSError, TeamError) as e:
-                self._say(f"backend ray: stopping teammate {name}: {_first(e)}")
+                self._say(f"backend ray: stopping teammate {name}: {first_line(e)}")
         try:
             released = self._ray.get(self.service.close.remote("stopped before finishing it (its team was shut "
                                                                "down)"), timeout=30)
@@ -320,7 +320,7 @@ class RayAgentExecutor:
                 self._say(f"#{task.id} ({task.subject}) was claimed by a teammate during the run and not "
                           f"finished: released to pending ({task.error})")
         except rx.RayError as e:
-            self._say(f"backend ray: closing the lead's service: {_first(e)}")
+            self._say(f"backend ray: closing the lead's service: {first_line(e)}")
         for m in mates:
             self.team.update(m.name, status="shutdown", task=None)
             self._ray.kill(m.actor)
@@ -361,12 +361,12 @@ class RayAgentExecutor:
                     del self.mates[mate.name]
                 self._lost_on.add(mate.node_id)
             node = self.nodes.of_error(e) or self.nodes.label(mate.node_id)
-            return Outcome(task.id, epoch, "lost", duration=took, error=f"teammate {mate.name}: {_first(e)}",
+            return Outcome(task.id, epoch, "lost", duration=took, error=f"teammate {mate.name}: {first_line(e)}",
                            node=node, lost=True)
         except rx.TaskCancelledError:
             return Outcome(task.id, epoch, "killed", duration=took, error="cancelled")
         except rx.RayError as e:
-            return Outcome(task.id, epoch, "failed", duration=took, error=f"the cluster could not run it: {_first(e)}")
+            return Outcome(task.id, epoch, "failed", duration=took, error=f"the cluster could not run it: {first_line(e)}")
         node = self.nodes.label(res.node_id)
         try:
             self._land_private(res.private)

@@ -249,7 +249,7 @@ class RayExecutor:
         self.secrets = Secrets.from_environ()
         self.logs = team_dir(ctx.root) / "ray"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.ident = _identity(ctx.root)
+        self.ident = git_identity(ctx.root)
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
         self.nodes = NodeNames(ray)
@@ -356,13 +356,13 @@ class RayExecutor:
         try:
             res = fut.result()
         except rx.NodeDiedError as e:
-            return Outcome(task.id, epoch, "lost", error=_first(e), node=self._node_of_error(e), lost=True)
+            return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except (rx.WorkerCrashedError, rx.LocalRayletDiedError, rx.ObjectLostError, rx.RaySystemError) as e:
-            return Outcome(task.id, epoch, "lost", error=_first(e), node=self._node_of_error(e), lost=True)
+            return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except rx.TaskCancelledError:
             return Outcome(task.id, epoch, "killed", error="cancelled")
         except rx.RayError as e:
-            return Outcome(task.id, epoch, "failed", error=f"the cluster could not run it: {_first(e)}")
+            return Outcome(task.id, epoch, "failed", error=f"the cluster could not run it: {first_line(e)}")
         node = self.node_label(res.node_id)
         if res.task_id != task.id or res.epoch != epoch:
             return Outcome(task.id, epoch, "failed", node=node,
@@ -464,12 +464,12 @@ def bring_back(task: Task, outputs: bytes | None, bundle: bytes | None, workspac
             _git_out(top, "merge", "-q", "--ff-only", "FETCH_HEAD")
 
 
-def _first(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
 
 
-def _identity(root: Path) -> tuple[str, str]:
+def git_identity(root: Path) -> tuple[str, str]:
     """Who the nodes' commits are by: the lead's git identity (else ``team``)."""
     git = shutil.which("git")
     if git is None:

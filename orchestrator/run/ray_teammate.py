@@ -69,12 +69,12 @@ from ..tools.coordination import agent_registry
 from .ray_remote import (
     AttemptSpec,
     Workspace,
-    _commits,
-    _head,
-    _node_id,
-    _outputs,
-    _unpack,
+    commits_bundle,
+    head_commit,
+    node_id,
+    outputs_tar,
     scratch_root,
+    unpack,
 )
 
 PRIVATE = ("transcripts", "calls", "outputs", "jobs")
@@ -282,7 +282,7 @@ class RemoteTeammate:
         self.model = LLMClient(spec.config)
         self.mate = Teammate(spec.name, spec.role, self.model, None, ctx=ctx, services=services)
         self.mate.start()
-        self.node = _node_id()
+        self.node = node_id()
 
     def ready(self) -> str:
         """The node this teammate runs on."""
@@ -293,8 +293,8 @@ class RemoteTeammate:
         scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(len(ws.data))))
         try:
             try:
-                top = _unpack(ws, scratch)
-                base = _head(top) if ws.kind == "bundle" else ""
+                top = unpack(ws, scratch)
+                base = head_commit(top) if ws.kind == "bundle" else ""
                 cwd = (top / spec.rel_cwd).resolve()
                 cwd.mkdir(parents=True, exist_ok=True)
             except (OSError, tarfile.TarError, subprocess.CalledProcessError) as e:
@@ -313,9 +313,9 @@ class RemoteTeammate:
             out = self._result(spec, r, t0)
             if r.status == "completed":
                 if ws.kind == "archive":
-                    out.outputs = _outputs(cwd, spec.outputs)
+                    out.outputs = outputs_tar(cwd, spec.outputs)
                 else:
-                    out.bundle = _commits(top, base, spec)
+                    out.bundle = commits_bundle(top, base, spec)
             return out
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

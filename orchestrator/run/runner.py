@@ -548,7 +548,10 @@ def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | No
         if "agent" in kinds and backend is not None and backend.name == "ray":
             from .ray_agents import RayAgentExecutor  # teammates as actors on the cluster's nodes
 
-            built["agent"] = RayAgentExecutor(ctx, backend.address, peer=ray_shell)
+            remote = RayAgentExecutor(ctx, backend.address, peer=ray_shell)
+            # its teammates run no hooks on their nodes: task_completed hooks decide at the lead, as for shell tasks
+            built["agent"] = Hooked(remote, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
+                else remote
         elif "agent" in kinds:
             from .agents import (
                 AgentExecutor,  # imports openai: only plans with agent tasks pay for it
