@@ -237,6 +237,7 @@ def test_agent_tasks_run_their_teammates_on_worker_nodes_through_the_lead(cluste
     assert tasks["check"]["usage"]["calls"] == 3
     assert {e["name"]: e["node"] for e in events if e["event"] == "completed"} == {
         "build": tasks["build"]["node"], "check": tasks["check"]["node"]}
+    assert {d["node"] for d in events[-1]["durations"]} == {"w1", "w2"}  # the summary
     # alice's file came back as her task's output, bob's as a commit merged into the plan's integration
     # branch (his task ran in a worktree); transcripts and call logs are under the lead's .team/
     assert (root / "greet.py").read_text() == "print('hi')\n"

@@ -81,6 +81,8 @@ from .ray_teammate import PRIVATE, AgentAttemptResult, MateSpec, RemoteTeammate
 
 CLAIM_LEASE = 60.0
 """Lease (seconds) of a claim a remote teammate makes with ``claim_task``; the lead's service renews it."""
+SERVICE_THREADS = 256
+"""Calls the lead's service serves at once (an idle teammate keeps one waiting on its inbox)."""
 HEARTBEAT_EVERY = 2.0
 """Seconds between the lead's roster heartbeats for its remote teammates (``team status``)."""
 
@@ -140,7 +142,7 @@ class RayAgentExecutor:
             self.lead_node = str(ray.get_runtime_context().get_node_id())
             service: Any = ray.remote(LeadService)
             self.service: Any = service.options(
-                num_cpus=0, max_concurrency=64, max_restarts=0,
+                num_cpus=0, max_concurrency=SERVICE_THREADS, max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(self.lead_node, soft=False),
             ).remote(str(self.root.absolute()), self.secrets, CLAIM_LEASE)
             ray.get(self.service.ready.remote())

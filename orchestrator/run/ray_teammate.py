@@ -308,7 +308,11 @@ class RemoteTeammate:
 
             deadline = time.monotonic() + spec.timeout if spec.timeout else None
             self.mate.enqueue(Assignment(task, spec.epoch, done, workspace=cwd, deadline=deadline))
-            ended.wait()
+            while not ended.wait(1.0):
+                if not self.mate.alive:  # its thread ended (halted, or crashed: its log says why)
+                    self.mate.drop(f"teammate {self.spec.name} is no longer running", spec.task_id)
+                    if not ended.is_set():
+                        done(LoopResult("failed", "", f"teammate {self.spec.name} is no longer running"))
             r = box[0]
             out = self._result(spec, r, t0)
             if r.status == "completed":
