@@ -7,24 +7,31 @@ a head and ``workers`` worker nodes, each with its own ``--temp-dir`` (so its
 processes can be found, and killed, by that folder). ``run``/``popen`` run a
 command inside the namespace (``nsenter``). ``kill_node`` SIGKILLs every
 process of one node (its raylet, workers, agents and what they started);
-``add_node`` starts another. ``stop`` kills every process in the namespace
+``add_node`` starts another. ``inside`` runs a function on a thread in the
+namespace (a scripted model server's socket is opened there). ``stop`` kills every process in the namespace
 (the nodes, their helpers, leads still running) and the namespace; it never uses ``ray stop`` (which would stop every Ray on
 the machine, other users' too).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 BIN = Path(sys.executable).parent
 PORT = 6379  # the namespace is ours: the default port is free in it
+CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
 
 
 def unshare_works() -> str | None:
@@ -103,6 +110,30 @@ class LocalCluster:
     def popen(self, argv: list[str], **kw) -> subprocess.Popen:
         kw["env"] = {**kw.get("env", self.env), "RAY_AUTH_MODE": "disabled"}
         return subprocess.Popen(self.ns_argv(argv), **kw)
+
+    def inside(self, make: Callable[[], T]) -> T:
+        """``make()`` run on a thread that joined the cluster's network namespace (``setns``), so the sockets
+        it opens live there (a model server the lead and the nodes reach on 127.0.0.1); its result."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        box: dict[str, object] = {}
+
+        def body() -> None:
+            fd = os.open(f"/proc/{self.ns.pid}/ns/net", os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns into the cluster's network namespace failed")
+                box["value"] = make()
+            except BaseException as e:  # handed to the caller's thread, raised there
+                box["error"] = e
+            finally:
+                os.close(fd)
+
+        t = threading.Thread(target=body, name="in-cluster-netns")
+        t.start()
+        t.join()
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        return box["value"]  # type: ignore[return-value]
 
     def _start(self, name: str, head: bool = False, wait: bool = True) -> subprocess.Popen:
         temp = self.base / name

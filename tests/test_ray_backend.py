@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,10 @@ import pytest
 from conftest import REPO, run_team, team_env
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse: the user's identity only where given)
 from raycluster import LocalCluster, unshare_works
+from util import llm_env, tasks_by_name
+
+from orchestrator.llm.script import Reply, tool_call
+from orchestrator.llm.scripted import ScriptedServer
 
 ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
 why_not = unshare_works()
@@ -36,8 +41,8 @@ def cluster():
     shutil.rmtree(base, ignore_errors=True)
 
 
-def lead(cluster: LocalCluster, root: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    return cluster.run([sys.executable, "-m", "orchestrator", *args], cwd=root, env=team_env(root),
+def lead(cluster: LocalCluster, root: Path, *args: str, timeout: float = 150, **env: str) -> subprocess.CompletedProcess:
+    return cluster.run([sys.executable, "-m", "orchestrator", *args], cwd=root, env=team_env(root, **env),
                        capture_output=True, text=True, timeout=timeout)
 
 
@@ -141,6 +146,118 @@ def test_custom_resources_choose_the_node_and_an_impossible_ask_fails_clearly(cl
     assert "FAILED #2 on-tpu: cannot start: no node of the cluster has CPU: 1, tpu: 2" in r.stdout
 
 
+KEY = "sk-ray-agents-secret-5e1d"
+
+PAIR = """\
+name: pair
+workers: 2
+defaults: {outputs: []}
+team:
+  - {name: alice, role: coder}
+  - {name: bob, role: tester}
+tasks:
+  - id: build
+    assignee: alice
+    prompt: Write greet.py, file a follow-up task and tell bob its number.
+    outputs: [greet.py]
+  - id: check
+    assignee: bob
+    isolation: worktree
+    prompt: Wait for alice's note, then claim the task she names, finish it and write check.txt.
+"""
+
+
+def test_agent_tasks_run_their_teammates_on_worker_nodes_through_the_lead(cluster, tmp_path):
+    """Two teammates, each a Ray actor on a worker node (the model called from there), message each other
+    and create and claim tasks through the lead's service; results, usage and the node land in .tasks/,
+    transcripts and call logs under the lead's .team/, the file alice wrote in the lead's folder (outputs),
+    the one bob wrote in his task's worktree on the plan's integration branch (a commit merged back)."""
+    root = tmp_path
+    (root / "plan.yaml").write_text(PAIR)
+    (root / ".gitignore").write_text(".team/\n.tasks/\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "start")
+    alice_sent = threading.Event()
+
+    def alice_created(body: dict) -> Reply:
+        assert "created task #3: polish greet.py" in text_of(body)
+        return Reply(tool_calls=[tool_call("send_message", {"to": "bob", "content": "note from alice: claim task #3"})])
+
+    def alice_done(body: dict) -> Reply:
+        assert "sent to bob (message " in text_of(body)
+        alice_sent.set()
+        return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed",
+                                                           "result": "greet.py written; bob has #3"})])
+
+    def bob_first(body: dict) -> Reply:
+        assert alice_sent.wait(60), "alice never sent her message"
+        if "note from alice: claim task #3" in text_of(body):
+            return Reply(tool_calls=[tool_call("read_inbox", {})])
+        return Reply(tool_calls=[tool_call("idle", {})])
+
+    def bob_claims(body: dict) -> Reply:
+        assert "[message from alice (message)]\\nnote from alice: claim task #3" in text_of(body)
+        return Reply(tool_calls=[tool_call("claim_task", {"task": 3})])
+
+    def bob_finishes(body: dict) -> Reply:
+        assert "claimed task #3: polish greet.py" in text_of(body)
+        return Reply(tool_calls=[tool_call("write_file", {"path": "check.txt", "content": "checked\n"}),
+                                 tool_call("task_update", {"task": 3, "status": "completed", "result": "polished"}),
+                                 tool_call("task_update", {"task": 2, "status": "completed",
+                                                           "result": "claimed and finished #3"})])
+
+    script = {
+        "alice": [Reply(tool_calls=[tool_call("write_file", {"path": "greet.py", "content": "print('hi')\n"}),
+                                    tool_call("task_create", {"subject": "polish greet.py"})]),
+                  alice_created, alice_done],
+        "bob": [bob_first, bob_claims, bob_finishes],
+    }
+    srv = cluster.inside(lambda: ScriptedServer(script))  # its socket is in the cluster's namespace
+    with srv:
+        r = lead(cluster, root, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address, "--json",
+                 **llm_env(srv.base_url, KEY))
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        srv.assert_complete()
+
+    tasks = tasks_by_name(root)
+    assert {k: (t["status"], t["owner"], t["result"]) for k, t in tasks.items()} == {
+        "build": ("completed", "alice", "greet.py written; bob has #3"),
+        "check": ("completed", "bob", "claimed and finished #3"),
+        3: ("completed", "bob", "polished"),
+    }
+    # each teammate ran on a node of its own, not on the lead's (the driver's: Ray picks the head)
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    notes = [e["text"] for e in events if e["event"] == "note"]
+    lead_node = next(re.match(r"backend ray: the lead's service runs on node (\S+);", n) for n in notes
+                     if n.startswith("backend ray: the lead's service")).group(1)
+    assert {tasks["build"]["node"], tasks["check"]["node"]} == {"w1", "w2"} and lead_node not in ("w1", "w2")
+    assert "backend ray: teammate alice (coder) starts on node " + tasks["build"]["node"] in notes
+    assert tasks["build"]["usage"]["calls"] == 3 and tasks["build"]["usage"]["prompt_tokens"] > 0
+    assert tasks["check"]["usage"]["calls"] == 3
+    assert {e["name"]: e["node"] for e in events if e["event"] == "completed"} == {
+        "build": tasks["build"]["node"], "check": tasks["check"]["node"]}
+    assert {d["node"] for d in events[-1]["durations"]} == {"w1", "w2"}  # the summary
+    # alice's file came back as her task's output, bob's as a commit merged into the plan's integration
+    # branch (his task ran in a worktree); transcripts and call logs are under the lead's .team/
+    assert (root / "greet.py").read_text() == "print('hi')\n"
+    assert git(root, "show", "team/pair/integration:check.txt") == "checked"
+    assert not (root / "check.txt").exists()
+    for name in ("alice", "bob"):
+        assert "task_update" in (root / ".team" / "transcripts" / f"{name}.jsonl").read_text()
+        assert (root / ".team" / "calls" / f"{name}.jsonl").read_text()
+    assert tasks["build"]["log"] == ".team/transcripts/alice.jsonl"
+    roster = json.loads((root / ".team" / "config.json").read_text())
+    assert {m["name"]: m["status"] for m in roster["members"]} == {"alice": "shutdown", "bob": "shutdown"}
+    for f in [*root.joinpath(".team").rglob("*"), *root.joinpath(".tasks").rglob("*")]:
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f
+
+
+def text_of(body: dict) -> str:
+    return json.dumps(body["messages"])
+
+
 def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
     (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - {id: a, run: 'true'}\n  - {id: b, run: 'true', outputs: []}\n")
     r = run_team(tmp_path, "run", "plan.yaml", "--backend", "ray")
@@ -155,6 +272,24 @@ def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
     assert r.returncode == 2 and "plan.yaml:4: tasks[0].outputs: a would run on another machine" in r.stderr
     r = run_team(tmp_path, "run", "plan.yaml", "--backend", "local")  # the flag wins over the plan
     assert r.returncode == 0, r.stderr
+
+
+def test_what_teammates_on_nodes_cannot_do_yet_is_refused_on_ray(tmp_path):
+    (tmp_path / "plan.yaml").write_text(
+        "name: p\nmcp_servers:\n  - {name: time, command: 'true'}\nteam:\n  - {name: alice, role: coder}\n"
+        "  - {name: bob, role: tester, plan_mode: true}\ntasks:\n  - {id: a, prompt: do it}\n"
+        "  - {id: b, prompt: do it too, outputs: []}\n")
+    r = run_team(tmp_path, "run", "plan.yaml", "--backend", "ray", OPENAI_API_KEY=KEY, TEAM_MODEL="m")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[1:] == [
+        "plan.yaml:6: team[1].plan_mode: bob would start in plan mode, which teammates on Ray nodes cannot do "
+        "yet: run this plan with --backend local",
+        f"plan.yaml:8: tasks[0].outputs: a would run on another machine with nothing coming back: declare "
+        f"`outputs:` (globs of the files to bring back to {tmp_path}; `outputs: []` for none) or use "
+        f"isolation: worktree"]
+    assert r.stderr.startswith("PlanError: plan.yaml:2: mcp_servers: teammates on Ray nodes cannot reach MCP "
+                               "servers yet (a, b are agent tasks): run this plan with --backend local\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
 
 
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
@@ -353,3 +488,55 @@ def test_the_cluster_example_runs(cluster, tmp_path):
     assert (dest / "results" / "matrix.txt").read_text().count("\nOK\n") == 3
     assert "def load_data" in git(dest, "show", "team/cluster-demo/integration:shop/api.py")
     assert "backend ray: running tasks on the Ray cluster at 127.0.0.1:6379" in r.stderr
+
+
+def agent_actor_on(cluster: LocalCluster) -> str | None:
+    """The node whose processes include a teammate's actor running an attempt (Ray titles that worker
+    process ``ray::RemoteTeammate.run``)."""
+    for name in cluster.nodes:
+        for pid in cluster.pids(name):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::RemoteTeammate.run"):
+                    return name
+            except OSError:
+                continue
+    return None
+
+
+def test_an_agent_attempt_lost_with_its_node_runs_again_on_another(cluster, tmp_path):
+    """The node running a teammate's attempt dies mid model call: the attempt is lost (no retry used), the
+    teammate starts again on another node and the task completes there, once. Runs last: it kills a node."""
+    root = tmp_path
+    (root / "plan.yaml").write_text("name: solo\ndefaults: {outputs: []}\nteam:\n  - {name: alice, role: coder}\n"
+                                    "tasks:\n  - {id: think, assignee: alice, prompt: Say done.}\n")
+    asked, killed = threading.Event(), threading.Event()
+
+    def first(body: dict) -> Reply:
+        asked.set()
+        killed.wait(60)
+        return Reply(content="nobody reads this: the node is gone")
+
+    srv = cluster.inside(lambda: ScriptedServer({"alice": [first, Reply(content="done on another node")]}))
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address]
+    with srv:
+        with open(root / "out.txt", "w") as o, open(root / "err.txt", "w") as e:
+            run = cluster.popen(argv, cwd=root, env=team_env(root, **llm_env(srv.base_url, KEY)), stdout=o, stderr=e)
+        try:
+            wait_for(asked.is_set, 60, "alice's first model call")
+            victim = agent_actor_on(cluster)
+            assert victim is not None and victim != "head"
+            assert cluster.kill_node(victim) > 0
+            killed.set()
+            run.wait(timeout=120)
+        finally:
+            killed.set()
+            run.kill()
+        srv.assert_complete()
+    out, err = (root / "out.txt").read_text(), (root / "err.txt").read_text()
+    assert run.returncode == 0, out[-3000:] + err[-3000:]
+    assert f"lost with node {victim}; running it again elsewhere" in out, out[-3000:]
+    task = tasks_of(root)["think"]
+    assert (task["status"], task["result"], task["lost"], task.get("failures", 0)) == (
+        "completed", "done on another node", 1, 0)
+    assert task["node"] not in (victim, "head") and task["usage"]["calls"] == 1

@@ -73,6 +73,7 @@ from ..roles.skills import discover_skills
 from ..runtime.approvals import gate_for
 from ..runtime.runtime import TeamRuntime
 from ..status import doctor, overview, usage
+from ..tasks.store import TaskStore
 from ..team.lead import LeadLock, lead_info
 from ..team.requests import Request, answer
 from ..team.roster import LEAD, Team, enrolled
@@ -93,10 +94,12 @@ class LeadAgent(Agent):
     """The chat lead: the goal and the task it owns join the state block of every request."""
 
     goal: Goal | None = None
+    store: TaskStore | None = None
+    """The session's task store (its tasks are read leniently: a corrupt file is skipped, not raised)."""
 
     def state(self) -> AgentState:
         st, goal = super().state(), self.goal or Goal()
-        tasks, _bad = self.ctx.store.scan()
+        tasks = self.store.scan()[0] if self.store is not None else self.ctx.store.all()
         mine = next((t for t in tasks if t.owner == self.name and t.status == Status.in_progress), None)
         label = f"{mine.label()}: {mine.subject}" if mine is not None else None
         return replace(st, task=st.task or label, goal=goal.text, goal_status=goal.status)
@@ -259,6 +262,7 @@ class ChatSession:
             ctx=ctx, transcript=Transcript(tpath), team_name=rt.team_name, inbox=self._fetch, jobs=rt.jobs,
             roster=rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage)
         agent.goal = self.goal
+        agent.store = rt.store
         return agent
 
     def _ask_here(self, req: ApprovalRequest, ctx: ToolContext) -> Decision:

@@ -9,6 +9,9 @@
     ray_backend.py  RayExecutor: shell tasks on a Ray cluster (--backend ray; imports ray lazily),
                   workspaces shipped through the object store, outputs and commits brought back
     ray_remote.py what runs on a cluster node for one attempt (workspace in, command, work out)
+    ray_agents.py RayAgentExecutor: agent tasks' teammates as Ray actors on the cluster's nodes
+    ray_service.py LeadService: the lead's store, inboxes and roster for them (an actor on the lead's node)
+    ray_teammate.py RemoteTeammate: a teammate on a node, with typed proxies of the lead's service
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
     hooked.py     task_completed hooks asked before a shell task's completion is recorded
     reconcile.py  the task store and the integration branch made to agree before a run

@@ -10,7 +10,9 @@ other outcome passes at once.
 
 Agent tasks are not wrapped: their teammate asks the hooks itself before
 reporting, and a veto goes back to the agent as a message within the same
-attempt (runtime/teammate.py).
+attempt (runtime/teammate.py). On ``--backend ray`` they are: a teammate on a
+node runs no hooks, so its completions pass them here, at the lead, like a
+shell task's (a veto fails the attempt).
 """
 
 from __future__ import annotations

@@ -89,25 +89,44 @@ def connect(address: str | None) -> str:
 
     import ray
 
+    global _users
     if ray.is_initialized():
+        _users += 1
         return "ray (already connected)"
     quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="team",
                                  configure_logging=True)
     try:
         if address is None:
             ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, **quiet)
+            _users = 1
             return "an embedded local Ray instance on 127.0.0.1"
         host = address.rsplit(":", 1)[0]
         local = host in ("127.0.0.1", "localhost", "::1")
         if local:
             quiet["_node_ip_address"] = "127.0.0.1"
         ray.init(address=address, **quiet)
+        _users = 1
         return f"the Ray cluster at {address}"
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = "start an embedded Ray instance" if address is None else f"connect to the Ray cluster at {address}"
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(f"--backend ray: cannot {where}: {first} (start one with `ray start --head`, "
                         f"see docs/scale.md)") from None
+
+
+_users = 0
+"""Executors of this process using the connection (shell and agent tasks share it); the last to close
+disconnects (``disconnect``)."""
+
+
+def disconnect() -> None:
+    """One user of the connection is done; the last one shuts the driver down."""
+    import ray
+
+    global _users
+    _users = max(0, _users - 1)
+    if _users == 0:
+        ray.shutdown()
 
 
 @dataclass
@@ -230,10 +249,10 @@ class RayExecutor:
         self.secrets = Secrets.from_environ()
         self.logs = team_dir(ctx.root) / "ray"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.ident = _identity(ctx.root)
+        self.ident = git_identity(ctx.root)
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
-        self._nodes: dict[str, str] = {}
+        self.nodes = NodeNames(ray)
         self._submitters: dict[tuple[tuple[str, float], ...], Any] = {}
         self._totals: list[dict[str, float]] = []
         self._totals_at = -1e9
@@ -312,7 +331,7 @@ class RayExecutor:
                     self.ctx.note(f"backend ray: cancelling #{flight.task.id}: {type(e).__name__}: {e}")
         self._landing.put(None)
         self._lander.join(timeout=30)
-        self._ray.shutdown()
+        disconnect()
 
     # ------------------------------------------------------------------ completions
     def _land_loop(self) -> None:
@@ -337,13 +356,13 @@ class RayExecutor:
         try:
             res = fut.result()
         except rx.NodeDiedError as e:
-            return Outcome(task.id, epoch, "lost", error=_first(e), node=self._node_of_error(e), lost=True)
+            return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except (rx.WorkerCrashedError, rx.LocalRayletDiedError, rx.ObjectLostError, rx.RaySystemError) as e:
-            return Outcome(task.id, epoch, "lost", error=_first(e), node=self._node_of_error(e), lost=True)
+            return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except rx.TaskCancelledError:
             return Outcome(task.id, epoch, "killed", error="cancelled")
         except rx.RayError as e:
-            return Outcome(task.id, epoch, "failed", error=f"the cluster could not run it: {_first(e)}")
+            return Outcome(task.id, epoch, "failed", error=f"the cluster could not run it: {first_line(e)}")
         node = self.node_label(res.node_id)
         if res.task_id != task.id or res.epoch != epoch:
             return Outcome(task.id, epoch, "failed", node=node,
@@ -370,19 +389,7 @@ class RayExecutor:
         return str(path.relative_to(self.ctx.root)) if path.is_relative_to(self.ctx.root) else str(path)
 
     def _bring_back(self, task: Task, res: AttemptResult) -> None:
-        if res.outputs:
-            folder = Path(task.cwd or ".").resolve()
-            with tarfile.open(fileobj=io.BytesIO(res.outputs)) as tar:
-                if tar.getmembers():
-                    tar.extractall(folder, filter="data")
-                    self.workspaces.changed(folder)
-        if res.bundle and task.worktree:
-            top = Path(task.worktree)
-            with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
-                path = Path(tmp) / "work.bundle"
-                path.write_bytes(res.bundle)
-                _git_out(top, "fetch", "-q", str(path), "work")
-                _git_out(top, "merge", "-q", "--ff-only", "FETCH_HEAD")
+        bring_back(task, res.outputs, res.bundle, self.workspaces)
 
     # ------------------------------------------------------------------ nodes
     def _infeasible(self, need: dict[str, float]) -> str:
@@ -398,13 +405,27 @@ class RayExecutor:
         return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
 
     def node_label(self, node_id: str) -> str:
-        """How a node is shown: its name (``ray start --node-name``, else its address), with the start of
-        its id when several nodes share that name (several nodes on one machine)."""
+        return self.nodes.label(node_id)
+
+    def _node_of_error(self, e: BaseException) -> str | None:
+        return self.nodes.of_error(e)
+
+
+class NodeNames:
+    """How nodes are shown: a node's name (``ray start --node-name``, else its address), with the start of
+    its id when several nodes share that name (several nodes on one machine)."""
+
+    def __init__(self, ray: Any):
+        self._ray = ray
+        self._lock = threading.Lock()
+        self._nodes: dict[str, str] = {}
+
+    def label(self, node_id: str) -> str:
         with self._lock:
             known = self._nodes.get(node_id)
         if known is not None:
             return known
-        nodes: list[dict[str, Any]] = self._ray.nodes()  # type: ignore[no-untyped-call]
+        nodes: list[dict[str, Any]] = self._ray.nodes()
         names: dict[str, int] = {}
         for n in nodes:
             names[n.get("NodeName") or n.get("NodeManagerAddress", "?")] = \
@@ -417,19 +438,38 @@ class RayExecutor:
             self._nodes.update(labels)
             return self._nodes.get(node_id, node_id[:8])
 
-    def _node_of_error(self, e: BaseException) -> str | None:
+    def of_error(self, e: BaseException) -> str | None:
+        """The node a Ray error names (a node that died), if it names one."""
         import re
 
         m = re.search(r"node ID: ([0-9a-f]{16,})", str(e))
-        return self.node_label(m.group(1)) if m else None
+        return self.label(m.group(1)) if m else None
 
 
-def _first(e: BaseException) -> str:
+def bring_back(task: Task, outputs: bytes | None, bundle: bytes | None, workspaces: Workspaces) -> None:
+    """An attempt's work into the lead's tree: the ``outputs`` files into the task's folder, or the new
+    commits fast-forwarded into its worktree (merged back later by isolation.py)."""
+    if outputs:
+        folder = Path(task.cwd or ".").resolve()
+        with tarfile.open(fileobj=io.BytesIO(outputs)) as tar:
+            if tar.getmembers():
+                tar.extractall(folder, filter="data")
+                workspaces.changed(folder)
+    if bundle and task.worktree:
+        top = Path(task.worktree)
+        with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
+            path = Path(tmp) / "work.bundle"
+            path.write_bytes(bundle)
+            _git_out(top, "fetch", "-q", str(path), "work")
+            _git_out(top, "merge", "-q", "--ff-only", "FETCH_HEAD")
+
+
+def first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
 
 
-def _identity(root: Path) -> tuple[str, str]:
+def git_identity(root: Path) -> tuple[str, str]:
     """Who the nodes' commits are by: the lead's git identity (else ``team``)."""
     git = shutil.which("git")
     if git is None:

@@ -102,7 +102,7 @@ def scratch_root(size: int) -> str | None:
     return None
 
 
-def _node_id() -> str:
+def node_id() -> str:
     import ray  # on the worker: ray is imported already
 
     return str(ray.get_runtime_context().get_node_id())
@@ -113,7 +113,7 @@ def _git(*args: str, cwd: Path) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _unpack(ws: Workspace, scratch: Path) -> Path:
+def unpack(ws: Workspace, scratch: Path) -> Path:
     top = scratch / "ws"
     if ws.kind == "archive":
         top.mkdir()
@@ -127,7 +127,7 @@ def _unpack(ws: Workspace, scratch: Path) -> Path:
     return top
 
 
-def _outputs(cwd: Path, globs: list[str]) -> bytes:
+def outputs_tar(cwd: Path, globs: list[str]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         seen: set[Path] = set()
@@ -140,18 +140,18 @@ def _outputs(cwd: Path, globs: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def _head(top: Path) -> str:
+def head_commit(top: Path) -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, check=True, capture_output=True,
                           text=True).stdout.strip()
 
 
-def _commits(top: Path, base: str, spec: AttemptSpec) -> bytes | None:
+def commits_bundle(top: Path, base: str, spec: AttemptSpec) -> bytes | None:
     name, email = spec.ident
     _git("add", "-A", cwd=top)
     if subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=top).returncode != 0:
         _git("-c", f"user.name={name}", "-c", f"user.email={email}", "commit", "-q", "--no-verify",
              "-m", spec.message, cwd=top)
-    if _head(top) == base:
+    if head_commit(top) == base:
         return None
     out = top.parent / "out.bundle"
     _git("bundle", "create", "-q", str(out), "work", f"^{base}", cwd=top)
@@ -190,17 +190,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def warm() -> str:
     """Nothing: a worker process that ran it has started and imported this module (the lead starts one
     per CPU of the cluster while it prepares the run, so the first attempts find workers ready)."""
-    return _node_id()
+    return node_id()
 
 
 def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
     """One attempt on this node (see the module docstring)."""
     t0 = time.monotonic()
-    node = _node_id()
+    node = node_id()
     scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(len(ws.data))))
     try:
-        top = _unpack(ws, scratch)
-        base = _head(top) if ws.kind == "bundle" else ""
+        top = unpack(ws, scratch)
+        base = head_commit(top) if ws.kind == "bundle" else ""
         cwd = (top / spec.rel_cwd).resolve()
         cwd.mkdir(parents=True, exist_ok=True)
         env = task_environment(os.environ, spec.env, {"TEAM_ROOT": str(scratch / "root")})
@@ -220,9 +220,9 @@ def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
                                error=error)
         if status == "completed":
             if ws.kind == "archive":
-                result.outputs = _outputs(cwd, spec.outputs)
+                result.outputs = outputs_tar(cwd, spec.outputs)
             else:
-                result.bundle = _commits(top, base, spec)
+                result.bundle = commits_bundle(top, base, spec)
         return result
     except (OSError, subprocess.CalledProcessError, tarfile.TarError) as e:
         detail = e.stderr.decode(errors="replace").strip() if isinstance(e, subprocess.CalledProcessError) \

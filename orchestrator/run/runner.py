@@ -426,15 +426,22 @@ def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | No
 def ray_problems(lp: LoadedPlan) -> list[str]:
     """``file:line: field: problem`` for tasks ``--backend ray`` cannot run: a shell task on another
     machine must say what comes back (``outputs:`` globs, ``[]`` for nothing but its exit and log) or
-    run in a git worktree (its commits come back); agent tasks run on the lead's machine only so far."""
+    run in a git worktree (its commits come back); an agent task the same (its teammate works on a
+    node). What teammates on nodes cannot do yet is refused too: the plan's MCP servers, a ``team:``
+    member in plan mode (a role's ``ask:`` rules are refused when its teammate starts: ray_agents.py)."""
     d = lp.plan.defaults
     out = []
+    agents = [t.id for t in lp.plan.tasks if t.kind == "agent"]
+    if agents and lp.plan.mcp_servers:
+        out.append(f"{lp.path}:{lp.lines.get(('mcp_servers',), 1)}: mcp_servers: teammates on Ray nodes cannot "
+                   f"reach MCP servers yet ({', '.join(agents)} are agent tasks): run this plan with --backend local")
+    for i, m in enumerate(lp.plan.team):
+        if m.plan_mode:
+            out.append(f"{lp.path}:{lp.lines.get(('team', i), 1)}: team[{i}].plan_mode: {m.name} would start in "
+                       f"plan mode, which teammates on Ray nodes cannot do yet: run this plan with --backend local")
     for i, t in enumerate(lp.plan.tasks):
         line = lp.lines.get(("tasks", i), 1)
-        if t.kind == "agent":
-            out.append(f"{lp.path}:{line}: tasks[{i}]: {t.id} is an agent task; backend ray runs shell tasks "
-                       f"only: run this plan with --backend local")
-        elif (t.isolation or lp.plan.isolation) != "worktree" and t.outputs is None and d.outputs is None:
+        if (t.isolation or lp.plan.isolation) != "worktree" and t.outputs is None and d.outputs is None:
             out.append(f"{lp.path}:{line}: tasks[{i}].outputs: {t.id} would run on another machine with "
                        f"nothing coming back: declare `outputs:` (globs of the files to bring back to "
                        f"{lp.task_cwd(t)}; `outputs: []` for none) or use isolation: worktree")
@@ -523,8 +530,10 @@ def _started(start: Start, wt: Worktrees, include: bool, rerun: str, note: Calla
 def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | None = None) -> dict[str, Executor]:
     """The executors for these task kinds. The shell executor first: it forks its job
     server while this process has a single thread; the agent executor starts threads.
-    On ``--backend ray`` shell tasks run on the cluster (ray_backend.py, which imports ray)."""
+    On ``--backend ray`` shell tasks run on the cluster (ray_backend.py, which imports ray), and agent
+    tasks' teammates on its nodes (ray_agents.py)."""
     built: dict[str, Executor] = {}
+    ray_shell = None  # the shell executor on the cluster, which agent tasks' executor shares workspaces with
     try:
         if "shell" in kinds:
             shell: Executor
@@ -533,13 +542,20 @@ def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | No
                     RayExecutor,  # imports ray: only runs on a cluster pay for it
                 )
 
-                shell = RayExecutor(ctx, backend.address)
+                shell = ray_shell = RayExecutor(ctx, backend.address)
             else:
                 shell = ShellExecutor(ctx)
             # a shell task's completion passes the task_completed hooks first (agents' teammates ask themselves)
             built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
                 else shell
-        if "agent" in kinds:
+        if "agent" in kinds and backend is not None and backend.name == "ray":
+            from .ray_agents import RayAgentExecutor  # teammates as actors on the cluster's nodes
+
+            remote = RayAgentExecutor(ctx, backend.address, peer=ray_shell)
+            # its teammates run no hooks on their nodes: task_completed hooks decide at the lead, as for shell tasks
+            built["agent"] = Hooked(remote, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
+                else remote
+        elif "agent" in kinds:
             from .agents import (
                 AgentExecutor,  # imports openai: only plans with agent tasks pay for it
             )

@@ -77,6 +77,7 @@ from ..core import threads
 from ..core.errors import ConflictError, UserError
 from ..core.hooks import Hooks, NoHooks
 from ..core.models import Member, Message, Task
+from ..core.redact import Secrets
 from ..core.text import plural
 from ..core.threads import Crash
 from ..jobs.records import Notification
@@ -84,7 +85,6 @@ from ..llm.pricing import Usage
 from ..llm.types import ChatModel
 from ..roles.roles import Role
 from ..team import protocols
-from ..team.inbox import InboxBatch
 from ..team.protocols import Mailbox
 from ..team.requests import Request, Requests
 from ..tools import Tool, ToolContext, ToolRegistry
@@ -150,10 +150,20 @@ class Roster(Protocol):
     def update(self, name: str, **fields: Any) -> Member: ...
 
 
+class Fetched(Protocol):
+    """Messages fetched from an inbox and not yet acknowledged (``team.inbox.InboxBatch``)."""
+
+    messages: list[Message]
+
+    def ack(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
 class TeammateBus(Mailbox, Protocol):
     """The message bus, as a teammate reads its inbox and answers protocols (``team.inbox.Bus``)."""
 
-    def fetch(self, name: str, *, seen: Container[str] = (), limit: int | None = None) -> InboxBatch: ...
+    def fetch(self, name: str, *, seen: Container[str] = (), limit: int | None = None) -> Fetched: ...
 
     def wait_unread(self, name: str, timeout: float | None = None) -> bool: ...
 
@@ -197,6 +207,9 @@ class TeamServices:
     """The approval requests (team/requests.py): a submitted plan is recorded there for people."""
     on_request: Callable[[Request], None] | None = None
     """Told of each plan recorded there (the lead's user hears of it)."""
+    secrets: Secrets | None = None
+    """Scrubbed from the transcript (None: this process's environment's; a teammate on a Ray node
+    gets the lead's)."""
 
 
 class Teammate:
@@ -220,7 +233,7 @@ class Teammate:
         tools = list(dict.fromkeys([*role.tools, *HARNESS_TOOLS, *(["submit_plan"] if plan_mode else [])]))
         self.agent = Agent(
             name=name, role=role, model=model, tools=services.registry.only(tools).add(*extra_tools), ctx=ctx,
-            transcript=Transcript(transcript_path(services.root, name)), team_name=services.team_name,
+            transcript=Transcript(transcript_path(services.root, name), secrets=services.secrets), team_name=services.team_name,
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
             on_usage=self._usage, limit=self._limit)
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,

@@ -57,7 +57,6 @@ from ..core.sandbox import Sandbox
 from ..roles.roles import Permissions
 
 if TYPE_CHECKING:
-    from ..tasks.store import TaskStore
     from .approval import ApprovalGate
     from .filetruth import FileTruth
     from .services import (
@@ -68,6 +67,7 @@ if TYPE_CHECKING:
         MessageBus,
         Spawner,
         Subagents,
+        TaskStorage,
     )
 
 T = TypeVar("T")
@@ -254,7 +254,8 @@ class ToolContext:
     root: Path
     agent: str
     truth: FileTruth
-    store: TaskStore
+    store: TaskStorage
+    """The task store (``tasks.store.TaskStore``, or a remote agent's proxy of the lead's: tools.services)."""
     outputs_dir: Path
     call_log: Path | None = None
     mode: Mode = "normal"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -33,6 +34,9 @@ from ..roles.skills import SKILL_ALWAYS, find_skill
 from .base import MAX_SECONDS, ActiveSkill, Args, Call, ToolError, tool
 from .shell import agent_environment, sandbox_prefix, start_dir
 from .tasks import task_update as _store_task_update
+
+if TYPE_CHECKING:
+    from .registry import ToolRegistry
 
 SUBAGENT_RESULT_CHARS = 4000
 
@@ -290,7 +294,7 @@ HARNESS_TOOLS = ("respond_shutdown",)
 """Every teammate gets these whatever its role lists (plan-mode teammates also get submit_plan)."""
 
 
-def agent_registry():
+def agent_registry() -> ToolRegistry:
     """Every tool an agent may have (built-ins, with the loop-aware task_update, plus coordination)."""
     from . import ToolRegistry, builtin_tools
     from .worktree import WORKTREE_TOOLS

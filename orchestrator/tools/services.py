@@ -6,6 +6,8 @@ A tool asks for the slice it needs with ``ToolContext.need_*``, which turns
 a missing service into an error observation the model can read::
 
     slot         Protocol      provided by                        used by
+    store        TaskStorage   tasks.store.TaskStore              task_*, claim_task, worktree_* (on a Ray node:
+                               run.ray_teammate.RemoteStore, which asks the lead's service)
     bus          MessageBus    team.inbox.Bus                     send_message, broadcast, review_plan
     jobs         JobRunner     jobs.manager.JobManager            background_run, check_background
     spawner      Spawner       runtime.runtime.TeamRuntime        spawn_teammate, list_teammates, request_shutdown
@@ -20,14 +22,37 @@ small fake, and the type checker holds every provider to the same shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from ..core.models import Message, Task
+from ..core.models import Message, Status, Task
 from ..jobs.records import JobRecord
 from ..roles.roles import Permissions
 from ..team.protocols import Mailbox, Response
+
+
+class TaskStorage(Protocol):
+    """The task store, as tools use it: exactly the ``tasks.store.TaskStore`` methods they call.
+
+    The store is the one implementation of the rules (locks, compare-and-set claims, epochs,
+    dependency checks); a remote agent (``team run --backend ray``) reaches the lead's through a
+    proxy with this shape (run/ray_teammate.py), so its rules are never re-implemented."""
+
+    def read(self, task_id: int) -> Task: ...
+
+    def resolve(self, ref: int | str) -> int: ...
+
+    def all(self) -> list[Task]: ...
+
+    def create(self, subject: str, description: str = "", blocked_by: Iterable[int | str] = (), owner: str = "",
+               *, actor: str = "cli", **fields: Any) -> Task: ...
+
+    def update(self, ref: int | str, *, status: str | Status | None = None, owner: str | None = None,
+               add_blocked_by: Iterable[int | str] = (), remove_blocked_by: Iterable[int | str] = (),
+               actor: str = "cli", **fields: Any) -> Task: ...
+
+    def claim(self, ref: int | str, owner: str, *, lease: float | None = None, actor: str | None = None) -> Task: ...
 
 
 class MessageBus(Mailbox, Protocol):

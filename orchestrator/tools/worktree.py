@@ -35,8 +35,8 @@ from pydantic import Field
 
 from ..core.models import Status
 from ..git.agentwt import AgentWorktrees, Entry
-from ..tasks.store import TaskStore
 from .base import MAX_SECONDS, Args, Call, Refused, ToolContext, ToolError, ToolOutput, tool
+from .services import TaskStorage
 from .shell import bash
 from .tasks import REF_HELP, Ref
 
@@ -229,7 +229,7 @@ def worktree_keep(call: Call) -> str:
     return f"kept worktree {entry.name} at {entry.path}"
 
 
-def unbind(store: TaskStore, reg: AgentWorktrees, entry: Entry, *, complete: bool, actor: str) -> str:
+def unbind(store: TaskStorage, reg: AgentWorktrees, entry: Entry, *, complete: bool, actor: str) -> str:
     """Clear the bound task's ``worktree``; ``complete``: mark it completed too (a ``task.completed``
     event); the words saying what happened (for the tools and ``team worktree``)."""
     if entry.task_id is None:
