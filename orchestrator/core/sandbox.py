@@ -55,10 +55,12 @@ run by the thousand (jobs/ contains them).
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -254,3 +256,62 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return f"Sandbox({self.state() if self._probed or not self.enabled else 'on, not probed yet'})"
+
+
+INFO_WAIT = 5.0
+"""Seconds a caller waits for bwrap to say which process is the sandbox's first (it does within ms)."""
+TEARDOWN_WAIT = 5.0
+"""Seconds a caller waits, at most, for the kernel to empty a finished sandbox's PID namespace."""
+
+
+def watched(prefix: list[str], info_fd: int) -> list[str]:
+    """``prefix`` (from ``Sandbox.prefix``) with bwrap writing the pid of the sandbox's first process,
+    the init of its PID namespace, to ``info_fd`` (``--info-fd``; the caller passes the fd on)."""
+    return [prefix[0], "--info-fd", str(info_fd), *prefix[1:]]
+
+
+def namespace_init(info_fd: int) -> int | None:
+    """A pidfd of the sandbox's first process, read from bwrap's ``--info-fd`` output (JSON with
+    ``child-pid``); None if bwrap said nothing (it failed to start) or the process is gone already.
+
+    When the command's first process exits, bwrap's side of the sandbox exits at once, while the
+    kernel is still killing what the command left in the namespace (``setsid cmd &``, many of
+    them take a while); the namespace's init becomes readable through its pidfd only once they
+    are all gone, so a caller that waits on it (``await_empty``) returns with nothing left."""
+    import json
+
+    data = b""
+    deadline = time.monotonic() + INFO_WAIT
+    while b"}" not in data:
+        ready, _, _ = select.select([info_fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return None
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        pid = int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None  # gone already (or no pidfds here)
+    try:  # the pid could have been reused in between: it must be the init of another PID namespace
+        ours = os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ours = False
+    if not ours:
+        os.close(fd)
+        return None
+    return fd
+
+
+def await_empty(init_fd: int, timeout: float = TEARDOWN_WAIT) -> None:
+    """Wait until the sandbox's first process (``namespace_init``) has exited, which the kernel lets
+    it do only after every other process of its PID namespace is gone; closes the pidfd."""
+    try:
+        select.select([init_fd], [], [], timeout)
+    finally:
+        os.close(init_fd)

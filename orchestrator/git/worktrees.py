@@ -182,6 +182,20 @@ def check_slug(name: str, what: str) -> str:
     return name
 
 
+LOCK_NAME = ".lock"
+"""The flock of a group of worktrees (a plan's, the agents'), in the group's folder."""
+
+
+@contextmanager
+def worktree_locked(worktree: Path) -> Iterator[int]:
+    """Hold the lock of the group ``worktree`` belongs to (what ``Worktrees.locked`` takes), for git
+    commands run in one task's worktree outside a ``Worktrees``: a ``git fetch`` there walks every
+    worktree's HEAD, which another worktree's add or removal (done under this lock) changes midway
+    ("fatal: bad object worktrees/NAME/HEAD")."""
+    with file_lock(worktree.parent / LOCK_NAME) as fd:
+        yield fd
+
+
 class Worktrees:
     """Worktrees and branches of one plan in the git repository holding ``root``."""
 
@@ -483,7 +497,7 @@ class Worktrees:
         """Hold the plan's flock (its fd, for git children to inherit); ``UserError`` on timeout."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with file_lock(self.base_dir / ".lock", timeout=timeout) as fd:
+            with file_lock(self.base_dir / LOCK_NAME, timeout=timeout) as fd:
                 yield fd
         except LockTimeout:
             if timeout == 0:

@@ -68,6 +68,7 @@ from ..core.fsutil import atomic_write
 from ..core.models import Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
+from ..git.worktrees import worktree_locked
 from ..jobs.records import JobRecord
 from .executor import DoneCallback, ExecutorContext, Outcome
 from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt, warm
@@ -460,8 +461,9 @@ def bring_back(task: Task, outputs: bytes | None, bundle: bytes | None, workspac
         with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
             path = Path(tmp) / "work.bundle"
             path.write_bytes(bundle)
-            _git_out(top, "fetch", "-q", str(path), "work")
-            _git_out(top, "merge", "-q", "--ff-only", "FETCH_HEAD")
+            with worktree_locked(top):  # not while another worktree of the plan is added or removed
+                _git_out(top, "fetch", "-q", str(path), "work")
+                _git_out(top, "merge", "-q", "--ff-only", "FETCH_HEAD")
 
 
 def first_line(e: BaseException) -> str:

@@ -58,6 +58,7 @@ from pydantic import Field
 from ..core.environ import task_environment
 from ..core.errors import SandboxUnavailable
 from ..core.redact import Scrubber
+from ..core.sandbox import await_empty, namespace_init, watched
 from .base import MAX_SECONDS, Args, Call, Refused, ToolContext, ToolError, ToolOutput, tool
 from .bound import bound_file, output_path
 
@@ -230,18 +231,21 @@ def bash(call: Call) -> ToolOutput:
     scrubber = ctx.secrets.stream()
     read_fd, write_fd = os.pipe()
     cwd_read, cwd_write = os.pipe()
+    info_read, info_write = os.pipe() if prefix else (-1, -1)  # bwrap names the sandbox's first process
+    init_fd: int | None = None
     try:
         with open(out_path, "wb") as sink:
             try:
                 proc = subprocess.Popen(
-                    [*prefix, "bash", "-c", _cwd_script(a.command, start, cwd_write)],
+                    [*(watched(prefix, info_write) if prefix else ()), "bash", "-c",
+                     _cwd_script(a.command, start, cwd_write)],
                     cwd=start,
                     stdin=subprocess.DEVNULL,
                     stdout=write_fd,
                     stderr=subprocess.STDOUT,
                     env=task_environment(os.environ, agent_environment(ctx)),
                     start_new_session=True,
-                    pass_fds=(cwd_write,),
+                    pass_fds=(cwd_write, *((info_write,) if prefix else ())),
                 )
             except OSError as e:
                 out_path.unlink(missing_ok=True)
@@ -249,17 +253,25 @@ def bash(call: Call) -> ToolOutput:
             finally:
                 os.close(write_fd)
                 os.close(cwd_write)
+                if prefix:
+                    os.close(info_write)
             try:
+                if prefix:
+                    init_fd = namespace_init(info_read)
                 timed_out = _pump(proc, read_fd, sink, scrubber, timeout)
             finally:
                 if not _exited(proc):
                     _kill_group(proc)  # the pump did not finish (our bug, or an interrupt)
                 code = proc.wait()
+                if init_fd is not None:
+                    await_empty(init_fd)  # nothing the command started is alive when the call returns
             sink.write(scrubber.close())
         cwd_note = _keep_cwd(ctx, start, cwd_read) if not timed_out else ""
     finally:
         os.close(read_fd)
         os.close(cwd_read)
+        if prefix:
+            os.close(info_read)
     text, was_cut = bound_file(out_path, call.tool.budget - 300)
     if not was_cut:
         out_path.unlink()

@@ -126,6 +126,15 @@ def test_background_processes_do_not_outlive_the_call(agent):
     assert [m for m in marks if pids_running(["sleep", m])] == []
 
 
+def test_none_of_many_background_processes_is_alive_when_the_call_returns(agent):
+    """The kernel kills a PID namespace's processes when its first process exits, and that takes
+    a moment with many of them: the call returns once they are all gone, not while they die."""
+    mark = f"44.{os.getpid()}"
+    obs = agent.bash(f"for i in $(seq 200); do nohup sleep {mark} >/dev/null 2>&1 & done; echo started")
+    assert obs.stage == "ok" and obs.content.startswith("exit code: 0\n"), obs.content
+    assert pids_running(["sleep", mark]) == []
+
+
 def test_a_setsid_child_of_a_timed_out_command_dies_with_it(agent):
     mark = f"43.{os.getpid()}"
     obs = agent.bash(f"setsid sleep {mark} & sleep 30", timeout=0.5)
