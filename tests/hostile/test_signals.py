@@ -26,8 +26,11 @@ SERVERS = pytest.mark.parametrize("server", ["1", "0"], ids=["job-server", "in-p
 
 
 def start(root: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+    # PYTHONFAULTHANDLER: a lead that does not stop is sent SIGABRT by ``finish``, and prints every
+    # thread's stack (a lead once hung after SIGTERM in a flaky run, and said nothing)
     return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", *args], cwd=root,
-                            env=team_env(root, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=team_env(root, PYTHONFAULTHANDLER="1", **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def running_jobs(root: Path, n: int) -> list:
@@ -41,6 +44,10 @@ def running_jobs(root: Path, n: int) -> list:
 def finish(lead: subprocess.Popen[str]) -> tuple[str, str]:
     try:
         return lead.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        lead.send_signal(signal.SIGABRT)  # the stacks of every thread, on stderr
+        out, err = lead.communicate(timeout=30)
+        raise AssertionError(f"the lead did not stop within 30 s of the signal\n{out}\n{err}") from None
     finally:
         if lead.poll() is None:
             lead.kill()
