@@ -190,12 +190,14 @@ def test_a_pipelined_lead_committing_back_to_back_lets_another_shell_in(tmp_path
     """The group-commit writer keeps the store lock while batches are queued;
     under back-to-back commits it hands the lock to a waiting process.
 
-    The other shell is started (and has paid for its imports) before the chain
-    begins and is released at step 50, so however loaded the machine, it asks
-    for the lock with thousands of commits still to go."""
+    The other shell is started (and has paid for its imports, the store's and the
+    task records' too: what `task create` loads lazily) before the chain begins
+    and is released at step 50, so however loaded the machine, it asks for the
+    lock with thousands of commits still to go."""
     store = TaskStore(tmp_path)
     ids = [t.id for t in store.create_many([{"subject": f"step {i}"} for i in range(3000)])]
-    script = ("import sys; from orchestrator.cli import main; print('ready', flush=True); sys.stdin.readline(); "
+    script = ("import sys; from orchestrator.cli import main; import orchestrator.cli.tasks, orchestrator.tasks.store, "
+              "orchestrator.core.models; print('ready', flush=True); sys.stdin.readline(); "
               f"sys.exit(main(['task', 'create', 'from another shell', '--root', {str(tmp_path)!r}]))")
     other = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
