@@ -35,6 +35,21 @@ per task and no polling. One landing thread then, in completion order:
 * hands the ``Outcome`` (with the node it ran on) to the scheduler, whose
   store commit refuses it if its epoch went stale meanwhile.
 
+Placement: Ray's scheduler decides on the node the lead's lease request
+reaches first, from its view of the other nodes' free resources, which the
+nodes report every 100 ms (``raylet_report_resources_period_milliseconds``);
+a slot freed on another node is invisible to it until then, so a dependent
+submitted right after its dependency finished there waited ~30 ms on average
+(up to 100). The lead, which starts every attempt of its run, knows which
+slots its attempts hold: while it has fewer attempts in flight than the
+cluster has room for, it sends each to the node with the most CPUs left by
+its own count (``Placement``) with a soft node affinity that spills: the
+request goes straight to that node's raylet, which knows its own resources
+exactly; if the slot is taken after all (another job), that raylet passes
+the attempt on as Ray would have, and a node gone meanwhile is skipped.
+Once more attempts are in flight than the lead counts room for (``workers``
+above the cluster's slots), Ray's own queue places them, as before.
+
 Faults: an attempt whose node died (``NodeDiedError``), whose worker process
 died, or whose object was lost comes back as ``Outcome(lost=True)`` naming
 the node; the scheduler re-runs it elsewhere without using a retry, up to the
@@ -70,12 +85,14 @@ from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..jobs.records import JobRecord
 from .executor import DoneCallback, ExecutorContext, Outcome
-from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt, warm
+from .ray_remote import AttemptResult, AttemptSpec, Workspace, open_tar, run_attempt, warm
 
 ARCHIVE_CAP = 512 * 1024 * 1024
 """The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
 COMPRESS_OVER = 8 * 1024 * 1024
 """A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either)."""
+NODES_EVERY = 10.0
+"""Seconds between two reads of the cluster's nodes and their resources (``Placement``)."""
 WARM_WAIT = 20.0
 """Seconds the lead waits, at most, for the run's worker processes to start before running tasks."""
 SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
@@ -253,9 +270,8 @@ class RayExecutor:
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
         self.nodes = NodeNames(ray)
-        self._submitters: dict[tuple[tuple[str, float], ...], Any] = {}
-        self._totals: list[dict[str, float]] = []
-        self._totals_at = -1e9
+        self._submitters: dict[tuple[tuple[tuple[str, float], ...], str | None], Any] = {}
+        self.placement = Placement(ray)
         self._stop = threading.Event()
         self._landing: queue.SimpleQueue[tuple[int, int, Future[AttemptResult]] | None] = queue.SimpleQueue()
         self._lander = threads.start("team-ray-landing", self._land_loop, on_crash=ctx.stop.fail)
@@ -278,7 +294,7 @@ class RayExecutor:
             done(Outcome(task.id, epoch, "failed", error=f"cannot start: {e}"))
             return
         need = {"CPU": task.num_cpus if task.num_cpus is not None else 1.0, **task.resources}
-        lacking = self._infeasible(need)
+        lacking = self.placement.infeasible(need)
         if lacking:
             done(Outcome(task.id, epoch, "failed", error=f"cannot start: no node of the cluster has {lacking} "
                                                           f"(ray start --num-cpus/--resources on a node gives it)"))
@@ -289,22 +305,40 @@ class RayExecutor:
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
                            list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
                            self.ident)
-        ref = self._submitter(need).remote(spec, ws)
+        node = self.placement.place(need)
+        try:
+            ref = self._submitter(need, node).remote(spec, ws)
+        except BaseException:
+            self.placement.done(node, need)
+            raise
         with self._lock:
             self._running[task.id] = _Flight(task, epoch, done, ref)
         fut: Future[AttemptResult] = ref.future()
-        fut.add_done_callback(lambda f: self._landing.put((task.id, epoch, f)))
 
-    def _submitter(self, need: dict[str, float]) -> Any:
-        """The remote function with these resources (one per distinct ask: Ray validates options each
-        time they are set, so they are set once)."""
-        key = tuple(sorted(need.items()))
+        def landed(f: Future[AttemptResult]) -> None:
+            self.placement.done(node, need)  # every submitted attempt ends here once, ours or stale
+            self._landing.put((task.id, epoch, f))
+
+        fut.add_done_callback(landed)
+
+    def _submitter(self, need: dict[str, float], node: str | None) -> Any:
+        """The remote function with these resources, sent to ``node`` (None: where Ray chooses); one per
+        distinct ask and node: Ray validates options each time they are set, so they are set once."""
+        key = (tuple(sorted(need.items())), node)
         with self._lock:
             fn = self._submitters.get(key)
         if fn is None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
             custom = {k: v for k, v in need.items() if k != "CPU"}
+            where: dict[str, Any] = {}
+            if node is not None:
+                # soft: a node gone meanwhile is not an error; spill: if its slot is taken after all (another
+                # job), the node's raylet, which knows, sends the attempt on as Ray would have
+                where["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True,
+                                                                              _spill_on_unavailable=True)
             fn = self._remote.options(num_cpus=need["CPU"], max_retries=0, retry_exceptions=False,
-                                      **({"resources": custom} if custom else {}))
+                                      **({"resources": custom} if custom else {}), **where)
             with self._lock:
                 self._submitters[key] = fn
         return fn
@@ -356,8 +390,10 @@ class RayExecutor:
         try:
             res = fut.result()
         except rx.NodeDiedError as e:
+            self.placement.refresh(force=True)  # place nothing more on it
             return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except (rx.WorkerCrashedError, rx.LocalRayletDiedError, rx.ObjectLostError, rx.RaySystemError) as e:
+            self.placement.refresh(force=True)
             return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except rx.TaskCancelledError:
             return Outcome(task.id, epoch, "killed", error="cancelled")
@@ -392,18 +428,6 @@ class RayExecutor:
         bring_back(task, res.outputs, res.bundle, self.workspaces)
 
     # ------------------------------------------------------------------ nodes
-    def _infeasible(self, need: dict[str, float]) -> str:
-        """What no live node of the cluster has (``""`` when some node has all of ``need``): such an
-        attempt would wait in Ray forever. The nodes' totals are read again at most every 10 s."""
-        now = time.monotonic()
-        if now - self._totals_at > 10.0:
-            nodes: list[dict[str, Any]] = self._ray.nodes()  # type: ignore[no-untyped-call]
-            self._totals = [dict(n.get("Resources", {})) for n in nodes if n.get("Alive")]
-            self._totals_at = now
-        if any(all(t.get(k, 0.0) >= v for k, v in need.items()) for t in self._totals):
-            return ""
-        return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
-
     def node_label(self, node_id: str) -> str:
         return self.nodes.label(node_id)
 
@@ -446,12 +470,77 @@ class NodeNames:
         return self.label(m.group(1)) if m else None
 
 
+class Placement:
+    """Which node the lead sends an attempt to (see "Placement" in the module docstring).
+
+    The lead counts the resources of the attempts it placed on each node and still has in flight; a new
+    attempt goes to the node with the most CPUs left by that count whose totals hold its ask, as long as
+    every attempt in flight was placed (None otherwise, and when no node has room by the count: Ray's
+    own scheduler then chooses, as it would without the lead). The nodes' totals are read again at most
+    every ``NODES_EVERY`` seconds, and at once after a node was lost."""
+
+    def __init__(self, ray: Any):
+        self._ray = ray
+        self._lock = threading.Lock()
+        self._totals: dict[str, dict[str, float]] = {}  # live node id -> its resources
+        self._at = -1e9
+        self._placed: dict[str, dict[str, float]] = {}  # node id -> resources of our attempts there
+        self._unplaced = 0  # attempts in flight that Ray placed
+
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._at <= NODES_EVERY:
+            return
+        nodes: list[dict[str, Any]] = self._ray.nodes()
+        totals = {str(n["NodeID"]): {k: float(v) for k, v in dict(n.get("Resources", {})).items()}
+                  for n in nodes if n.get("Alive")}
+        with self._lock:
+            self._totals, self._at = totals, now
+
+    def infeasible(self, need: dict[str, float]) -> str:
+        """What no live node of the cluster has (``""`` when some node has all of ``need``): such an
+        attempt would wait in Ray forever."""
+        self.refresh()
+        with self._lock:
+            if any(all(t.get(k, 0.0) >= v for k, v in need.items()) for t in self._totals.values()):
+                return ""
+        return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
+
+    def place(self, need: dict[str, float]) -> str | None:
+        """The node for an attempt asking ``need`` (counted as in flight there), or None: Ray chooses."""
+        with self._lock:
+            best, room = None, -1.0
+            if not self._unplaced:
+                for node, total in self._totals.items():
+                    used = self._placed.get(node, {})
+                    left = {k: total.get(k, 0.0) - used.get(k, 0.0) for k in need}
+                    if all(left[k] >= v - 1e-9 for k, v in need.items()) and left.get("CPU", 0.0) > room:
+                        best, room = node, left.get("CPU", 0.0)
+            if best is None:
+                self._unplaced += 1
+                return None
+            used = self._placed.setdefault(best, {})
+            for k, v in need.items():
+                used[k] = used.get(k, 0.0) + v
+            return best
+
+    def done(self, node: str | None, need: dict[str, float]) -> None:
+        """An attempt placed by ``place`` has ended (whatever its outcome)."""
+        with self._lock:
+            if node is None:
+                self._unplaced = max(0, self._unplaced - 1)
+                return
+            used = self._placed.get(node, {})
+            for k, v in need.items():
+                used[k] = max(0.0, used.get(k, 0.0) - v)
+
+
 def bring_back(task: Task, outputs: bytes | None, bundle: bytes | None, workspaces: Workspaces) -> None:
     """An attempt's work into the lead's tree: the ``outputs`` files into the task's folder, or the new
     commits fast-forwarded into its worktree (merged back later by isolation.py)."""
     if outputs:
         folder = Path(task.cwd or ".").resolve()
-        with tarfile.open(fileobj=io.BytesIO(outputs)) as tar:
+        with open_tar(outputs) as tar:
             if tar.getmembers():
                 tar.extractall(folder, filter="data")
                 workspaces.changed(folder)

@@ -117,8 +117,9 @@ def unpack(ws: Workspace, scratch: Path) -> Path:
     top = scratch / "ws"
     if ws.kind == "archive":
         top.mkdir()
-        with tarfile.open(fileobj=io.BytesIO(ws.data)) as tar:
-            tar.extractall(top, filter="data")
+        if ws.data:
+            with open_tar(ws.data) as tar:
+                tar.extractall(top, filter="data")
     else:
         bundle = scratch / "base.bundle"
         bundle.write_bytes(ws.data)
@@ -128,16 +129,24 @@ def unpack(ws: Workspace, scratch: Path) -> Path:
 
 
 def outputs_tar(cwd: Path, globs: list[str]) -> bytes:
+    """An uncompressed tar of the files matching ``globs``; ``b""`` when none matches (an empty tar is
+    10 KB of zeros to send back and to open for nothing)."""
     buf = io.BytesIO()
+    seen: set[Path] = set()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        seen: set[Path] = set()
         for pattern in globs:
             for path in sorted(cwd.glob(pattern)):
                 if path in seen or not (path.is_file() or path.is_dir()) or path.is_symlink():
                     continue
                 seen.add(path)
                 tar.add(path, arcname=str(path.relative_to(cwd)))
-    return buf.getvalue()
+    return buf.getvalue() if seen else b""
+
+
+def open_tar(data: bytes) -> tarfile.TarFile:
+    """A shipped tar (plain, or gzipped: ray_backend ``COMPRESS_OVER``), opened as what it is: letting
+    tarfile guess tries gzip, bz2 and xz in turn on whatever a plain tar does not open as."""
+    return tarfile.open(fileobj=io.BytesIO(data), mode="r:gz" if data[:2] == b"\x1f\x8b" else "r:")
 
 
 def head_commit(top: Path) -> str:
