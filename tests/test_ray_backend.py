@@ -263,17 +263,25 @@ import json, sys, ray
 from orchestrator.run.ray_backend import Placement
 ray.init(address=sys.argv[1], _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False)
 names = {n["NodeID"]: n["NodeName"] for n in ray.nodes() if n["Alive"]}
+ids = {v: k for k, v in names.items()}
 p = Placement(ray)
 cpu = {"CPU": 1.0}
-first = [p.place(cpu) for _ in range(3)]   # a slot on each node, by the lead's count
+first = [p.place(cpu) for _ in range(3)]   # a slot on each node, by the lead's count, spilling if taken
 full = p.place(cpu)                        # none left: Ray chooses
-p.done(full, cpu)
-p.done(first[1], cpu)
+p.done(full[0], cpu)
+p.done(first[1][0], cpu)
 again = p.place(cpu)                       # the slot that came back
 gpu = p.place({"CPU": 0.0, "gpu": 1.0})    # CPUs are all taken, but a gpu ask needs none
-print(json.dumps({"first": [names.get(n) for n in first], "full": full, "again": names.get(again),
-                  "freed": names.get(first[1]), "gpu": names.get(gpu), "none": p.place({"CPU": 1.0, "tpu": 1.0}),
-                  "lacking": p.infeasible({"CPU": 1.0, "tpu": 2.0})}))
+p.done(again[0], cpu)
+p.done(first[0][0], cpu)
+p.shun(again[0])                           # an attempt was lost with it: not chosen for a while
+shunned = p.place(cpu)                     # the one other node with room
+crowded = p.place(cpu)                     # no room left, a node lost lately: wait on a live node, not Ray's pick
+out = {"first": [(names.get(n), s) for n, s in first], "full": full, "again": names.get(again[0]),
+       "freed": names.get(first[1][0]), "gpu": names.get(gpu[0]), "none": p.place({"CPU": 1.0, "tpu": 1.0}),
+       "lacking": p.infeasible({"CPU": 1.0, "tpu": 2.0}), "lost": names.get(again[0]),
+       "shunned": (names.get(shunned[0]), shunned[1]), "crowded": (names.get(crowded[0]), crowded[1])}
+print(json.dumps(out))
 """
 
 
@@ -282,10 +290,12 @@ def test_the_lead_places_attempts_on_the_nodes_it_knows_have_room(cluster, tmp_p
                     capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert sorted(got["first"]) == ["head", "w1", "w2"]
-    assert got["full"] is None and got["again"] == got["freed"]
-    assert got["gpu"] == "w2" and got["none"] is None
-    assert got["lacking"] == "CPU: 1, tpu: 2"
+    assert sorted(got["first"]) == [["head", True], ["w1", True], ["w2", True]]
+    assert got["full"] == [None, True] and got["again"] == got["freed"]
+    assert got["gpu"] == "w2"
+    assert got["none"] == [None, True] and got["lacking"] == "CPU: 1, tpu: 2"
+    assert got["shunned"][0] not in (None, got["lost"]) and got["shunned"][1] is True
+    assert got["crowded"][0] not in (None, got["lost"]) and got["crowded"][1] is False
 
 
 def test_a_small_workspace_unpacks_again_to_the_same_files(tmp_path):

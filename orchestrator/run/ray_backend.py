@@ -97,8 +97,12 @@ store: Ray inlines small arguments, while one in the store is a dependency each 
 (~0.2 ms an attempt here)."""
 COMPRESS_OVER = 8 * 1024 * 1024
 """A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either)."""
-NODES_EVERY = 10.0
-"""Seconds between two reads of the cluster's nodes and their resources (``Placement``)."""
+NODES_EVERY = 1.0
+"""Seconds between two reads of the cluster's nodes and their resources (``Placement``): a node that
+joins gets attempts this soon (one read is a request to Ray's control store, a few ms)."""
+SHUN_FOR = 60.0
+"""Seconds the lead places nothing on a node an attempt was lost with (Ray lists a dead node as alive
+until its health checks give up on it; the node is dropped from placement then anyway)."""
 WARM_WAIT = 20.0
 """Seconds the lead waits, at most, for the run's worker processes to start before running tasks."""
 SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
@@ -158,6 +162,7 @@ class _Flight:
     epoch: int
     done: DoneCallback
     ref: Any  # ray.ObjectRef
+    node: str | None = None  # where the lead placed it (None: Ray chose)
 
 
 class Workspaces:
@@ -279,7 +284,7 @@ class RayExecutor:
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
         self.nodes = NodeNames(ray)
-        self._submitters: dict[tuple[tuple[tuple[str, float], ...], str | None], Any] = {}
+        self._submitters: dict[tuple[tuple[tuple[str, float], ...], str | None, bool], Any] = {}
         self.placement = Placement(ray)
         self._stop = threading.Event()
         self._landing: queue.SimpleQueue[tuple[int, int, Future[AttemptResult]] | None] = queue.SimpleQueue()
@@ -314,14 +319,14 @@ class RayExecutor:
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
                            list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
                            self.ident)
-        node = self.placement.place(need)
+        node, spill = self.placement.place(need)
         try:
-            ref = self._submitter(need, node).remote(spec, ws)
+            ref = self._submitter(need, node, spill).remote(spec, ws)
         except BaseException:
             self.placement.done(node, need)
             raise
         with self._lock:
-            self._running[task.id] = _Flight(task, epoch, done, ref)
+            self._running[task.id] = _Flight(task, epoch, done, ref, node)
         fut: Future[AttemptResult] = ref.future()
 
         def landed(f: Future[AttemptResult]) -> None:
@@ -330,10 +335,11 @@ class RayExecutor:
 
         fut.add_done_callback(landed)
 
-    def _submitter(self, need: dict[str, float], node: str | None) -> Any:
-        """The remote function with these resources, sent to ``node`` (None: where Ray chooses); one per
-        distinct ask and node: Ray validates options each time they are set, so they are set once."""
-        key = (tuple(sorted(need.items())), node)
+    def _submitter(self, need: dict[str, float], node: str | None, spill: bool) -> Any:
+        """The remote function with these resources, sent to ``node`` (None: where Ray chooses; ``spill``:
+        on elsewhere if it has no room); one per distinct ask and node: Ray validates options each time
+        they are set, so they are set once."""
+        key = (tuple(sorted(need.items())), node, spill)
         with self._lock:
             fn = self._submitters.get(key)
         if fn is None:
@@ -345,7 +351,7 @@ class RayExecutor:
                 # soft: a node gone meanwhile is not an error; spill: if its slot is taken after all (another
                 # job), the node's raylet, which knows, sends the attempt on as Ray would have
                 where["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True,
-                                                                              _spill_on_unavailable=True)
+                                                                              _spill_on_unavailable=spill)
             fn = self._remote.options(num_cpus=need["CPU"], max_retries=0, retry_exceptions=False,
                                       **({"resources": custom} if custom else {}), **where)
             with self._lock:
@@ -399,10 +405,10 @@ class RayExecutor:
         try:
             res = fut.result()
         except rx.NodeDiedError as e:
-            self.placement.refresh(force=True)  # place nothing more on it
+            self._shun(flight, e)
             return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except (rx.WorkerCrashedError, rx.LocalRayletDiedError, rx.ObjectLostError, rx.RaySystemError) as e:
-            self.placement.refresh(force=True)
+            self._shun(flight, e)
             return Outcome(task.id, epoch, "lost", error=first_line(e), node=self._node_of_error(e), lost=True)
         except rx.TaskCancelledError:
             return Outcome(task.id, epoch, "killed", error="cancelled")
@@ -424,6 +430,14 @@ class RayExecutor:
             except (OSError, TeamError, tarfile.TarError) as e:
                 status, error = "failed", f"bringing its work back from node {node} failed: {e}"
         return Outcome(task.id, epoch, status, res.exit_code, res.duration, log, tail, error=error, node=node)
+
+    def _shun(self, flight: _Flight, e: BaseException) -> None:
+        """An attempt was lost with its node (or its worker): place nothing more there for a while (Ray
+        takes seconds to declare a node dead; until then it is listed alive, and an attempt sent there
+        would wait for that), before the lost attempt is placed again."""
+        for node in {n for n in (flight.node, self.nodes.id_of_error(e)) if n is not None}:
+            self.placement.shun(node)
+        self.placement.refresh(force=True)
 
     def _write_log(self, task: Task, res: AttemptResult) -> str | None:
         if not res.log:
@@ -473,10 +487,15 @@ class NodeNames:
 
     def of_error(self, e: BaseException) -> str | None:
         """The node a Ray error names (a node that died), if it names one."""
+        node = self.id_of_error(e)
+        return self.label(node) if node else None
+
+    @staticmethod
+    def id_of_error(e: BaseException) -> str | None:
         import re
 
         m = re.search(r"node ID: ([0-9a-f]{16,})", str(e))
-        return self.label(m.group(1)) if m else None
+        return m.group(1) if m else None
 
 
 class Placement:
@@ -485,8 +504,9 @@ class Placement:
     The lead counts the resources of the attempts it placed on each node and still has in flight; a new
     attempt goes to the node with the most CPUs left by that count whose totals hold its ask, as long as
     every attempt in flight was placed (None otherwise, and when no node has room by the count: Ray's
-    own scheduler then chooses, as it would without the lead). The nodes' totals are read again at most
-    every ``NODES_EVERY`` seconds, and at once after a node was lost."""
+    own scheduler then chooses, as it would without the lead). A node an attempt was just lost with is
+    skipped (``shun``). The nodes' totals are read again at most every ``NODES_EVERY`` seconds, and at
+    once after a node was lost."""
 
     def __init__(self, ray: Any):
         self._ray = ray
@@ -495,6 +515,7 @@ class Placement:
         self._at = -1e9
         self._placed: dict[str, dict[str, float]] = {}  # node id -> resources of our attempts there
         self._unplaced = 0  # attempts in flight that Ray placed
+        self._shunned: dict[str, float] = {}  # node id -> until when nothing is placed there
 
     def refresh(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -505,6 +526,7 @@ class Placement:
                   for n in nodes if n.get("Alive")}
         with self._lock:
             self._totals, self._at = totals, now
+            self._shunned = {n: t for n, t in self._shunned.items() if n in totals and t > now}
 
     def infeasible(self, need: dict[str, float]) -> str:
         """What no live node of the cluster has (``""`` when some node has all of ``need``): such an
@@ -515,24 +537,38 @@ class Placement:
                 return ""
         return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
 
-    def place(self, need: dict[str, float]) -> str | None:
-        """The node for an attempt asking ``need`` (counted as in flight there), or None: Ray chooses."""
+    def place(self, need: dict[str, float]) -> tuple[str | None, bool]:
+        """Where an attempt asking ``need`` goes (counted as in flight there): ``(node, True)``, a node
+        with room by the lead's count (the attempt may spill elsewhere if it has none after all);
+        ``(node, False)``, no node has room but one was lost lately: the node with the most room, to
+        wait there (Ray still lists a lost node as alive, with its slots free, and would send it
+        there); ``(None, True)``: Ray chooses."""
         self.refresh()
         with self._lock:
-            best, room = None, -1.0
-            if not self._unplaced:
+            now = time.monotonic()
+            shunned = any(t > now for t in self._shunned.values())
+            best, room, fits = None, -1e18, False
+            if not self._unplaced or shunned:
                 for node, total in self._totals.items():
+                    if self._shunned.get(node, 0.0) > now or not all(total.get(k, 0.0) >= v for k, v in need.items()):
+                        continue
                     used = self._placed.get(node, {})
                     left = {k: total.get(k, 0.0) - used.get(k, 0.0) for k in need}
-                    if all(left[k] >= v - 1e-9 for k, v in need.items()) and left.get("CPU", 0.0) > room:
-                        best, room = node, left.get("CPU", 0.0)
-            if best is None:
+                    ok = all(left[k] >= v - 1e-9 for k, v in need.items())
+                    if (ok, left.get("CPU", 0.0)) > (fits, room):
+                        best, room, fits = node, left.get("CPU", 0.0), ok
+            if best is None or not (fits and not self._unplaced) and not shunned:
                 self._unplaced += 1
-                return None
+                return None, True
             used = self._placed.setdefault(best, {})
             for k, v in need.items():
                 used[k] = used.get(k, 0.0) + v
-            return best
+            return best, fits and not self._unplaced
+
+    def shun(self, node: str) -> None:
+        """An attempt was lost with ``node``: nothing is placed there for ``SHUN_FOR`` seconds."""
+        with self._lock:
+            self._shunned[node] = time.monotonic() + SHUN_FOR
 
     def done(self, node: str | None, need: dict[str, float]) -> None:
         """An attempt placed by ``place`` has ended (whatever its outcome)."""
