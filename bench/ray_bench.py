@@ -31,7 +31,8 @@ transitions per second (a claim and a completion per task) for N tasks with
 ``workers`` 64 and 1024. What docs/scale.md says about scaling past one lead
 comes from here.
 
-Usage: python bench/ray_bench.py [--tasks 1000] [--cpus 1] [--layers 6] [--width 12]
+Usage: python bench/ray_bench.py [--tasks 1000] [--cpus 1] [--layers 6] [--width 12] [--ceiling 5000 (0: skip)]
+       [--profile DIR (cProfile stats of each `team run`)] [--events DIR (its `--json` events)]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -75,20 +77,59 @@ def env_for(root: Path) -> dict[str, str]:
     return env
 
 
+PROFILE: Path | None = None
+"""``--profile DIR``: each `team run` runs under cProfile, every Python thread of it (the scheduler, the
+landing thread, the store's writer, ...), its stats in DIR/<name>.prof."""
+KEEP: Path | None = None
+"""``--events DIR``: the `--json` events of each `team run` are kept in DIR/<name>.jsonl."""
+PROFILED = """
+import atexit, cProfile, pstats, runpy, sys, threading
+out, profs = sys.argv.pop(1), []
+def start(*_):
+    sys.setprofile(None)
+    p = cProfile.Profile()
+    profs.append(p)
+    p.enable()
+def dump():
+    for p in profs:
+        p.disable()
+    pstats.Stats(*profs).dump_stats(out)
+threading.setprofile(start)
+atexit.register(dump)
+start()
+sys.argv[0] = "orchestrator"
+runpy.run_module("orchestrator", run_name="__main__", alter_sys=True)
+"""
+
+
 def team_run(cluster: LocalCluster, root: Path, plan: str) -> tuple[float, float, dict]:
-    """(makespan, process wall, summary) of one `team run --backend ray --json`."""
+    """(makespan, process wall, summary) of one `team run --backend ray --json`; the lead's CPU seconds
+    (user + system, start-up included) go into ``LEAD_CPU[root.name]``."""
     (root / "plan.yaml").write_text(plan)
+    head = ["-c", PROFILED, str(PROFILE / f"{root.name}.prof")] if PROFILE else ["-m", "orchestrator"]
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
-    r = cluster.run([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray",
+    r = cluster.run([sys.executable, *head, "run", "plan.yaml", "--backend", "ray",
                      "--address", cluster.address, "--json"], cwd=root, env=env_for(root),
                     capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
+    LEAD_CPU[root.name] = _children_cpu() - cpu0
     if r.returncode != 0:
         raise SystemExit(f"team run failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    if KEEP is not None:
+        (KEEP / f"{root.name}.jsonl").write_text(r.stdout)
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     start = next(e["ts"] for e in events if e["event"] == "run_started")
     end = max(e["ts"] for e in events if e["event"] == "completed")
     return end - start, wall, events[-1]
+
+
+LEAD_CPU: dict[str, float] = {}
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def noop_plan(n: int) -> str:
@@ -144,8 +185,17 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=1, help="CPUs per node (3 nodes; the machine's cores are what they share)")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--width", type=int, default=12)
-    ap.add_argument("--ceiling", type=int, default=5000, help="tasks for (c)")
+    ap.add_argument("--ceiling", type=int, default=5000, help="tasks for (c) (0: skip it)")
+    ap.add_argument("--profile", type=Path, help="run each `team run` under cProfile, stats into this folder")
+    ap.add_argument("--events", type=Path, help="keep the `--json` events of each `team run` in this folder")
     args = ap.parse_args()
+    global PROFILE, KEEP
+    if args.events is not None:
+        args.events.mkdir(parents=True, exist_ok=True)
+        KEEP = args.events.resolve()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE = args.profile.resolve()
     why = unshare_works()
     if why is not None:
         raise SystemExit(f"ray_bench: {why}")
@@ -175,7 +225,7 @@ def main() -> None:
     finally:
         cluster.stop()
     try:
-        ceiling = {w: lead_ceiling(base, args.ceiling, w) for w in (64, 1024)}
+        ceiling = {w: lead_ceiling(base, args.ceiling, w) for w in (64, 1024)} if args.ceiling else {}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -186,12 +236,15 @@ def main() -> None:
     print(f"    {'  the same again (warm workers)':34}{raw['warm']:10.2f}{raw['warm'] / args.tasks * 1000:10.2f}")
     print(f"    {'team run --backend ray (makespan)':34}{team_ms:10.2f}{team_ms / args.tasks * 1000:10.2f}")
     print(f"    {'team run (process wall)':34}{team_wall:10.2f}")
+    print(f"    {'team run lead CPU (user + system)':34}{LEAD_CPU['noop']:10.2f}{LEAD_CPU['noop'] / args.tasks * 1000:10.2f}")
     print(f"    overhead of team over raw Ray: {per_task:.2f} ms/task (target <= 2 ms)")
     print()
     print(f"(b) layered DAG, {args.layers} layers x {args.width} tasks of sleep {body}, {slots} slots")
     print(f"    makespan {dag_ms:.2f}s · bound max(critical path {args.layers * body:.2f}s, work/slots "
           f"{n * body / slots:.2f}s) = {bound:.2f}s · ratio {dag_ms / bound:.3f}× (target <= 1.15×)")
-    _report_ceiling(ceiling, args.ceiling, 2 * args.tasks / team_ms)
+    if ceiling:
+        _report_ceiling(ceiling, args.ceiling, 2 * args.tasks / team_ms)
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -258,6 +258,78 @@ def text_of(body: dict) -> str:
     return json.dumps(body["messages"])
 
 
+PLACE = """
+import json, sys, ray
+from orchestrator.run.ray_backend import Placement
+ray.init(address=sys.argv[1], _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False)
+names = {n["NodeID"]: n["NodeName"] for n in ray.nodes() if n["Alive"]}
+ids = {v: k for k, v in names.items()}
+p = Placement(ray)
+cpu = {"CPU": 1.0}
+first = [p.place(cpu) for _ in range(3)]   # a slot on each node, by the lead's count, spilling if taken
+full = p.place(cpu)                        # none left: Ray chooses
+p.done(full[0], cpu)
+p.done(first[1][0], cpu)
+again = p.place(cpu)                       # the slot that came back
+gpu = p.place({"CPU": 0.0, "gpu": 1.0})    # CPUs are all taken, but a gpu ask needs none
+p.done(again[0], cpu)
+p.done(first[0][0], cpu)
+p.shun(again[0])                           # an attempt was lost with it: not chosen for a while
+shunned = p.place(cpu)                     # the one other node with room
+crowded = p.place(cpu)                     # no room left, a node lost lately: wait on a live node, not Ray's pick
+out = {"first": [(names.get(n), s) for n, s in first], "full": full, "again": names.get(again[0]),
+       "freed": names.get(first[1][0]), "gpu": names.get(gpu[0]), "none": p.place({"CPU": 1.0, "tpu": 1.0}),
+       "lacking": p.infeasible({"CPU": 1.0, "tpu": 2.0}), "lost": names.get(again[0]),
+       "shunned": (names.get(shunned[0]), shunned[1]), "crowded": (names.get(crowded[0]), crowded[1])}
+print(json.dumps(out))
+"""
+
+
+def test_the_lead_places_attempts_on_the_nodes_it_knows_have_room(cluster, tmp_path):
+    r = cluster.run([sys.executable, "-c", PLACE, cluster.address], cwd=tmp_path, env=team_env(tmp_path),
+                    capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sorted(got["first"]) == [["head", True], ["w1", True], ["w2", True]]
+    assert got["full"] == [None, True] and got["again"] == got["freed"]
+    assert got["gpu"] == "w2"
+    assert got["none"] == [None, True] and got["lacking"] == "CPU: 1, tpu: 2"
+    assert got["shunned"][0] not in (None, got["lost"]) and got["shunned"][1] is True
+    assert got["crowded"][0] not in (None, got["lost"]) and got["crowded"][1] is False
+
+
+def test_a_small_workspace_unpacks_again_to_the_same_files(tmp_path):
+    from orchestrator.run import ray_remote
+    from orchestrator.run.ray_backend import _archive
+
+    src = tmp_path / "src"
+    (src / "pkg" / "deep").mkdir(parents=True)
+    (src / "a.txt").write_text("a\n")
+    (src / "pkg" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (src / "pkg" / "run.sh").chmod(0o755)
+    (src / "pkg" / "deep" / "big.bin").write_bytes(bytes(range(256)) * 1000)
+    (src / "pkg" / "deep").chmod(0o750)
+    data = _archive(src)
+
+    def tree(top: Path) -> dict[str, tuple[int, int, bytes]]:
+        return {str(p.relative_to(top)): (p.stat().st_mode, p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+                for p in sorted(top.rglob("*"))}
+
+    made = []
+    for name in ("first", "again"):  # the first through tarfile, the second from what it unpacked to
+        top = tmp_path / name
+        top.mkdir()
+        ray_remote.unpack_archive(data, top)
+        made.append(tree(top))
+    assert made[0] == made[1] and "pkg/deep/big.bin" in made[0] and made[0]["pkg/run.sh"][0] & 0o111
+    (src / "link").symlink_to("a.txt")  # not a plain file: always through tarfile
+    data = _archive(src)
+    for name in ("link1", "link2"):
+        (tmp_path / name).mkdir()
+        ray_remote.unpack_archive(data, tmp_path / name)
+        assert (tmp_path / name / "link").is_symlink()
+
+
 def test_a_plan_that_brings_nothing_back_is_refused_on_ray(tmp_path):
     (tmp_path / "plan.yaml").write_text("name: p\ntasks:\n  - {id: a, run: 'true'}\n  - {id: b, run: 'true', outputs: []}\n")
     r = run_team(tmp_path, "run", "plan.yaml", "--backend", "ray")

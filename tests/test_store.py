@@ -244,6 +244,29 @@ def test_pipelined_batches_are_visible_at_once_here_and_on_disk_once_flushed(sto
     assert sorted(e["task"] for e in claims) == ids
 
 
+def test_a_pipelined_lease_renewal_is_a_queued_batch_like_a_commit(store, tmp_path):
+    """The run's heartbeat renews its in-flight leases through the group commit: decided and seen at
+    once in this process, on disk once flushed, a stale epoch skipped, the store lock held meanwhile."""
+    ids = [store.create(f"t{i}").id for i in range(3)]
+    with store.pipelined():
+        _, claimed = store.commit([], ids, "lead", lease=5.0)
+        store.flush()
+        before = {i: json.loads(store.path(i).read_bytes())["lease_expires"] for i in ids}
+        leases = {t.id: t.epoch for t in claimed}
+        leases[ids[2]] += 1  # not the attempt in flight: skipped
+        pipe = store.files.pipeline
+        assert pipe is not None
+        with pipe.cond:  # the writer waits: the renewal's batch stays queued while we look
+            renewed = store.renew_many(leases, 3600.0)
+            assert sorted(renewed) == ids[:2]
+            assert all(store.read(i).lease_expires > before[i] + 1000 for i in ids[:2])
+            assert store.read(ids[2]).lease_expires == before[ids[2]]
+            assert pipe.queue and not lock_is_free(store)
+        store.flush()
+        on_disk = {i: json.loads(store.path(i).read_bytes())["lease_expires"] for i in ids}
+        assert all(on_disk[i] > before[i] + 1000 for i in ids[:2]) and on_disk[ids[2]] == before[ids[2]]
+
+
 def test_the_pipeline_belongs_to_its_store_object_others_see_the_disk(store, tmp_path, monkeypatch):
     """A run's pipeline is attached to the store object it was given, not to the root: another
     store object (another process, or a thread that built its own) reads what is on disk and

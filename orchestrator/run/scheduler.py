@@ -36,7 +36,9 @@ nothing runs, nothing is ready or delayed and work is left, the run reports
 a deadlock (naming what each leftover task waits on) instead of waiting.
 
 Leases: a heartbeat thread renews the running tasks' leases
-(``renew_many``). The store refuses a completion whose epoch is stale.
+(``renew_many``, every ``lease``/3 seconds: one batch queued for the group
+commit like the loop's own, so it does not stall the loop while its files
+are written). The store refuses a completion whose epoch is stale.
 Recovery after a crash is ``prepare``'s job (see ``materialise``): the new
 lead holds the lead lock, so the old lead is dead and its in-progress tasks
 are released at once; their attempts stay counted.

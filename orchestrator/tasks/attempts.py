@@ -164,9 +164,14 @@ class Attempts:
             return task
 
     def renew_many(self, leases: dict[int, int], lease: float) -> list[int]:
-        """Renew several leases (id -> epoch) under one lock; returns the ids renewed."""
+        """Renew several leases (id -> epoch) under one lock; returns the ids renewed.
+
+        A batch like ``commit``'s: with a group-commit pipeline (``team run``) it is queued for the
+        writer, not written while the section holds the store, so a heartbeat renewing a thousand
+        in-flight leases does not hold up the scheduler's next batch for the time of a thousand fsyncs
+        (the store lock stays held until they are on disk, as for any queued batch)."""
         renewed: list[Task] = []
-        with self.files.locked():
+        with self.files.locked_for_commit():
             for tid, epoch in leases.items():
                 try:
                     task = self.files.read(tid)

@@ -34,8 +34,8 @@ State (one ``Pipeline`` per ``.tasks`` directory per process)::
 
 Sections (``exclusive``):
 
-* ``drain=False`` (only ``commit``): no waiting for the disk; its batch is
-  queued (``submit``).
+* ``drain=False`` (``commit`` and ``renew_many``, the run's heartbeat): no
+  waiting for the disk; its batch is queued (``submit``).
 * ``drain=True`` (everything else: release, cancel, create, renew, ...):
   waits until the writer is idle, then works on the files directly and
   synchronously, exactly as without a pipeline.
