@@ -1,5 +1,8 @@
 """The ``team`` command line: the only place that prints or exits.
 
+    commands.py   the typer app: every command, its options, --help (module docstring: adding one)
+    fast.py       the hottest commands (task list|create|update) parsed without typer
+    taskcore.py   what those commands do, for both
     tasks.py      team task list|show|create|update|retry|blocked|graph|critical
     runcmd.py     team run, team plan schema|check
     progress.py   what team run shows while it runs, and its summary
@@ -12,24 +15,17 @@
     worktreecmd.py  team worktree list|events|keep|remove|land: the agents' worktrees
     boardcmd.py   team board (the web board, imported when it runs)
     mcpcmd.py     team mcp (the MCP server, imported when it runs)
-    common.py     the --root and --json options, output helpers
+    common.py     the --root and --json options
+    output.py     output helpers (typer-free)
     helpfmt.py    how --help reads (plain, whole summaries, NAME for arguments, no <bool> on flags)
 
-Adding a command: write it in a module here and register it in that
-module's ``register(app)``, one line per command (``app.command("NAME")(fn)``
-or ``app.add_typer(sub_app, name="NAME")``); then add the module to the
-tuple in ``_register`` below. The order of registration is the order of
-``team --help``.
-
-Start-up (issue 13): every command pays for importing this package, so a
-command module imports at module level only typer, ``core.states``/``text``/
-``paths``/``errors`` and what its options' annotations need; the store,
-pydantic records, rich, networkx, yaml and the rest are imported inside the
-command functions that use them (``tests/test_scale.py`` checks this).
-``app`` only collects the registrations: the click command tree ``team`` runs
-is ``_root``, whose group (``_Commands``) builds a command's click object the
-first time it is looked up, so ``team task list`` does not pay for building
-the options of every other command (``team --help`` builds them all).
+Start-up (issue 13): importing this package imports nothing but the standard
+library's basics. ``main`` first offers the command line to the fast path
+(``fast.run``): a hot command in the exact shape it knows runs without
+importing typer, click or pydantic (typer builds a pydantic ``TypeAdapter``
+per option it parses: ~45 ms of a 1,000-task listing). Anything else, help
+and every malformed line included, goes to the typer app (``commands.dispatch``),
+which owns the errors and the wording of usage errors.
 
 Errors: any ``TeamError`` reaching the edge prints ``TypeName: message`` to stderr and exits with its
 ``exit_code`` (2 = bad input, 1 = work failed); click usage errors exit 2.
@@ -47,118 +43,25 @@ from __future__ import annotations
 
 import sys
 import traceback
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
-
-import typer
-import typer.main
+from collections.abc import Callable
+from typing import Any
 
 from ..core.errors import Signalled, TeamError, ThreadDied, storage_error
 from ..core.text import shown
-from .common import silence
-from .helpfmt import TeamGroup, adopt
-
-if TYPE_CHECKING:  # typer carries its own click
-    from typer._click import Command, Context
-
-HELP = "team: a multi-agent team orchestrator with a durable task graph."
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=HELP,
-                  rich_markup_mode=None)  # plain help (cli/helpfmt.py)
-"""Where the command modules register their commands (see the module docstring)."""
+from .output import silence
 
 
-class _Commands(TeamGroup):
-    """``team``'s root group: the commands registered on ``app``, each built on first lookup."""
+def __getattr__(name: str) -> Any:  # ``from orchestrator.cli import app``: the typer app, built when asked for
+    if name == "app":
+        from .commands import app
 
-    def list_commands(self, ctx: Context) -> list[str]:
-        return [*(c.name for c in app.registered_commands if c.name),
-                *(g.name for g in app.registered_groups if g.name)]
-
-    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
-        if cmd_name not in self.commands:
-            built = _build(cmd_name)
-            if built is None:
-                return None
-            self.commands[cmd_name] = built
-        return self.commands[cmd_name]
-
-    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
-        if args and args[0] not in self.list_commands(ctx):  # a typo: typer suggests from the built commands
-            for name in self.list_commands(ctx):
-                self.get_command(ctx, name)
-        return super().resolve_command(ctx, args)
-
-
-def _build(name: str) -> Command | None:
-    """The click object of the command or group registered on ``app`` as ``name``, built as
-    typer would have built it with the whole tree."""
-    for command in app.registered_commands:
-        if command.name == name:
-            return typer.main.get_command_from_info(
-                command, pretty_exceptions_short=app.pretty_exceptions_short,
-                rich_markup_mode=app.rich_markup_mode)
-    for group in app.registered_groups:
-        if group.name == name:
-            return typer.main.get_group_from_info(
-                group, pretty_exceptions_short=app.pretty_exceptions_short,
-                rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
-    return None
-
-
-_root = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                    help=HELP, rich_markup_mode=None)
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        from .. import __version__
-
-        sys.stdout.write(f"team {__version__}\n")
-        raise typer.Exit()
-
-
-@_root.callback()
-def _global(
-    ctx: typer.Context,
-    root: Annotated[
-        Path | None,
-        typer.Option("--root", help="State root (default: $TEAM_ROOT, else the current directory)."),
-    ] = None,
-    version: Annotated[
-        bool,
-        typer.Option("--version", is_eager=True, callback=_show_version, help="Print the version and exit."),
-    ] = False,
-) -> None:
-    ctx.obj = root.absolute() if root is not None else None  # read by common.root_of
-
-
-def _register() -> None:
-    from . import (
-        agentcmds,
-        boardcmd,
-        chat,
-        controls,
-        doctor,
-        mcpcmd,
-        review,
-        runcmd,
-        tasks,
-        teamcmds,
-        worktreecmd,
-    )
-
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, controls, boardcmd, worktreecmd,
-                   mcpcmd):
-        module.register(app)
-    adopt(app)
-
-
-_register()
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    code = _dispatch(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    code = guard(lambda: _dispatch(args))
     try:
         sys.stdout.flush()
     except BrokenPipeError:  # nobody reads our output any more: the exit code still says how it went
@@ -166,26 +69,21 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
-    """The ``KeyboardInterrupt`` that typer turned into ``Exit(130)``, then ``SystemExit``, if any."""
-    seen: BaseException | None = exc
-    for _ in range(4):
-        seen = seen.__cause__ or seen.__context__ if seen is not None else None
-        if isinstance(seen, KeyboardInterrupt):
-            return seen
-    return None
+def _dispatch(args: list[str]) -> int:
+    from .fast import run
+
+    code = run(args)
+    if code is not None:
+        return code
+    from .commands import dispatch
+
+    return dispatch(args)
 
 
-def _dispatch(argv: list[str] | None) -> int:
+def guard(call: Callable[[], int]) -> int:
+    """``call()``'s exit code, or the one line and exit code of what stopped it (module docstring)."""
     try:
-        _root(args=argv, prog_name="team")
-    except SystemExit as e:  # typer's normal exit path (usage errors exit 2)
-        stopped = _interrupt_behind(e)
-        if stopped is not None:  # typer ends a KeyboardInterrupt silently with 130: say what stopped us
-            word, code = (stopped.word, stopped.exit_code) if isinstance(stopped, Signalled) else ("Interrupted.", 130)
-            sys.stderr.write(word + "\n")
-            return code
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        return call()
     except TeamError as e:
         if isinstance(e, ThreadDied) and e.__cause__ is not None:
             traceback.print_exception(e.__cause__, file=sys.stderr)
@@ -206,7 +104,6 @@ def _dispatch(argv: list[str] | None) -> int:
             raise  # not the disk: a bug, with its traceback
         sys.stderr.write(f"{type(error).__name__}: {error}\n")
         return error.exit_code
-    return 0
 
 
 def entry() -> None:

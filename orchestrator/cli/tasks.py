@@ -9,8 +9,10 @@ store's locked, validated methods, so a refused change writes nothing. Queries a
 ``graph`` functions and their text comes from ``render``; this module only
 prints.
 
-``task list`` is on the cold-start budget (issue 13: 80 ms at 1,000 tasks):
-it reads through the task index (tasks/index.py), which validates only the
+``task list``, ``create`` and ``update`` are on the cold-start budget
+(issue 13: 80 ms for a listing of 1,000 tasks): their bodies are in
+taskcore.py, which the fast path (fast.py) calls without typer; ``list``
+reads through the task index (tasks/index.py), which validates only the
 files it has not seen, so a warm listing imports no pydantic. Nothing here
 may import pydantic, networkx, rich or yaml at module level; the other
 commands import the store inside their bodies.
@@ -19,16 +21,14 @@ commands import the store inside their bodies.
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..core.paths import tasks_dir
 from ..core.text import plural, shown
 from ..tasks import graph, render
-from ..tasks.index import read_rows
-from .common import JsonOpt, RootOpt, err, out, print_json, root_of
+from .common import JsonOpt, RootOpt, out, print_json, root_of
+from .taskcore import EMPTY, create_task, list_tasks, store_at, update_task, warn
 
 if TYPE_CHECKING:
     from ..core.models import Task
@@ -36,20 +36,9 @@ if TYPE_CHECKING:
 
 task_app = typer.Typer(no_args_is_help=True, help="Inspect and edit the task graph (.tasks/).")
 
-EMPTY = "No tasks yet. Create one with `team task create SUBJECT` or run a plan with `team run PLAN.yaml`."
-
 
 def _store(root, ctx) -> TaskStore:
-    from ..tasks.store import TaskStore
-
-    return TaskStore(root_of(root, ctx))
-
-
-def _warn(bad: list[tuple[Path, str]]) -> None:
-    for path, why in bad:
-        detail = why.replace(f"{path}: ", "", 1).split(" (run `team doctor`")[0]
-        err(f"warning: {_shown(path)} cannot be read ({detail}); it is left out "
-            "(`team doctor` says more)")
+    return store_at(root_of(root, ctx))
 
 
 class Readable:
@@ -58,18 +47,11 @@ class Readable:
     def __init__(self, store: TaskStore):
         self.tasks, bad = store.scan()
         self.bad = [path for path, _ in bad]
-        _warn(bad)
+        warn(bad)
 
     def done(self) -> None:
         if self.bad:
             raise typer.Exit(1)
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def _task_json(task: Task, by_id: dict[int, Task]) -> dict[str, Any]:
@@ -77,12 +59,6 @@ def _task_json(task: Task, by_id: dict[int, Task]) -> dict[str, Any]:
     data["ready"] = graph.is_ready(task, by_id)
     data["waiting_on"] = graph.open_blockers(task, by_id)
     return data
-
-
-def _parse_status(value: str):  # -> Status, without importing the store for it
-    from ..tasks.attempts import parse_status
-
-    return parse_status(value)
 
 
 @task_app.command("list")
@@ -96,26 +72,12 @@ def list_cmd(
     root: RootOpt = None,
 ) -> None:
     """One line per task: [ ] pending, [>] running, [x] done, [!] failed, [-] cancelled."""
-    from ..core.states import Status
+    _exit(list_tasks(root_of(root, ctx), status=status, owner=owner, ready=ready, blocked=blocked, as_json=as_json))
 
-    if status is not None and status not in Status.__members__:
-        _parse_status(status)  # the one error message for a bad status
-    want = Status(status) if status is not None else None
-    tasks, bad = read_rows(tasks_dir(root_of(root, ctx)))
-    _warn(bad)
-    by_id = {t.id: t for t in tasks}
-    selected = graph.TaskFilter(status=want, owner=owner, ready=ready, blocked=blocked).select(tasks)
-    if as_json:
-        print_json([{**t.data, "ready": graph.is_ready(t, by_id), "waiting_on": graph.open_blockers(t, by_id)}
-                    for t in selected])
-    elif not tasks and not bad:
-        out(EMPTY)
-    elif not selected:
-        out(f"No tasks match these filters ({plural(len(tasks), 'task')} in total).")
-    else:
-        out("\n".join(render.list_line(t, by_id) for t in selected))
-    if bad:
-        raise typer.Exit(1)
+
+def _exit(code: int) -> None:
+    if code:
+        raise typer.Exit(code)
 
 
 @task_app.command("show")
@@ -203,17 +165,8 @@ def create_cmd(
     root: RootOpt = None,
 ) -> None:
     """Create a task with the next id. Dependencies must exist."""
-    fields: dict[str, Any] = {}
-    if name is not None:
-        fields["name"] = name
-    if estimate is not None:
-        fields["estimate"] = estimate
-    task = _store(root, ctx).create(subject, description, blocked_by or [], owner, actor="cli", **fields)
-    if as_json:
-        print_json(task.to_json())
-    else:
-        deps = f" (blocked by: {task.blockedBy})" if task.blockedBy else ""
-        out(f"Created task #{task.id}: {task.subject}{deps}")
+    _exit(create_task(root_of(root, ctx), subject, description=description, blocked_by=blocked_by, owner=owner,
+                      name=name, estimate=estimate, as_json=as_json))
 
 
 @task_app.command("update")
@@ -231,31 +184,9 @@ def update_cmd(
     root: RootOpt = None,
 ) -> None:
     """Change status, owner, dependencies or text of a task; checked, all or nothing."""
-    if status is not None:
-        _parse_status(status)  # fail before touching anything
-    fields: dict[str, Any] = {}
-    for key, value in (("subject", subject), ("description", description), ("estimate", estimate)):
-        if value is not None:
-            fields[key] = value
-    task = _store(root, ctx).update(
-        ref,
-        status=status,
-        owner=owner,
-        add_blocked_by=add_blocked_by or [],
-        remove_blocked_by=remove_blocked_by or [],
-        actor="cli",
-        **fields,
-    )
-    if task.plan and task.isolation == "worktree" and status is not None and task.status == "pending" \
-            and task.merge_commit:
-        err(f"note: #{task.id} was merged ({task.merge_commit[:10]}); the next `team run` of plan {task.plan} takes "
-            f"that merge out and runs it again, with every task that needs it (`team task retry` says so up front)")
-    if as_json:
-        print_json(task.to_json())
-    else:
-        owner_txt = f", owner {task.owner}" if task.owner else ""
-        deps = f", blocked by {task.blockedBy}" if task.blockedBy else ""
-        out(f"Updated task #{task.id}: {task.subject} [{task.status.value}{owner_txt}{deps}]")
+    _exit(update_task(root_of(root, ctx), ref, status=status, owner=owner, add_blocked_by=add_blocked_by,
+                      remove_blocked_by=remove_blocked_by, subject=subject, description=description,
+                      estimate=estimate, as_json=as_json))
 
 
 @task_app.command("retry")

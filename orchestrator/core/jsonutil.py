@@ -3,7 +3,13 @@
 * ``dumps``: compact, keys in the order the object has them, UTF-8 kept.
   Every record and JSONL line ``team`` writes (task files list the seed's
   keys first, so field order matters there).
-* ``pretty``: what ``json.dumps(indent=2)`` writes, built faster (listings).
+* ``pretty``: what ``json.dumps(indent=2)`` writes, built faster (one
+  record on screen: ``task show --json``).
+* ``listing``: a JSON array of records, one compact record per line. What
+  ``--json`` prints for a list of records (``task list --json``): valid
+  JSON for ``json.load`` and ``jq``, one line per task for ``grep`` and
+  ``wc -l``, and written by the C encoder (``pretty`` of 10,000 tasks took
+  ~0.1 s in Python; this ~0.02 s).
 * ``stable_json``: compact with sorted keys: the same bytes for the same
   data, whatever the order it was built in. What goes into a model request
   that must stay byte-identical from turn to turn (tool schemas, so prompt
@@ -20,6 +26,13 @@ from typing import Any
 def dumps(obj: Any) -> str:
     """Compact JSON, field order kept."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def listing(records: list[Any]) -> str:
+    """``[`` then one compact record per line, then ``]`` and a newline."""
+    if not records:
+        return "[]\n"
+    return "[\n" + ",\n".join(map(dumps, records)) + "\n]\n"
 
 
 def pretty(obj: Any) -> str:

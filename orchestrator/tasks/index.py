@@ -50,12 +50,15 @@ TASK_SUFFIX = ".json"
 
 
 class Row:
-    """One task as the index reader gives it: the fields listings use, and its JSON form."""
+    """One task as the index reader gives it: the fields listings use, its JSON form, and the
+    file's bytes when they are that JSON form exactly (``dumps(data)``: every file ``team``
+    writes), so a listing can print them as they are."""
 
-    __slots__ = ("blockedBy", "data", "id", "name", "owner", "status", "subject")
+    __slots__ = ("blockedBy", "canonical", "data", "id", "name", "owner", "status", "subject")
 
-    def __init__(self, data: dict[str, Any]):
+    def __init__(self, data: dict[str, Any], canonical: bytes | None = None):
         self.data = data
+        self.canonical = canonical
         self.id: int = data["id"]
         self.status = Status(data.get("status", "pending"))
         self.blockedBy: list[int] = data.get("blockedBy", [])  # noqa: N815 (the seed's key)
@@ -120,44 +123,67 @@ def read_rows(tasks_dir: Path, *, update: bool = True) -> tuple[list[Row], list[
     leave the index as it is (``team run --dry-run`` writes nothing)."""
     if not tasks_dir.is_dir():
         return [], []
-    ids = []
+    names = []
     with os.scandir(tasks_dir) as it:
         for entry in it:
             tid = _task_id(entry.name)
             if tid is not None:
-                ids.append(tid)
-    ids.sort()
+                names.append((tid, entry.name))
+    names.sort()
     valid = load(tasks_dir)
     fresh: dict[str, str] = {}
     rows: list[Row] = []
     bad: list[tuple[Path, str]] = []
-    changed = len(valid) != len(ids)
-    for tid in ids:
-        path = tasks_dir / f"{TASK_PREFIX}{tid}{TASK_SUFFIX}"
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            continue  # deleted between listing and reading
-        except OSError as e:
-            bad.append((path, f"{path}: cannot read: {e.strerror}"))
-            continue
-        key = str(tid)
-        h = digest(raw)
-        if valid.get(key) == h:
-            fresh[key] = h
-            rows.append(Row(json.loads(raw)))
-            continue
-        changed = True
-        data, why = _validate(path, tid, raw)
-        if data is None:
-            bad.append((path, why))
-            continue
-        if raw == dumps(data).encode():  # canonical: the bytes alone give the same task next time
-            fresh[key] = h
-        rows.append(Row(data))
+    changed = len(valid) != len(names)
+    dir_fd = os.open(tasks_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for tid, fname in names:
+            try:
+                raw = _read_at(dir_fd, fname)
+            except FileNotFoundError:
+                continue  # deleted between listing and reading
+            except OSError as e:
+                path = tasks_dir / fname
+                bad.append((path, f"{path}: cannot read: {e.strerror}"))
+                continue
+            key = str(tid)
+            h = digest(raw)
+            if valid.get(key) == h:
+                fresh[key] = h
+                rows.append(Row(json.loads(raw), raw))
+                continue
+            changed = True
+            path = tasks_dir / fname
+            data, why = _validate(path, tid, raw)
+            if data is None:
+                bad.append((path, why))
+                continue
+            if raw == dumps(data).encode():  # canonical: the bytes alone give the same task next time
+                fresh[key] = h
+                rows.append(Row(data, raw))
+            else:
+                rows.append(Row(data))
+    finally:
+        os.close(dir_fd)
     if update and (changed or fresh.keys() != valid.keys()):
         save(tasks_dir, fresh)
     return rows, bad
+
+
+READ_SIZE = 1 << 16
+
+
+def _read_at(dir_fd: int, name: str) -> bytes:
+    """The bytes of ``name`` in the directory ``dir_fd``, without a path object or a buffered
+    file (``Path.read_bytes`` of 10,000 task files cost ~60 ms more)."""
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        chunks = []
+        while chunk := os.read(fd, READ_SIZE):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _validate(path: Path, tid: int, raw: bytes) -> tuple[dict[str, Any] | None, str]:

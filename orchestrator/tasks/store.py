@@ -36,14 +36,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core.hooks import TaskObserver
 from ..core.models import Status, Task
 from ..core.redact import Secrets
 from .attempts import Attempts, Finish
 from .edits import TaskEdits
 from .files import Clock, TaskFiles
+
+if TYPE_CHECKING:  # the hooks' pydantic models cost a `task create` ~10 ms to import
+    from ..core.hooks import TaskObserver
 
 
 class TaskStore:
