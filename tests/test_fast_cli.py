@@ -1,4 +1,4 @@
-"""The fast path (orchestrator/cli/fast.py): ``team task list|create|update`` without typer.
+"""The fast path (orchestrator/cli/fast.py): ``team task list|create|update`` and ``team run`` without typer.
 
 What a user must not be able to tell apart: the same command line gives the
 same output, errors, exit code and store through the fast path and through
@@ -40,25 +40,29 @@ def fill(root: Path) -> None:
     store.update(1, status="completed")
 
 
+KINDS = {str: "str", list[str]: "str", bool: "flag", float: "number", int: "count", Path: "path"}
+
+
 def test_the_table_has_exactly_the_options_typer_declares_for_each_hot_command():
-    group = _build("task")
-    assert group is not None
-    for verb, hot in fast.HOT.items():
-        command = group.commands[verb]  # type: ignore[attr-defined]
-        declared = {}
-        arguments = []
+    for words, hot in fast.HOT.items():
+        command = _build(words[0])
+        for word in words[1:]:
+            command = command.commands[word]  # type: ignore[union-attr]
+        assert command is not None
+        declared, arguments = {}, []
         for param in command.params:
+            annotation = param.type_descriptor.annotation
+            kind = KINDS[annotation]
+            if annotation is int:  # a count: typer refuses < 1, the fast path leaves those to it
+                assert param.type_descriptor.parameter_info.min == 1, (words, param.name)
             if param.param_type_name == "argument":
-                arguments.append(param.name)
+                arguments.append((param.name, kind))
                 continue
-            names = tuple(param.opts) + tuple(param.secondary_opts)
-            kind = param.type_descriptor.annotation
-            declared[names] = (param.name, bool(param.is_flag), bool(param.multiple), kind is float)
-            # what the fast path passes on as it is: strings (the root becomes a Path either way)
-            assert kind in (str, list[str], float, bool) or (param.name == "root" and kind is Path), (verb, kind)
-        mine = {opt.names: (opt.dest, opt.flag, opt.many, opt.number) for opt in hot.opts}
-        assert mine == declared, verb
-        assert tuple(arguments) == hot.args, verb
+            assert kind == "flag" or not param.is_flag
+            declared[tuple(param.opts) + tuple(param.secondary_opts)] = (param.name, kind, bool(param.multiple))
+        mine = {opt.names: (opt.dest, opt.kind, opt.many) for opt in hot.opts}
+        assert mine == declared, words
+        assert [(arg.dest, arg.kind) for arg in hot.args] == arguments, words
 
 
 LISTS = [
@@ -178,6 +182,13 @@ def _tasks(root: Path) -> dict[int, dict]:
     ["task", "create", "-"],
     ["task", "update", "1", "--add-blocked-by"],
     ["task", "show", "1"],
+    ["run"],
+    ["run", "plan.yaml", "-w", "0"],
+    ["run", "plan.yaml", "--workers=1e3"],
+    ["run", "plan.yaml", "-kw", "2"],
+    ["run", "plan.yaml", "--keep"],
+    ["run", ""],
+    ["run", "a.yaml", "b.yaml"],
     ["--root", "", "task", "list"],
     ["--root"],
     ["--version"],
@@ -221,3 +232,64 @@ def test_the_global_root_and_the_commands_root_are_the_same_on_both_paths(tmp_pa
         slow = run(TYPER, argv, tmp_path)
         assert (quick.returncode, quick.stdout, quick.stderr) == (slow.returncode, slow.stdout, slow.stderr), argv
         assert "base" in quick.stdout
+
+
+PLAN = """name: p
+workers: 2
+tasks:
+  - id: a
+    run: echo a > a.txt
+  - id: b
+    run: "true"
+    needs: [a]
+  - id: c
+    run: "sleep 0.5; exit 3"
+    needs: [a]
+"""
+"""c takes longest, so the summary's order and critical path are the same from run to run."""
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "plan.yaml", "--dry-run"],
+    ["run", "plan.yaml", "--dry-run", "--json", "-w", "3"],
+    ["run", "missing.yaml", "--dry-run"],
+    ["run", "plan.yaml", "--dry-run", "--board"],
+    ["run", "plan.yaml", "--redo", "zz"],
+], ids=" ".join)
+def test_a_run_line_gives_the_same_answer_on_both_paths(tmp_path, argv):
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    assert fast.parse(argv) is not None
+    quick = run(FAST, argv, tmp_path)
+    slow = run(TYPER, argv, tmp_path)
+    assert (quick.returncode, quick.stdout, quick.stderr) == (slow.returncode, slow.stdout, slow.stderr)
+    assert quick.returncode == (0 if argv[1] == "plan.yaml" and "--board" not in argv and "--redo" not in argv
+                                else 2), quick.stderr
+
+
+def test_a_plan_run_through_the_fast_path_runs_and_resumes_like_one_run_through_typer(tmp_path):
+    quick_root, slow_root = tmp_path / "quick", tmp_path / "slow"
+    for root in (quick_root, slow_root):
+        root.mkdir()
+        (root / "plan.yaml").write_text(PLAN)
+    for argv in (["run", "plan.yaml", "-k", "--workers", "2"], ["run", "plan.yaml", "--keep-going"]):
+        assert fast.parse(argv) is not None
+        quick = run(FAST, argv, quick_root)
+        slow = run(TYPER, argv, slow_root)
+        assert quick.returncode == slow.returncode == 1, quick.stderr + slow.stderr
+        assert sorted(_masked(quick.stdout, quick_root).splitlines()) == sorted(_masked(slow.stdout, slow_root).splitlines())
+    assert (quick_root / "a.txt").read_text() == "a\n"
+    fields = ("subject", "status", "blockedBy", "attempts", "failures", "error", "plan_task")
+    mine, theirs = _tasks(quick_root), _tasks(slow_root)
+    assert mine.keys() == theirs.keys()
+    for tid in mine:
+        assert [mine[tid].get(k) for k in fields] == [theirs[tid].get(k) for k in fields]
+        assert mine[tid].keys() == theirs[tid].keys()
+    assert [t["status"] for t in _tasks(quick_root).values()] == ["completed", "completed", "failed"]
+
+
+def _masked(text: str, root: Path) -> str:
+    """Run output without what differs between two runs: times, job ids, the root's path."""
+    import re
+
+    text = re.sub(r"jobs/j[0-9a-f]+\.log", "jobs/J.log", text.replace(str(root), "ROOT"))
+    return re.sub(r"[0-9]+(\.[0-9]+)?(\s?(ms|s)\b|×)", "T", text)

@@ -1,10 +1,11 @@
 """The ``team`` command line: the only place that prints or exits.
 
     commands.py   the typer app: every command, its options, --help (module docstring: adding one)
-    fast.py       the hottest commands (task list|create|update) parsed without typer
-    taskcore.py   what those commands do, for both
+    fast.py       the hottest commands (task list|create|update, run) parsed without typer
+    taskcore.py   what task list|create|update do, for both paths
+    runcore.py    what team run does, for both paths
     tasks.py      team task list|show|create|update|retry|blocked|graph|critical
-    runcmd.py     team run, team plan schema|check
+    runcmd.py     team run (its options), team plan schema|check
     progress.py   what team run shows while it runs, and its summary
     review.py     team log|diff|land: review a plan's result (isolation: worktree) and take it
     teamcmds.py   team send|broadcast|inbox|status, team jobs
@@ -15,7 +16,7 @@
     worktreecmd.py  team worktree list|events|keep|remove|land: the agents' worktrees
     boardcmd.py   team board (the web board, imported when it runs)
     mcpcmd.py     team mcp (the MCP server, imported when it runs)
-    common.py     the --root and --json options
+    common.py     the --root and --json options of typer commands
     output.py     output helpers (typer-free)
     helpfmt.py    how --help reads (plain, whole summaries, NAME for arguments, no <bool> on flags)
 
@@ -35,14 +36,13 @@ to do); any other ``OSError`` is a bug and keeps its traceback. A signal
 that stopped a command (``Signalled``) prints ``Interrupted.`` (exit 130),
 ``Terminated.`` (143) or ``Hung up.`` (129). A ``ThreadDied`` (a thread of
 ours died: a bug) prints that thread's traceback, then its one line. A
-closed stdout is silenced, not an error (``common.silence``); the exit code
+closed stdout is silenced, not an error (``output.silence``); the exit code
 stays the command's.
 """
 
 from __future__ import annotations
 
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +86,8 @@ def guard(call: Callable[[], int]) -> int:
         return call()
     except TeamError as e:
         if isinstance(e, ThreadDied) and e.__cause__ is not None:
+            import traceback
+
             traceback.print_exception(e.__cause__, file=sys.stderr)
         sys.stderr.write(shown(f"{type(e).__name__}: {e}", lines=True) + "\n")
         return e.exit_code

@@ -1,4 +1,4 @@
-"""The fast path: ``team task list|create|update`` parsed without typer (issue 13).
+"""The fast path: ``team task list|create|update`` and ``team run`` parsed without typer (issue 13).
 
 A command line in exactly a shape this module knows runs its command's body
 (taskcore.py) straight away; typer, click and pydantic are never imported
@@ -7,16 +7,18 @@ for a listing (typer builds a pydantic ``TypeAdapter`` per option it parses:
 else returns ``None`` and the typer app runs the line as always, so every
 error message, usage error and ``--help`` stays typer's. "Exactly" means:
 
-* ``[--root DIR] task VERB`` then, in any order, the options of ``HOT[VERB]``
-  (``--opt VALUE``, ``--opt=VALUE``, flags alone) and its arguments;
+* ``[--root DIR]``, the command's words (``task list``, ``run``), then in any
+  order the options ``HOT`` lists for it (``--opt VALUE``, ``--opt=VALUE``,
+  flags alone) and its arguments;
 * each option at most once, unless it is repeatable (``--blocked-by``);
-* a value that starts with ``-`` or is empty (for ``--root``), a number that
-  is not plain decimal (``--estimate``), an unknown or abbreviated option,
-  ``--``, ``-h``/``--help``, a missing value, too many or too few arguments:
-  all left to typer.
+* a value that starts with ``-`` (a word click would take as the value, but
+  rarely what was meant), an empty path, a number that is not plain decimal
+  (``--estimate``) or a count that is not 1 or more (``--workers``), an
+  unknown, abbreviated or clustered option, ``-``, ``--``, ``-h``/``--help``,
+  a missing value, too many or too few arguments: all left to typer.
 
-The table below repeats the options typer declares for these three commands
-(cli/tasks.py); tests/test_fast_cli.py compares it with typer's own parse
+The table below repeats the options typer declares for these commands
+(cli/tasks.py, cli/runcmd.py); tests/test_fast_cli.py compares it with typer's own parse
 of the same commands, so the two cannot drift apart.
 """
 
@@ -24,39 +26,38 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.paths import resolve_root
 
 
-@dataclass(frozen=True)
-class Opt:
+class Opt(NamedTuple):  # (not a dataclass: importing dataclasses costs this path ~8 ms)
+    """An option (``names``) or an argument (no names) of a hot command, as typer declares it."""
+
     names: tuple[str, ...]
     dest: str
-    flag: bool = False
+    kind: str = "str"
+    """str, path, flag (no value), count (an int ≥ 1), number (a float)."""
     many: bool = False
-    number: bool = False
 
 
-@dataclass(frozen=True)
 class Hot:
-    run: Callable[..., int]
-    args: tuple[str, ...] = ()
-    opts: tuple[Opt, ...] = ()
-    by_name: dict[str, Opt] = field(default_factory=dict, compare=False)
+    """One hot command: its body, its arguments in order, its options."""
 
-    def __post_init__(self) -> None:
-        for opt in self.opts:
-            for name in opt.names:
-                self.by_name[name] = opt
+    def __init__(self, run: Callable[..., int], args: tuple[Opt, ...] = (), opts: tuple[Opt, ...] = ()):
+        self.run = run
+        self.args = args
+        self.opts = opts
+        self.by_name = {name: opt for opt in opts for name in opt.names}
 
 
-ROOT = Opt(("--root",), "root")
-JSON = Opt(("--json",), "as_json", flag=True)
+ROOT = Opt(("--root",), "root", "path")
+JSON = Opt(("--json",), "as_json", "flag")
 NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
-"""What ``--estimate`` takes here: plain decimals (anything else, typer parses and judges)."""
+"""A float the fast path takes: plain decimals (anything else, typer parses and judges)."""
+COUNT = re.compile(r"[1-9][0-9]{0,8}")
+"""An int ≥ 1 the fast path takes (``--workers``: typer says what is wrong with 0, -1 or 1e3)."""
 
 
 def _list(root: Path, **kw: Any) -> int:
@@ -77,21 +78,50 @@ def _update(root: Path, **kw: Any) -> int:
     return update_task(root, **kw)
 
 
-HOT: dict[str, Hot] = {
-    "list": Hot(_list, opts=(Opt(("--status",), "status"), Opt(("--owner",), "owner"),
-                             Opt(("--ready",), "ready", flag=True), Opt(("--blocked",), "blocked", flag=True),
-                             JSON, ROOT)),
-    "create": Hot(_create, args=("subject",),
-                  opts=(Opt(("-d", "--description"), "description"), Opt(("--blocked-by",), "blocked_by", many=True),
-                        Opt(("--owner",), "owner"), Opt(("--name",), "name"),
-                        Opt(("--estimate",), "estimate", number=True), JSON, ROOT)),
-    "update": Hot(_update, args=("ref",),
-                  opts=(Opt(("--status",), "status"), Opt(("--owner",), "owner"),
-                        Opt(("--add-blocked-by",), "add_blocked_by", many=True),
-                        Opt(("--remove-blocked-by",), "remove_blocked_by", many=True),
-                        Opt(("--subject",), "subject"), Opt(("-d", "--description"), "description"),
-                        Opt(("--estimate",), "estimate", number=True), JSON, ROOT)),
+def _run(root: Path, **kw: Any) -> int:
+    from .runcore import run_plan_file
+
+    return run_plan_file(root, **kw)
+
+
+def _flag(name: str, dest: str, *more: str) -> Opt:
+    return Opt((name, *more), dest, "flag")
+
+
+HOT: dict[tuple[str, ...], Hot] = {
+    ("task", "list"): Hot(_list, opts=(Opt(("--status",), "status"), Opt(("--owner",), "owner"),
+                                       _flag("--ready", "ready"), _flag("--blocked", "blocked"), JSON, ROOT)),
+    ("task", "create"): Hot(_create, args=(Opt((), "subject"),),
+                            opts=(Opt(("-d", "--description"), "description"),
+                                  Opt(("--blocked-by",), "blocked_by", many=True), Opt(("--owner",), "owner"),
+                                  Opt(("--name",), "name"), Opt(("--estimate",), "estimate", "number"), JSON, ROOT)),
+    ("task", "update"): Hot(_update, args=(Opt((), "ref"),),
+                            opts=(Opt(("--status",), "status"), Opt(("--owner",), "owner"),
+                                  Opt(("--add-blocked-by",), "add_blocked_by", many=True),
+                                  Opt(("--remove-blocked-by",), "remove_blocked_by", many=True),
+                                  Opt(("--subject",), "subject"), Opt(("-d", "--description"), "description"),
+                                  Opt(("--estimate",), "estimate", "number"), JSON, ROOT)),
+    ("run",): Hot(_run, args=(Opt((), "plan_file", "path"),),
+                  opts=(Opt(("--workers", "-w"), "workers", "count"), _flag("--keep-going", "keep_going", "-k"),
+                        _flag("--fresh", "fresh"), Opt(("--redo",), "redo", many=True),
+                        _flag("--include-uncommitted", "include_uncommitted"), _flag("--dry-run", "dry_run"),
+                        Opt(("--model",), "model"), _flag("--ask", "ask"), _flag("--board", "board"),
+                        Opt(("--backend",), "backend"), Opt(("--address",), "address"),
+                        _flag("--json", "json_out"), ROOT)),
 }
+
+
+def _value(opt: Opt, value: str) -> Any:
+    """The value typer would give ``opt`` for ``value``; None: leave it to typer."""
+    if opt.kind == "number":
+        return float(value) if NUMBER.fullmatch(value) else None
+    if opt.kind == "count":
+        return int(value) if COUNT.fullmatch(value) else None
+    if value.startswith("-"):
+        return None
+    if opt.kind == "path":
+        return Path(value) if value else None
+    return value
 
 
 def parse(argv: list[str]) -> tuple[Hot, Path, dict[str, Any]] | None:
@@ -107,55 +137,47 @@ def parse(argv: list[str]) -> tuple[Hot, Path, dict[str, Any]] | None:
             top, rest = rest[0][len("--root="):], rest[1:]
         if not top or top.startswith("-"):
             return None
-    if len(rest) < 2 or rest[0] != "task" or rest[1] not in HOT:
+    hot = HOT.get(tuple(rest[:1])) or HOT.get(tuple(rest[:2]))
+    if hot is None:
         return None
-    hot = HOT[rest[1]]
+    words = rest[1:] if tuple(rest[:1]) in HOT else rest[2:]
     kw: dict[str, Any] = {}
     args: list[str] = []
-    words = rest[2:]
     i = 0
     while i < len(words):
         word = words[i]
         i += 1
-        if not word.startswith("-") or word == "-":
-            if word == "-":
-                return None
+        if not word.startswith("-"):
             args.append(word)
             continue
-        name, eq, value = word.partition("=")
+        name, eq, raw = word.partition("=")
         opt = hot.by_name.get(name)
-        if opt is None or (eq and opt.flag):
+        if opt is None or (eq and opt.kind == "flag") or (opt.dest in kw and not opt.many):
             return None
-        if opt.flag:
-            if opt.dest in kw:
-                return None
+        if opt.kind == "flag":
             kw[opt.dest] = True
             continue
         if not eq:
             if i >= len(words):
                 return None
-            value = words[i]
+            raw = words[i]
             i += 1
-        if value.startswith("-") and not (opt.number and NUMBER.fullmatch(value)):
+        value = _value(opt, raw)
+        if value is None:
             return None
         if opt.many:
             kw.setdefault(opt.dest, []).append(value)
-            continue
-        if opt.dest in kw:
-            return None
-        if opt.number:
-            if not NUMBER.fullmatch(value):
-                return None
-            kw[opt.dest] = float(value)
         else:
             kw[opt.dest] = value
     if len(args) != len(hot.args):
         return None
-    kw.update(zip(hot.args, args, strict=True))
+    for arg, raw in zip(hot.args, args, strict=True):
+        value = _value(arg, raw)
+        if value is None:
+            return None
+        kw[arg.dest] = value
     own = kw.pop("root", None)
-    if own == "":
-        return None
-    given = Path(own) if own is not None else (Path(top).absolute() if top is not None else None)
+    given = own if own is not None else (Path(top).absolute() if top is not None else None)
     return hot, resolve_root(given), kw
 
 

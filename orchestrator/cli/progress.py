@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from ..core.text import plural, shown
 from ..run.scheduler import RunResult
-from .common import write_guarded
+from .output import write_guarded
 
 STATES = ("completed", "running", "merging", "retrying", "pending", "failed", "cancelled")
 
