@@ -1,20 +1,5 @@
 """``team``'s typer app: every command, its options and its help (the fast path, cli/fast.py,
-runs the hottest commands without it). The command modules (cli/__init__.py lists them all):
-
-    tasks.py      team task list|show|create|update|retry|blocked|graph|critical
-    runcmd.py     team run, team plan schema|check
-    progress.py   what team run shows while it runs, and its summary
-    review.py     team log|diff|land: review a plan's result (isolation: worktree) and take it
-    teamcmds.py   team send|broadcast|inbox|status, team jobs
-    agentcmds.py  team spawn
-    controls.py   team shutdown|approve|reject|deny: the lead's controls for people
-    chat.py       team chat (the terminal side)
-    doctor.py     team doctor
-    worktreecmd.py  team worktree list|events|keep|remove|land: the agents' worktrees
-    boardcmd.py   team board (the web board, imported when it runs)
-    mcpcmd.py     team mcp (the MCP server, imported when it runs)
-    common.py     the --root and --json options
-    helpfmt.py    how --help reads (plain, whole summaries, NAME for arguments, no <bool> on flags)
+runs the hottest commands without it). cli/__init__.py lists the command modules.
 
 Adding a command: write it in a module here and register it in that
 module's ``register(app)``, one line per command (``app.command("NAME")(fn)``
