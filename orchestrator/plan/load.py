@@ -155,7 +155,18 @@ def _children(node: Any) -> list[Any]:
 
 
 def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
-    """YAML text -> (data, {loc: line}, errors). Lines are 1-based."""
+    """YAML text -> (data, {loc: line}, errors). Lines are 1-based.
+
+    The fast path (``_compose_fast``) when it can promise the same result, else ``_compose_checked``."""
+    try:
+        return _compose_fast(text, where)
+    except _Fallback:
+        return _compose_checked(text, where)
+
+
+def _compose_checked(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
+    """YAML text -> (data, {loc: line}, errors), composed by ``_BoundedLoader`` (bounds checked as
+    it goes); every error message of the plan's YAML comes from here. Lines are 1-based."""
     import yaml
 
     lines: dict[Loc, int] = {}
@@ -208,6 +219,197 @@ def _compose(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
 
     data = build(root, ()) if root is not None else None
     return data, lines, errors
+
+
+class _Fallback(Exception):
+    """The fast path cannot promise ``_compose_checked``'s result for this text: use that."""
+
+
+NESTING_PROBE = 2000
+"""libyaml must refuse a document nested this deep for the fast path to be used (``_fast_loader``)."""
+
+
+@functools.cache
+def _fast_loader() -> type | None:
+    """``yaml.CSafeLoader`` when the fast path may use it, else None.
+
+    Its composer (Cython) is recursive, so it may only see documents whose depth is bounded:
+    libyaml (0.2.6 on) refuses nesting past 1,000 levels while scanning, before anything is
+    composed. That bound is probed here, once per process, not assumed from a version string:
+    a libyaml that accepts ``NESTING_PROBE`` levels of ``[`` or ``- `` is not used."""
+    import yaml
+
+    if not yaml.__with_libyaml__:
+        return None
+    from yaml._yaml import CParser
+
+    for probe in ("[" * NESTING_PROBE, "- " * NESTING_PROBE):
+        try:
+            CParser(probe).raw_parse()
+        except yaml.YAMLError as e:
+            if "exceeded maximum nesting depth" in str(e):
+                continue
+        return None
+    return yaml.CSafeLoader
+
+
+def _compose_fast(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
+    """``_compose_checked``'s result, faster, or ``_Fallback`` when it cannot promise it.
+
+    libyaml's Cython composer makes the node tree (the same nodes, tags and marks PyYAML's
+    Python composer makes, but without a Python call per node); its nesting is bounded by
+    libyaml (``_fast_loader``). What ``_BoundedLoader`` checks while composing is checked on
+    the tree instead (``_tree_bounds``), and whatever would make the checked path answer
+    differently falls back to it: any YAML error (its messages are the checked composer's),
+    a document nested deeper than ``MAX_DEPTH``, aliases that expand it by more than
+    ``MAX_ALIAS_VALUES`` or that refer to themselves. Plans without aliases (most) skip the
+    alias pass: no anchor, no alias, unless the text has both ``&`` and ``*``. The tree is then
+    turned into data and line marks like ``_compose_checked`` does, without a function call per
+    plain string. tests/test_plan_fastload.py compares both paths on a corpus."""
+    import yaml
+
+    loader_class = _fast_loader()
+    if loader_class is None:
+        raise _Fallback
+    loader = loader_class(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.YAMLError:
+        raise _Fallback from None
+    finally:
+        loader.dispose()
+    aliases = "&" in text and "*" in text
+    if aliases and root is not None:
+        _tree_bounds(root)
+    lines: dict[Loc, int] = {}
+    errors: list[str] = []
+    if root is None:
+        return None, lines, errors
+    lines[()] = root.start_mark.line + 1
+    data = _build_fast(root, (), 0, loader, where, lines, errors, aliases)
+    return data, lines, errors
+
+
+def _tree_bounds(root: Any) -> None:
+    """``_Fallback`` unless the tree is within the bounds ``_BoundedLoader`` checks while composing.
+
+    Nodes are visited in document order; the first visit of a node is where it was composed,
+    every later one is an alias of it, counted with its whole size as ``_BoundedLoader`` counts
+    it (an alias of a node still open is a self-reference: the checked path decides those).
+    Depth is counted over composed nodes only, as ``_BoundedLoader`` does."""
+    seen: set[int] = set()
+    open_: set[int] = set()
+    sizes: dict[int, int] = {}
+    aliased = 0
+    stack: list[tuple[Any, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, leaving = stack.pop()
+        key = id(node)
+        if leaving:
+            open_.discard(key)
+            continue
+        if key in seen:
+            if key in open_:
+                raise _Fallback
+            aliased += _expanded(node, sizes)
+            if aliased > MAX_ALIAS_VALUES:
+                raise _Fallback
+            continue
+        seen.add(key)
+        if depth > MAX_DEPTH:
+            raise _Fallback
+        kids = _children(node)
+        if kids:
+            open_.add(key)
+            stack.append((node, depth, True))
+            stack.extend((kid, depth + 1, False) for kid in reversed(kids))
+
+
+def _expanded(node: Any, sizes: dict[int, int]) -> int:
+    """Values ``node`` holds with aliases expanded (memoised by node; the graph is acyclic here)."""
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        n, kids_done = stack.pop()
+        if id(n) in sizes:
+            continue
+        kids = _children(n)
+        if kids_done:
+            sizes[id(n)] = 1 + sum(sizes[id(c)] for c in kids)
+            continue
+        stack.append((n, True))
+        stack.extend((c, False) for c in kids if id(c) not in sizes)
+    return sizes[id(node)]
+
+
+def _build_fast(node: Any, loc: Loc, depth: int, loader: Any, where: str, lines: dict[Loc, int],
+                errors: list[str], aliases: bool) -> Any:
+    """``_compose_checked``'s ``build`` (data, line marks, the same errors in the same order), with
+    plain strings read in the loop. Without aliases the tree is as deep as the document: a node
+    as deep as ``_BoundedLoader`` refuses is ``_Fallback``; with them (depth checked already by
+    ``_tree_bounds``) an alias that nests too deeply is the same error as there."""
+    import yaml
+
+    # (``lines[loc]`` is set by the caller, as ``build``'s ``setdefault`` would)
+    if depth > 50:  # with aliases only: without them, no node is this deep (below)
+        errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: nested too deeply")
+        return None
+    cls = node.__class__
+    if not aliases and depth + 1 >= MAX_DEPTH and cls is not yaml.ScalarNode and node.value:
+        raise _Fallback  # children (keys too) as deep as _BoundedLoader refuses
+    inline = depth < 50  # children need no depth check
+    if cls is yaml.MappingNode or isinstance(node, yaml.MappingNode):
+        pairs = node.value
+        for knode, _ in pairs:
+            if knode.tag != STR_TAG:  # a merge (<<) or value (=) key among them: flatten
+                loader.flatten_mapping(node)
+                pairs = node.value
+                break
+        out: dict[Any, Any] = {}
+        for knode, vnode in pairs:
+            if knode.tag == STR_TAG and knode.__class__ is yaml.ScalarNode:
+                key = knode.value
+            else:
+                key = loader.construct_object(knode, deep=True)
+                if not isinstance(key, (str, int, float, bool)) or key is None:
+                    errors.append(f"{where}:{knode.start_mark.line + 1}: {_field(loc)}: keys must be plain strings")
+                    continue
+            here = (*loc, key)
+            if key in out:
+                errors.append(f"{where}:{knode.start_mark.line + 1}: {_field(here)}: duplicate key "
+                              f"(first at line {lines[here]})")
+                continue
+            lines[here] = knode.start_mark.line + 1
+            if inline and vnode.tag == STR_TAG and vnode.__class__ is yaml.ScalarNode:
+                value = vnode.value
+                if "\0" in value:
+                    _nul(vnode, here, where, errors)
+                out[key] = value
+            else:
+                out[key] = _build_fast(vnode, here, depth + 1, loader, where, lines, errors, aliases)
+        return out
+    if cls is yaml.SequenceNode or isinstance(node, yaml.SequenceNode):
+        items = []
+        for i, item in enumerate(node.value):
+            here = (*loc, i)
+            if here not in lines:
+                lines[here] = item.start_mark.line + 1
+            if inline and item.tag == STR_TAG and item.__class__ is yaml.ScalarNode:
+                value = item.value
+                if "\0" in value:
+                    _nul(item, here, where, errors)
+                items.append(value)
+            else:
+                items.append(_build_fast(item, here, depth + 1, loader, where, lines, errors, aliases))
+        return items
+    value = node.value if node.tag == STR_TAG else loader.construct_object(node, deep=True)
+    if isinstance(value, str) and "\0" in value:
+        _nul(node, loc, where, errors)
+    return value
+
+
+def _nul(node: Any, loc: Loc, where: str, errors: list[str]) -> None:
+    errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: contains a NUL byte (\\0), "
+                  "which no command, argument, environment variable or path can carry; remove it")
 
 
 def _field(loc: Loc) -> str:
