@@ -122,6 +122,8 @@ def run_cmd(
 
 def _isolation_check(lp, state_root: Path) -> list[str]:
     """With isolation: worktree, refuse (exit 2) what would fail every task; return warnings."""
+    if lp.plan.isolation != "worktree" and all(t.isolation != "worktree" for t in lp.plan.tasks):
+        return []  # (runner.isolated: a dry run without worktrees does not import the runner)
     from ..run.runner import worktrees_for
 
     wt = worktrees_for(lp, state_root)  # PlanError/UserError: no repository, a task outside it

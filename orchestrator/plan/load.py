@@ -250,7 +250,34 @@ def _fast_loader() -> type | None:
             if "exceeded maximum nesting depth" in str(e):
                 continue
         return None
-    return yaml.CSafeLoader
+    if yaml.CSafeLoader.yaml_path_resolvers:  # (none unless someone added one: then tags depend on the path)
+        return None
+
+    class _FastLoader(yaml.CSafeLoader):
+        """``CSafeLoader`` whose tag resolution is looked up once per distinct scalar: without
+        path resolvers a tag depends on (kind, value, implicit) alone."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__(text)
+            tags: dict[tuple[Any, Any, Any], str] = {}
+            resolve = super().resolve
+
+            def cached(kind: Any, value: Any, implicit: Any) -> str:
+                key = (kind, value, implicit)
+                tag = tags.get(key)
+                if tag is None:
+                    tag = tags[key] = resolve(kind, value, implicit)
+                return tag
+
+            self.resolve = cached  # an attribute: the composer's calls skip making a bound method
+
+        def descend_resolver(self, parent: Any, index: Any) -> None:
+            pass  # (they only follow path resolvers: none here)
+
+        def ascend_resolver(self) -> None:
+            pass
+
+    return _FastLoader
 
 
 def _compose_fast(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
@@ -480,12 +507,17 @@ def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dic
     except (OSError, UnicodeDecodeError) as e:
         raise PlanError(f"{where}: cannot read: {e}") from None
     gc_was_on = gc.isenabled()
-    gc.disable()  # composing a big plan makes ~10 objects a task, none of them garbage yet:
-    try:          # collecting while they pile up made a 10,000-task plan several times slower
-        data, lines, errors = _compose(text, where)
+    gc.disable()  # loading a big plan makes ~10 objects a task, none of them garbage (the fast path
+    try:          # leaves no cycles): collecting while they pile up made a 10,000-task plan several
+        return _validated(text, p, where, model, environ, need_model)  # times slower
     finally:
         if gc_was_on:
             gc.enable()
+
+
+def _validated(text: str, p: Path, where: str, model: str | None, environ: dict | None,
+               need_model: bool) -> LoadedPlan:
+    data, lines, errors = _compose(text, where)
     if errors:
         raise PlanError("\n".join(errors))
     if not isinstance(data, dict):
@@ -517,12 +549,14 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
     first: dict[str, int] = {}
     members = {m.name for m in plan.team}
     is_dir: dict[Path, bool] = {}  # one stat per distinct directory, not per task
+    prefix = len(plan.name) + 1  # (of a task's store name)
+    default_cwd = plan.defaults.cwd
     for i, t in enumerate(plan.tasks):
         if t.id in first:
             err(("tasks", i, "id"), f"duplicate id {t.id!r} (first at line {_line(lines, ('tasks', first[t.id], 'id'))})")
         else:
             first[t.id] = i
-        if len(lp.store_name(t)) > 64:
+        if prefix + len(t.id) > 64:
             err(("tasks", i, "id"), f"plan name + '.' + id must be ≤ 64 chars ({lp.store_name(t)!r})")
         if t.run is not None and t.prompt is not None:
             err(("tasks", i, "prompt"), f"task {t.id!r} has both run and prompt; keep `run` (shell) or `prompt` (agent)")
@@ -530,7 +564,7 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
             err(("tasks", i), f"task {t.id!r} has neither run nor prompt; add `run: COMMAND` or `prompt: TEXT`")
         if t.assignee is not None and plan.team and t.assignee not in members:
             err(("tasks", i, "assignee"), f"{t.assignee!r} is not in `team:` ({', '.join(sorted(members))})")
-        cwd = lp.task_cwd(t)
+        cwd = lp.task_cwd(t) if t.cwd or default_cwd else lp.base
         if cwd not in is_dir:
             is_dir[cwd] = cwd.is_dir()
         if not is_dir[cwd]:

@@ -18,6 +18,7 @@ Loading and the checks beyond types are load.py's; analysis is analysis.py's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,7 +147,7 @@ class PlanTask(_Strict):
     def _one_need(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [value]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        if isinstance(value, list) and all(map(isinstance, value, repeat(str))):
             return list(dict.fromkeys(value))
         return value
 
