@@ -39,6 +39,15 @@ def same(text: str) -> bool:
     """Both paths answer alike; True when the fast path answered (False: it declined)."""
     expected = _outcome(load._compose_checked, text)
     try:
+        data = load._data_fast(text)  # the data of a plan without problems, without its marks
+    except load._Fallback:
+        pass
+    except Exception as e:
+        assert expected == ("raised", f"{type(e).__name__}: {e}")
+    else:
+        checked = load._compose_checked(text, "plan.yaml")
+        assert not checked[2] and repr(data) == repr(checked[0])
+    try:
         got = _outcome(load._compose_fast, text)
     except load._Fallback:
         assert _outcome(load._compose, text) == expected
@@ -187,3 +196,12 @@ def test_deep_nesting_neither_crashes_the_fast_path_nor_changes_the_answer(text)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines()[0] == "fallback"
     assert r.stdout.splitlines()[1] == repr(load._compose_checked(text, "plan.yaml")[2])
+
+
+def test_a_loaded_plan_makes_its_line_marks_when_first_asked(tmp_path):
+    text = _dag(300)
+    (tmp_path / "plan.yaml").write_text(text)
+    lp = load.load_plan(tmp_path / "plan.yaml")
+    assert "lines" not in vars(lp)  # a plan that loads cleanly is read without them
+    assert list(lp.lines.items()) == list(load._compose_checked(text, "plan.yaml")[1].items())
+    assert lp.lines[("tasks", 299, "needs", 1)] == text.splitlines().index("  - id: t299") + 3

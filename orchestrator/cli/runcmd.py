@@ -53,18 +53,18 @@ def run_cmd(
 ) -> None:
     """Run a plan: every unblocked task in parallel, resumable after a crash."""
     from ..plan.load import load_plan
-    from ..status import usage
-    from . import progress
 
     lp = load_plan(plan_file, model=model, need_model=not dry_run)  # a dry run calls no model
     state_root = root_of(root, ctx)
     if dry_run and board:
         raise UserError("--board shows a run as it goes: leave out --dry-run (or run `team board` on its own)")
-    if dry_run:
+    if dry_run:  # (before the imports of a run: the runner, the store, progress sinks)
         _dry_run(lp, state_root, workers, json_out)
         return
     from ..run.runner import Backend, check_redo, run_plan
     from ..run.stop import RunStop
+    from ..status import usage
+    from . import progress
 
     check_redo(lp, redo or [])
     where = Backend.choose(lp, backend, address)

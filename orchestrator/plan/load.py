@@ -39,6 +39,7 @@ import difflib
 import functools
 import gc
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +294,18 @@ def _compose_fast(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]
     alias pass: no anchor, no alias, unless the text has both ``&`` and ``*``. The tree is then
     turned into data and line marks like ``_compose_checked`` does, without a function call per
     plain string. tests/test_plan_fastload.py compares both paths on a corpus."""
+    root, loader, aliases = _fast_tree(text)
+    lines: dict[Loc, int] = {}
+    errors: list[str] = []
+    if root is None:
+        return None, lines, errors
+    lines[()] = root.start_mark.line + 1
+    data = _build_fast(root, (), 0, loader, where, lines, errors, aliases)
+    return data, lines, errors
+
+
+def _fast_tree(text: str) -> tuple[Any, Any, bool]:
+    """(root node or None, the loader, whether the text may hold aliases) or ``_Fallback``."""
     import yaml
 
     loader_class = _fast_loader()
@@ -308,13 +321,74 @@ def _compose_fast(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]
     aliases = "&" in text and "*" in text
     if aliases and root is not None:
         _tree_bounds(root)
-    lines: dict[Loc, int] = {}
-    errors: list[str] = []
+    return root, loader, aliases
+
+
+def _data_fast(text: str) -> Any:
+    """The data of ``_compose``, without line marks, when it has no errors; else ``_Fallback``.
+
+    A plan that loads is read once without its marks (a tuple and a dict entry per key and
+    item: most of building it); ``LoadedPlan.lines`` composes them again when a message needs
+    one. Anything ``_build_fast`` would report (a NUL byte, a duplicate or non-string key,
+    nesting through aliases) is ``_Fallback`` here: the caller composes with marks."""
+    import yaml
+
+    root, loader, aliases = _fast_tree(text)
     if root is None:
-        return None, lines, errors
-    lines[()] = root.start_mark.line + 1
-    data = _build_fast(root, (), 0, loader, where, lines, errors, aliases)
-    return data, lines, errors
+        return None
+    mapping, scalar, sequence = yaml.MappingNode, yaml.ScalarNode, yaml.SequenceNode
+    flatten, construct = loader.flatten_mapping, loader.construct_object
+
+    def build(node: Any, depth: int) -> Any:
+        # (``_build_fast`` without ``lines``/``errors``: where it would add an error, fall back)
+        if depth > 50:
+            raise _Fallback
+        cls = node.__class__
+        if not aliases and depth + 1 >= MAX_DEPTH and cls is not scalar and node.value:
+            raise _Fallback
+        inline = depth < 50
+        if cls is mapping or isinstance(node, mapping):
+            pairs = node.value
+            for knode, _ in pairs:
+                if knode.tag != STR_TAG:
+                    flatten(node)
+                    pairs = node.value
+                    break
+            out: dict[Any, Any] = {}
+            for knode, vnode in pairs:
+                if knode.tag == STR_TAG and knode.__class__ is scalar:
+                    key = knode.value
+                else:
+                    key = construct(knode, deep=True)
+                    if not isinstance(key, (str, int, float, bool)) or key is None:
+                        raise _Fallback
+                if key in out:
+                    raise _Fallback
+                if inline and vnode.tag == STR_TAG and vnode.__class__ is scalar:
+                    value = vnode.value
+                    if "\0" in value:
+                        raise _Fallback
+                    out[key] = value
+                else:
+                    out[key] = build(vnode, depth + 1)
+            return out
+        if cls is sequence or isinstance(node, sequence):
+            items = []
+            for item in node.value:
+                if inline and item.tag == STR_TAG and item.__class__ is scalar:
+                    value = item.value
+                    if "\0" in value:
+                        raise _Fallback
+                    items.append(value)
+                else:
+                    items.append(build(item, depth + 1))
+            return items
+        value = node.value if node.tag == STR_TAG else construct(node, deep=True)
+        if isinstance(value, str) and "\0" in value:
+            raise _Fallback
+        return value
+
+    return build(root, 0)
 
 
 def _tree_bounds(root: Any) -> None:
@@ -517,21 +591,38 @@ def load_plan(path: str | os.PathLike, *, model: str | None = None, environ: dic
 
 def _validated(text: str, p: Path, where: str, model: str | None, environ: dict | None,
                need_model: bool) -> LoadedPlan:
-    data, lines, errors = _compose(text, where)
-    if errors:
-        raise PlanError("\n".join(errors))
+    try:
+        data = _data_fast(text)
+    except _Fallback:  # a problem to report (or a text only the checked path may read): with marks
+        data, lines, errors = _compose(text, where)
+        if errors:
+            raise PlanError("\n".join(errors)) from None
+        marks: Callable[[], dict[Loc, int]] = lines.copy
+    else:
+        marks = functools.partial(_marks, text, where)
     if not isinstance(data, dict):
-        raise PlanError(f"{where}:{lines.get((), 1)}: plan: expected a mapping with `name:` and `tasks:`, got {type(data).__name__}")
+        raise PlanError(f"{where}:{marks().get((), 1)}: plan: expected a mapping with `name:` and `tasks:`, got {type(data).__name__}")
     try:
         plan = Plan.model_validate(data)
     except ValidationError as e:
-        raise PlanError(_join(_pydantic_errors(e, where, lines))) from None
+        raise PlanError(_join(_pydantic_errors(e, where, marks()))) from None
     env = os.environ if environ is None else environ
-    loaded = LoadedPlan(plan, p, p.absolute().parent, model or plan.model or env.get("TEAM_MODEL") or None, lines)
+    loaded = LoadedPlan(plan, p, p.absolute().parent, model or plan.model or env.get("TEAM_MODEL") or None, marks)
     errors = _check(loaded, where, need_model)
     if errors:
         raise PlanError(_join(errors))
     return loaded
+
+
+def _marks(text: str, where: str) -> dict[Loc, int]:
+    """The line marks of a plan ``_data_fast`` read cleanly (``LoadedPlan.lines``, on first use)."""
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return _compose(text, where)[1]
+    finally:
+        if gc_was_on:
+            gc.enable()
 
 
 def _join(errors: list[str], limit: int = 20) -> str:
@@ -540,11 +631,11 @@ def _join(errors: list[str], limit: int = 20) -> str:
 
 
 def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
-    plan, lines = lp.plan, lp.lines
+    plan = lp.plan  # (lp.lines only for a message: it is made on first use)
     errors: list[str] = []
 
     def err(loc: Loc, msg: str) -> None:
-        errors.append(f"{where}:{_line(lines, loc)}: {_field(loc)}: {msg}")
+        errors.append(f"{where}:{_line(lp.lines, loc)}: {_field(loc)}: {msg}")
 
     first: dict[str, int] = {}
     members = {m.name for m in plan.team}
@@ -553,7 +644,7 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
     default_cwd = plan.defaults.cwd
     for i, t in enumerate(plan.tasks):
         if t.id in first:
-            err(("tasks", i, "id"), f"duplicate id {t.id!r} (first at line {_line(lines, ('tasks', first[t.id], 'id'))})")
+            err(("tasks", i, "id"), f"duplicate id {t.id!r} (first at line {_line(lp.lines, ('tasks', first[t.id], 'id'))})")
         else:
             first[t.id] = i
         if prefix + len(t.id) > 64:
