@@ -19,29 +19,26 @@ from .model import Plan
 
 def find_cycle(needs: dict[str, list[str]]) -> list[str] | None:
     """A cycle ``[a, b, ..., a]`` following ``needs`` edges, or None (iterative DFS)."""
-    state: dict[str, int] = {}  # 1 = on stack, 2 = done
+    state: dict[str, int] = {}  # 1 = on the path, 2 = done
     for start in needs:
         if start in state:
             continue
-        stack: list[tuple[str, int]] = [(start, 0)]
-        path = [start]
         state[start] = 1
+        path = [start]
+        stack = [iter(needs.get(start, ()))]  # the dependencies of path[i] still to follow
         while stack:
-            node, k = stack[-1]
-            deps = needs.get(node, [])
-            if k < len(deps):
-                stack[-1] = (node, k + 1)
-                nxt = deps[k]
-                if state.get(nxt) == 1:
+            for nxt in stack[-1]:
+                seen = state.get(nxt)
+                if seen == 1:
                     return path[path.index(nxt):] + [nxt]
-                if nxt not in state:
+                if seen is None:
                     state[nxt] = 1
-                    stack.append((nxt, 0))
                     path.append(nxt)
+                    stack.append(iter(needs.get(nxt, ())))
+                    break
             else:
-                state[node] = 2
+                state[path.pop()] = 2
                 stack.pop()
-                path.pop()
     return None
 
 

@@ -25,6 +25,15 @@ limit, also one hidden under an unknown key, before any value is built.
 A NUL byte, which no command, argument, environment variable or path can
 carry, is refused in any string of the plan, at its line.
 
+Two paths, one answer: ``_compose_checked`` is the reference (PyYAML's Python
+composer over libyaml's parser, bounded as above, every YAML message comes
+from it); ``_compose_fast`` composes with libyaml's Cython composer (nesting
+bounded by libyaml itself, probed once) and checks the same bounds on the
+tree, and declines (``_Fallback``) wherever the checked path could answer
+differently. A plan that loads cleanly is read by ``_data_fast`` without its
+line marks: ``LoadedPlan.lines`` composes them when a message first needs one.
+tests/test_plan_fastload.py compares the paths on a corpus.
+
 Paths: a task's ``cwd`` (or the plan's ``defaults.cwd``) is resolved against
 the directory holding the plan file; without one, tasks run in that
 directory. So a plan and the project it drives can be moved together.
