@@ -205,3 +205,24 @@ def test_a_loaded_plan_makes_its_line_marks_when_first_asked(tmp_path):
     assert "lines" not in vars(lp)  # a plan that loads cleanly is read without them
     assert list(lp.lines.items()) == list(load._compose_checked(text, "plan.yaml")[1].items())
     assert lp.lines[("tasks", 299, "needs", 1)] == text.splitlines().index("  - id: t299") + 3
+
+
+THREAD_CHILD = """
+import sys, threading
+from orchestrator.plan import load
+text = sys.stdin.read()
+threading.stack_size(512 << 10)  # smaller than the deepest document takes the Cython composer
+out = []
+thread = threading.Thread(target=lambda: out.append(load._compose(text, "plan.yaml")[2]))
+thread.start()
+thread.join()
+print(out[0])
+"""
+
+
+def test_a_thread_whose_stack_is_not_known_to_be_big_enough_takes_the_checked_path():
+    text = "x: " + "[a: " * 998 + "]" * 998
+    r = subprocess.run([sys.executable, "-c", THREAD_CHILD], input=text, capture_output=True, text=True, cwd=REPO,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == repr(load._compose_checked(text, "plan.yaml")[2])

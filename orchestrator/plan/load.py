@@ -290,6 +290,26 @@ def _fast_loader() -> type | None:
     return _FastLoader
 
 
+STACK_NEEDED = 4 << 20
+"""C stack the fast path wants. The Cython composer recurses once per level: the deepest document
+libyaml accepts (1,000 levels, two nodes each: ``[a: [a: ...``) needs about 0.7 MiB (measured: it
+crashes a thread of 640 KiB, not one of 768 KiB)."""
+
+
+def _stack_enough() -> bool:
+    """Whether this thread's C stack is known to hold ``STACK_NEEDED``: only the main thread's is
+    (it grows up to the soft ``RLIMIT_STACK``); another thread's is whatever made it, so the
+    fast path is not used there (``threading.stack_size()`` tells the size of threads to come,
+    not this one's)."""
+    import resource
+    import threading
+
+    if threading.get_ident() != threading.main_thread().ident:
+        return False
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    return soft == resource.RLIM_INFINITY or soft >= STACK_NEEDED
+
+
 def _compose_fast(text: str, where: str) -> tuple[Any, dict[Loc, int], list[str]]:
     """``_compose_checked``'s result, faster, or ``_Fallback`` when it cannot promise it.
 
@@ -318,7 +338,7 @@ def _fast_tree(text: str) -> tuple[Any, Any, bool]:
     import yaml
 
     loader_class = _fast_loader()
-    if loader_class is None:
+    if loader_class is None or not _stack_enough():
         raise _Fallback
     loader = loader_class(text)
     try:
