@@ -201,10 +201,13 @@ def _compose_checked(text: str, where: str) -> tuple[Any, dict[Loc, int], list[s
             errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: nested too deeply")
             return None
         if isinstance(node, yaml.MappingNode):
-            loader.flatten_mapping(node)
+            if not _flatten(loader, node, loc, where, errors):
+                return None
             out: dict[Any, Any] = {}
             for knode, vnode in node.value:
-                key = loader.construct_object(knode, deep=True)
+                key = _construct(loader, knode, loc, where, errors)
+                if key is _UNREADABLE:
+                    continue
                 if not isinstance(key, (str, int, float, bool)) or key is None:
                     errors.append(f"{where}:{knode.start_mark.line + 1}: {_field(loc)}: keys must be plain strings")
                     continue
@@ -221,7 +224,9 @@ def _compose_checked(text: str, where: str) -> tuple[Any, dict[Loc, int], list[s
         if isinstance(node, yaml.SequenceNode):
             return [build(item, (*loc, i), depth + 1) for i, item in enumerate(node.value)]
         # a plain string (most of a plan) is its node's value, as SafeConstructor would make it
-        value = node.value if node.tag == STR_TAG else loader.construct_object(node, deep=True)
+        value = node.value if node.tag == STR_TAG else _construct(loader, node, loc, where, errors)
+        if value is _UNREADABLE:
+            return None
         if isinstance(value, str) and "\0" in value:
             errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: contains a NUL byte (\\0), "
                           "which no command, argument, environment variable or path can carry; remove it")
@@ -380,7 +385,10 @@ def _data_fast(text: str) -> Any:
             pairs = node.value
             for knode, _ in pairs:
                 if knode.tag != STR_TAG:
-                    flatten(node)
+                    try:
+                        flatten(node)
+                    except yaml.YAMLError:
+                        raise _Fallback from None
                     pairs = node.value
                     break
             out: dict[Any, Any] = {}
@@ -388,7 +396,7 @@ def _data_fast(text: str) -> Any:
                 if knode.tag == STR_TAG and knode.__class__ is scalar:
                     key = knode.value
                 else:
-                    key = construct(knode, deep=True)
+                    key = constructed(knode)
                     if not isinstance(key, (str, int, float, bool)) or key is None:
                         raise _Fallback
                 if key in out:
@@ -412,10 +420,16 @@ def _data_fast(text: str) -> Any:
                 else:
                     items.append(build(item, depth + 1))
             return items
-        value = node.value if node.tag == STR_TAG else construct(node, deep=True)
+        value = node.value if node.tag == STR_TAG else constructed(node)
         if isinstance(value, str) and "\0" in value:
             raise _Fallback
         return value
+
+    def constructed(node: Any) -> Any:
+        try:
+            return construct(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError):
+            raise _Fallback from None  # (``_construct`` reports it)
 
     return build(root, 0)
 
@@ -491,7 +505,8 @@ def _build_fast(node: Any, loc: Loc, depth: int, loader: Any, where: str, lines:
         pairs = node.value
         for knode, _ in pairs:
             if knode.tag != STR_TAG:  # a merge (<<) or value (=) key among them: flatten
-                loader.flatten_mapping(node)
+                if not _flatten(loader, node, loc, where, errors):
+                    return None
                 pairs = node.value
                 break
         out: dict[Any, Any] = {}
@@ -499,7 +514,9 @@ def _build_fast(node: Any, loc: Loc, depth: int, loader: Any, where: str, lines:
             if knode.tag == STR_TAG and knode.__class__ is yaml.ScalarNode:
                 key = knode.value
             else:
-                key = loader.construct_object(knode, deep=True)
+                key = _construct(loader, knode, loc, where, errors)
+                if key is _UNREADABLE:
+                    continue
                 if not isinstance(key, (str, int, float, bool)) or key is None:
                     errors.append(f"{where}:{knode.start_mark.line + 1}: {_field(loc)}: keys must be plain strings")
                     continue
@@ -531,10 +548,50 @@ def _build_fast(node: Any, loc: Loc, depth: int, loader: Any, where: str, lines:
             else:
                 items.append(_build_fast(item, here, depth + 1, loader, where, lines, errors, aliases))
         return items
-    value = node.value if node.tag == STR_TAG else loader.construct_object(node, deep=True)
+    value = node.value if node.tag == STR_TAG else _construct(loader, node, loc, where, errors)
+    if value is _UNREADABLE:
+        return None
     if isinstance(value, str) and "\0" in value:
         _nul(node, loc, where, errors)
     return value
+
+
+_UNREADABLE = object()
+"""What ``_construct`` returns for a value SafeConstructor cannot make (its error is added)."""
+
+
+def _construct(loader: Any, node: Any, loc: Loc, where: str, errors: list[str]) -> Any:
+    """SafeConstructor's value of a tagged (or non-string) node, or ``_UNREADABLE`` with one line
+    added to ``errors``: an unknown tag (``!custom``), ``!!int abc``, bad ``!!binary``... are a
+    problem of the plan, not a traceback."""
+    import yaml
+
+    try:
+        return loader.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError) as e:
+        errors.append(f"{where}:{node.start_mark.line + 1}: {_field(loc)}: {_unreadable(e)}")
+        return _UNREADABLE
+
+
+def _flatten(loader: Any, node: Any, loc: Loc, where: str, errors: list[str]) -> bool:
+    """Merge the ``<<`` keys of a mapping node in; False with one line added to ``errors`` when a
+    merge is not of mappings."""
+    import yaml
+
+    try:
+        loader.flatten_mapping(node)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or node.start_mark
+        errors.append(f"{where}:{mark.line + 1}: {_field(loc)}: {_unreadable(e)}")
+        return False
+    return True
+
+
+def _unreadable(e: Exception) -> str:
+    import yaml
+
+    what = (e.problem or e.context or "") if isinstance(e, yaml.MarkedYAMLError) else str(e)
+    return f"yaml: cannot read this value ({(what or type(e).__name__).splitlines()[0]})"
 
 
 def _nul(node: Any, loc: Loc, where: str, errors: list[str]) -> None:
