@@ -108,3 +108,19 @@ def test_plan_check_accepts_the_quickstart(tmp_path):
     r = run_team(tmp_path, "plan", "check", str(quick))
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"{quick}: ok (9 tasks)\n"
+
+
+@pytest.mark.parametrize(("value", "line", "field"), [
+    ("x: !custom thing", 5, "x"),  # a tag no constructor knows
+    ("x: !!int abc", 5, "x"),
+    ("x: !!binary 'a'", 5, "x"),
+    ("x: {<<: 5}", 5, "x"),  # a merge of something else than a mapping
+    ("x: [=]", 5, "x[0]"),  # `=` alone reads as the YAML 1.1 value key
+    ("? {[a]: 1}\n: y", 5, "plan"),  # an unhashable key inside a key
+])
+def test_a_value_yaml_cannot_construct_is_one_line_naming_it_not_a_traceback(tmp_path, value, line, field):
+    (tmp_path / "plan.yaml").write_text(f"name: p\ntasks:\n  - id: a\n    run: 'true'\n{value}\n")
+    r = run_team(tmp_path, "plan", "check", "plan.yaml")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"PlanError: plan.yaml:{line}: {field}: yaml: cannot read this value ("), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

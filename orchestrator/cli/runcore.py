@@ -38,17 +38,17 @@ def run_plan_file(state_root: Path, plan_file: Path, *, workers: int | None = No
                   backend: str | None = None, address: str | None = None, json_out: bool = False) -> int:
     """``team run``: 0 every task completed, 1 not (module docstring)."""
     from ..plan.load import load_plan
-    from ..status import usage
-    from . import progress
 
     lp = load_plan(plan_file, model=model, need_model=not dry_run)  # a dry run calls no model
     if dry_run and board:
         raise UserError("--board shows a run as it goes: leave out --dry-run (or run `team board` on its own)")
-    if dry_run:
+    if dry_run:  # (before the imports of a run: the runner, the store, progress sinks)
         dry_run_of(lp, state_root, workers, json_out)
         return 0
     from ..run.runner import Backend, check_redo, run_plan
     from ..run.stop import RunStop
+    from ..status import usage
+    from . import progress
 
     check_redo(lp, redo or [])
     where = Backend.choose(lp, backend, address)
@@ -105,6 +105,8 @@ def run_plan_file(state_root: Path, plan_file: Path, *, workers: int | None = No
 
 def isolation_check(lp, state_root: Path) -> list[str]:
     """With isolation: worktree, refuse (exit 2) what would fail every task; return warnings."""
+    if lp.plan.isolation != "worktree" and all(t.isolation != "worktree" for t in lp.plan.tasks):
+        return []  # (runner.isolated: a dry run without worktrees does not import the runner)
     from ..run.runner import worktrees_for
 
     wt = worktrees_for(lp, state_root)  # PlanError/UserError: no repository, a task outside it

@@ -19,29 +19,26 @@ from .model import Plan
 
 def find_cycle(needs: dict[str, list[str]]) -> list[str] | None:
     """A cycle ``[a, b, ..., a]`` following ``needs`` edges, or None (iterative DFS)."""
-    state: dict[str, int] = {}  # 1 = on stack, 2 = done
+    state: dict[str, int] = {}  # 1 = on the path, 2 = done
     for start in needs:
         if start in state:
             continue
-        stack: list[tuple[str, int]] = [(start, 0)]
-        path = [start]
         state[start] = 1
+        path = [start]
+        stack = [iter(needs.get(start, ()))]  # the dependencies of path[i] still to follow
         while stack:
-            node, k = stack[-1]
-            deps = needs.get(node, [])
-            if k < len(deps):
-                stack[-1] = (node, k + 1)
-                nxt = deps[k]
-                if state.get(nxt) == 1:
+            for nxt in stack[-1]:
+                seen = state.get(nxt)
+                if seen == 1:
                     return path[path.index(nxt):] + [nxt]
-                if nxt not in state:
+                if seen is None:
                     state[nxt] = 1
-                    stack.append((nxt, 0))
                     path.append(nxt)
+                    stack.append(iter(needs.get(nxt, ())))
+                    break
             else:
-                state[node] = 2
+                state[path.pop()] = 2
                 stack.pop()
-                path.pop()
     return None
 
 
@@ -56,13 +53,20 @@ class Analysis:
 
 
 def analyse(plan: Plan) -> Analysis:
-    """Waves (ASAP levels), critical path by estimate, widest wave, path-to-end per task."""
+    """Waves (ASAP levels), critical path by estimate, widest wave, path-to-end per task.
+
+    One pass each way over Kahn's order, with plain loops (a 10,000-task plan is analysed on
+    every ``team run`` start): ties go to the first in ``max``'s order, as they always did."""
     weight = {t.id: t.estimate or 1.0 for t in plan.tasks}
     needs = {t.id: t.needs for t in plan.tasks}
-    order = topo_order(needs)
+    order = _kahn(needs)[0]
     level: dict[str, int] = {}
     for tid in order:
-        level[tid] = 1 + max((level[d] for d in needs[tid]), default=-1)
+        top = -1
+        for d in needs[tid]:
+            if level[d] > top:
+                top = level[d]
+        level[tid] = top + 1
     waves: list[list[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
     for t in plan.tasks:
         waves[level[t.id]].append(t.id)
@@ -73,10 +77,17 @@ def analyse(plan: Plan) -> Analysis:
     remaining: dict[str, float] = {}
     nxt: dict[str, str | None] = {}
     for tid in reversed(order):
-        best = max(dependents[tid], key=lambda d: remaining[d], default=None)
-        remaining[tid] = weight[tid] + (remaining[best] if best else 0.0)
+        best = None
+        most = 0.0
+        for d in dependents[tid]:
+            if best is None or remaining[d] > most:
+                best, most = d, remaining[d]
+        remaining[tid] = weight[tid] + (most if best else 0.0)
         nxt[tid] = best
-    start = max(reversed(order), key=lambda t: remaining[t]) if order else None
+    start = None
+    for tid in reversed(order):
+        if start is None or remaining[tid] > remaining[start]:
+            start = tid
     path = []
     while start is not None:
         path.append(start)
@@ -93,10 +104,17 @@ def analyse(plan: Plan) -> Analysis:
 
 def topo_order(needs: dict[str, list[str]]) -> list[str]:
     """Kahn's order, stable in declaration order; the graph must be acyclic."""
-    indeg = {tid: len(set(deps)) for tid, deps in needs.items()}
+    return _kahn(needs)[0]
+
+
+def _kahn(needs: dict[str, list[str]]) -> tuple[list[str], dict[str, list[str]]]:
+    """(Kahn's order, each task's dependents): a dependency named twice counts once."""
+    indeg: dict[str, int] = {}
     dependents: dict[str, list[str]] = {tid: [] for tid in needs}
     for tid, deps in needs.items():
-        for d in set(deps):
+        distinct = set(deps) if len(deps) > 1 else deps
+        indeg[tid] = len(distinct)
+        for d in distinct:
             dependents[d].append(tid)
     ready = [tid for tid, n in indeg.items() if n == 0]
     out = []
@@ -109,4 +127,4 @@ def topo_order(needs: dict[str, list[str]]) -> list[str]:
                 if indeg[dep] == 0:
                     nxt.append(dep)
         ready = nxt
-    return out
+    return out, dependents

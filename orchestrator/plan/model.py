@@ -17,7 +17,10 @@ Loading and the checks beyond types are load.py's; analysis is analysis.py's.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,7 +149,7 @@ class PlanTask(_Strict):
     def _one_need(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [value]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        if isinstance(value, list) and all(map(isinstance, value, repeat(str))):
             return list(dict.fromkeys(value))
         return value
 
@@ -198,13 +201,20 @@ class Plan(_Strict):
 
 @dataclass
 class LoadedPlan:
-    """A validated plan plus where it came from."""
+    """A validated plan plus where it came from.
+
+    ``lines`` (the 1-based line of every key and item, by ``Loc``) is only read by messages: a plan
+    that loads cleanly is read without it, and ``marks`` makes it on first use (plan/load.py)."""
 
     plan: Plan
     path: Path
     base: Path
     model: str | None
-    lines: dict[Loc, int] = field(default_factory=dict)
+    marks: Callable[[], dict[Loc, int]] = field(default=dict, repr=False, compare=False)
+
+    @functools.cached_property
+    def lines(self) -> dict[Loc, int]:
+        return self.marks()
 
     def task_cwd(self, task: PlanTask) -> Path:
         rel = task.cwd or self.plan.defaults.cwd
