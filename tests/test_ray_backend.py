@@ -435,9 +435,14 @@ def running_on(cluster: LocalCluster, names: list[str]) -> str | None:
     return None
 
 
-def check_exactly_once(root: Path, n: int) -> list[dict]:
+def check_exactly_once(root: Path, n: int, *, lead_killed: bool = False) -> list[dict]:
     """Every task completed exactly once in the store, its ledger line present once, every file parses;
-    an extra attempt only where one was lost with a node or with the lead. Returns the events."""
+    an extra attempt only where one was lost with a node or with the lead. Returns the events.
+
+    The task files are the store's truth; an event line is appended after its file is durable, so a
+    lead SIGKILLed between the two loses the line (tests/test_crash.py checks the same way). With a
+    lead killed, a completion or release line may be missing (never doubled), and the attempts
+    beyond the one that completed are counted by the task file's ``interrupted``."""
     for f in (root / ".tasks").iterdir():
         if f.suffix == ".json":
             json.loads(f.read_text())
@@ -448,12 +453,19 @@ def check_exactly_once(root: Path, n: int) -> list[dict]:
     for e in events:
         if e.get("to") == "completed":
             completions[e["task"]] = completions.get(e["task"], 0) + 1
-    assert sorted(completions.values()) == [1] * n, completions
+    if lead_killed:
+        assert max(completions.values()) == 1, completions
+    else:
+        assert sorted(completions.values()) == [1] * n, completions
     for slug, t in tasks.items():
         assert (root / "ledger" / slug).read_text() == f"{slug}\n"
         assert t.get("failures", 0) == 0  # a lost attempt used no retry
+        assert t.get("interrupted", 0) == t["attempts"] - 1, (slug, t)
         extra = [e for e in events if e["task"] == t["id"] and e["event"] == "released"]
-        assert len(extra) == t["attempts"] - 1, (slug, t, extra)
+        if lead_killed:
+            assert len(extra) <= t["attempts"] - 1, (slug, t, extra)
+        else:
+            assert len(extra) == t["attempts"] - 1, (slug, t, extra)
         for e in extra:
             assert "lost with node" in e.get("reason", "") or "lead died" in e.get("reason", ""), e
     return events
@@ -514,7 +526,7 @@ def test_chaos_the_lead_killed_mid_run_and_resumed(cluster, tmp_path):
     assert completed(tmp_path) < CHAOS_TASKS
     second = lead(cluster, tmp_path, *argv[3:])
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    check_exactly_once(tmp_path, CHAOS_TASKS)
+    check_exactly_once(tmp_path, CHAOS_TASKS, lead_killed=True)
     assert any(t["attempts"] > 1 for t in tasks_of(tmp_path).values())  # some were in flight at the kill
 
 
