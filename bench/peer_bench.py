@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _proc import as_installed
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -118,8 +120,7 @@ class Team:
 
     def __init__(self, root: Path):
         self.root = root
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TEAM_")}
-        self.env["PYTHONPATH"] = str(REPO)
+        self.env = as_installed(PYTHONPATH=str(REPO))
         script = Path(sys.executable).with_name("team")
         self.cmd = [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator"]
 
@@ -148,7 +149,7 @@ class ClawTeam:
     def __init__(self, root: Path, bin_dir: Path):
         self.root = root
         self.bin = bin_dir
-        self.env = {**os.environ, "CLAWTEAM_DATA_DIR": str(root), "CLAWTEAM_TEAM": TEAM, "HOME": str(root)}
+        self.env = as_installed(CLAWTEAM_DATA_DIR=str(root), CLAWTEAM_TEAM=TEAM, HOME=str(root))
 
     def setup(self) -> None:
         run([str(self.bin / "clawteam"), "--data-dir", str(self.root), "team", "spawn-team", TEAM, "-n", "lead"],

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from _disk import durable_write_ms
+from _proc import as_installed
 from sched_bench import write_makefile, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,9 +68,7 @@ def layered(layers: int, width: int) -> list[list[int]]:
 
 
 def env() -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TEAM_")}
-    e["PYTHONPATH"] = str(CODE[0])
-    return e
+    return as_installed(PYTHONPATH=str(CODE[0]))
 
 
 def team_argv(*args: str) -> list[str]:

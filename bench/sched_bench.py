@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from _disk import durable_write_ms
+from _proc import as_installed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,8 +90,7 @@ def run_make(d: Path, workers: int) -> float:
 
 
 def run_team(d: Path, workers: int) -> tuple[float, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TEAM_")}
-    env["PYTHONPATH"] = str(REPO)
+    env = as_installed(PYTHONPATH=str(REPO))
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--json", "--workers", str(workers),
