@@ -93,3 +93,32 @@ def test_a_flag_shown_without_a_value_takes_none(team):
 def test_version(team):
     r = team("--version")
     assert (r.returncode, r.stdout, r.stderr) == (0, f"team {__version__}\n", "")
+
+
+def test_the_lazy_command_table_names_what_each_module_registers():
+    """cli/commands.py imports a command module only when one of its commands runs; its table of
+    modules and names must be what the modules register (a command added to a module without the
+    table would be missing from `team --help` and unreachable)."""
+    import typer as typer_module
+
+    from orchestrator.cli import commands
+
+    for module, names in commands.MODULES.items():
+        scratch = typer_module.Typer()
+        __import__(f"orchestrator.cli.{module}", fromlist=["register"]).register(scratch)
+        registered = [c.name for c in scratch.registered_commands] + [g.name for g in scratch.registered_groups]
+        assert sorted(registered) == sorted(names), module
+    assert commands.ORDER == [n for names in commands.MODULES.values() for n in names]
+    listed = typer.main.get_command(commands._root).list_commands(None)  # type: ignore[arg-type]
+    assert listed == commands.ORDER and len(set(listed)) == len(listed)
+
+
+def test_a_command_imports_only_its_own_module(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from orchestrator.cli import main; main(['--root', sys.argv[1], 'task', 'show', '1']); "
+            "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('orchestrator.cli.') and "
+            "m.rsplit('.', 1)[1] in ('runcmd', 'chat', 'review', 'teamcmds', 'boardcmd', 'mcpcmd', 'tasks')))")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines()[-1] == "['tasks']", r.stdout + r.stderr

@@ -53,9 +53,9 @@ from .output import silence
 
 def __getattr__(name: str) -> Any:  # ``from orchestrator.cli import app``: the typer app, built when asked for
     if name == "app":
-        from .commands import app
+        from .commands import everything
 
-        return app
+        return everything()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

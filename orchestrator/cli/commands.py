@@ -3,8 +3,8 @@ runs the hottest commands without it). cli/__init__.py lists the command modules
 
 Adding a command: write it in a module here and register it in that
 module's ``register(app)``, one line per command (``app.command("NAME")(fn)``
-or ``app.add_typer(sub_app, name="NAME")``); then add the module to the
-tuple in ``_register`` below. A command the fast path also parses
+or ``app.add_typer(sub_app, name="NAME")``); then add the module and the names it
+registers to ``MODULES`` below and to ``_load``. A command the fast path also parses
 (cli/fast.py ``HOT``) keeps its options in step with the table there
 (tests/test_fast_cli.py compares them). The order of registration is the order of
 ``team --help``.
@@ -14,10 +14,12 @@ command module imports at module level only typer, ``core.states``/``text``/
 ``paths``/``errors`` and what its options' annotations need; the store,
 pydantic records, rich, networkx, yaml and the rest are imported inside the
 command functions that use them (``tests/test_scale.py`` checks this).
-``app`` only collects the registrations: the click command tree ``team`` runs
-is ``_root``, whose group (``_Commands``) builds a command's click object the
-first time it is looked up, so ``team task list`` does not pay for building
-the options of every other command (``team --help`` builds them all).
+``app`` only collects the registrations, and a command module is imported
+(and registers its commands) only when one of its commands is looked up
+(``MODULES`` names them): the click command tree ``team`` runs is ``_root``,
+whose group (``_Commands``) builds a command's click object the first time it
+is looked up, so ``team task show`` neither imports nor builds the options of
+every other command (``team --help`` does both).
 """
 
 from __future__ import annotations
@@ -46,8 +48,7 @@ class _Commands(TeamGroup):
     """``team``'s root group: the commands registered on ``app``, each built on first lookup."""
 
     def list_commands(self, ctx: Context) -> list[str]:
-        return [*(c.name for c in app.registered_commands if c.name),
-                *(g.name for g in app.registered_groups if g.name)]
+        return ORDER
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in self.commands:
@@ -67,6 +68,9 @@ class _Commands(TeamGroup):
 def _build(name: str) -> Command | None:
     """The click object of the command or group registered on ``app`` as ``name``, built as
     typer would have built it with the whole tree."""
+    if name not in OWNER:
+        return None
+    _load(OWNER[name])
     for command in app.registered_commands:
         if command.name == name:
             return typer.main.get_command_from_info(
@@ -107,28 +111,58 @@ def _global(
     ctx.obj = root.absolute() if root is not None else None  # read by common.root_of
 
 
-def _register() -> None:
-    from . import (
-        agentcmds,
-        boardcmd,
-        chat,
-        controls,
-        doctor,
-        mcpcmd,
-        review,
-        runcmd,
-        tasks,
-        teamcmds,
-        worktreecmd,
-    )
+MODULES: dict[str, tuple[str, ...]] = {
+    "tasks": ("task",), "doctor": ("doctor",), "teamcmds": ("send", "broadcast", "inbox", "status", "jobs"),
+    "runcmd": ("run", "plan"), "review": ("log", "diff", "land"), "chat": ("chat",), "agentcmds": ("spawn",),
+    "controls": ("shutdown", "approve", "reject", "deny"), "boardcmd": ("board",), "worktreecmd": ("worktree",),
+    "mcpcmd": ("mcp",),
+}
+"""Each command module and the names it registers, in registration order (tests/test_help.py checks
+it against what the modules register), so a command's module is imported only when it runs."""
+OWNER = {name: module for module, names in MODULES.items() for name in names}
+ORDER = [name for names in MODULES.values() for name in names]
+_loaded: set[str] = set()
 
-    for module in (tasks, doctor, teamcmds, runcmd, review, chat, agentcmds, controls, boardcmd, worktreecmd,
-                   mcpcmd):
-        module.register(app)
+
+def _load(module: str) -> None:
+    """Import one command module and register its commands on ``app`` (explicit imports, so the
+    layout test sees them)."""
+    if module in _loaded:
+        return
+    if module == "tasks":
+        from . import tasks as m
+    elif module == "doctor":
+        from . import doctor as m  # type: ignore[no-redef]
+    elif module == "teamcmds":
+        from . import teamcmds as m  # type: ignore[no-redef]
+    elif module == "runcmd":
+        from . import runcmd as m  # type: ignore[no-redef]
+    elif module == "review":
+        from . import review as m  # type: ignore[no-redef]
+    elif module == "chat":
+        from . import chat as m  # type: ignore[no-redef]
+    elif module == "agentcmds":
+        from . import agentcmds as m  # type: ignore[no-redef]
+    elif module == "controls":
+        from . import controls as m  # type: ignore[no-redef]
+    elif module == "boardcmd":
+        from . import boardcmd as m  # type: ignore[no-redef]
+    elif module == "worktreecmd":
+        from . import worktreecmd as m  # type: ignore[no-redef]
+    elif module == "mcpcmd":
+        from . import mcpcmd as m  # type: ignore[no-redef]
+    else:
+        raise KeyError(module)
+    _loaded.add(module)
+    m.register(app)
     adopt(app)
 
 
-_register()
+def everything() -> typer.Typer:
+    """``app`` with every command registered (``from orchestrator.cli import app``)."""
+    for module in MODULES:
+        _load(module)
+    return app
 
 
 def dispatch(argv: list[str] | None) -> int:
