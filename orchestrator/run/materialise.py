@@ -79,7 +79,7 @@ from ..core import threads
 from ..core.errors import CorruptFile, PlanError
 from ..core.fsutil import atomic_write, fsync_dir
 from ..core.models import Status, Task
-from ..core.paths import team_dir
+from ..core.paths import creation_record
 from ..core.text import plural
 from ..core.threads import Crash
 from ..plan.analysis import analyse
@@ -134,9 +134,6 @@ def tasks_of(store: TaskStore, plan: str) -> list[Task]:
 
 
 # ---------------------------------------------------------------------------- the creation record
-def record_path(root: Path, plan: str) -> Path:
-    """Exists while the creation of ``plan``'s tasks is under way (it survives a kill)."""
-    return team_dir(root) / "materialising" / f"{plan}.json"
 
 
 @dataclass
@@ -150,7 +147,7 @@ class Record:
 
     @classmethod
     def read(cls, root: Path, plan: str) -> Record | None:
-        path = record_path(root, plan)
+        path = creation_record(root, plan)
         try:
             data = json.loads(path.read_bytes())
             rec = cls(plan=str(data["plan"]), fingerprint=str(data["fingerprint"]), count=int(data["count"]),
@@ -164,14 +161,14 @@ class Record:
         return rec
 
     def write(self, root: Path) -> None:
-        path = record_path(root, self.plan)
+        path = creation_record(root, self.plan)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps({"plan": self.plan, "fingerprint": self.fingerprint, "count": self.count,
                                        "ids": self.ids}, separators=(",", ":")))
 
 
 def remove_record(root: Path, plan: str) -> None:
-    path = record_path(root, plan)
+    path = creation_record(root, plan)
     if path.exists():
         path.unlink()
         fsync_dir(path.parent)
@@ -200,22 +197,19 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
     by_key = {t.plan_task: t for t in existing}
     wanted = {t.id for t in plan.tasks}
     ids: dict[str, int] = {k: t.id for k, t in by_key.items() if k is not None}
+    missing = 0
     if record is not None:
         for key, tid in record.ids.items():
             old = by_key.get(key)
             if old is not None and old.id != tid:
-                raise PlanError(f"{record_path(store.root, plan.name)}: reserved #{tid} for {key}, but the store "
+                raise PlanError(f"{creation_record(store.root, plan.name)}: reserved #{tid} for {key}, but the store "
                                 f"has {key} as #{old.id}: run again with --fresh to start over")
             if old is None and store.path(tid).exists():
-                raise PlanError(f"{record_path(store.root, plan.name)}: reserved #{tid} for {key}, but #{tid} is "
+                raise PlanError(f"{creation_record(store.root, plan.name)}: reserved #{tid} for {key}, but #{tid} is "
                                 f"another task: run again with --fresh to start over")
             if old is None and key in wanted:
                 ids[key] = tid
         missing = sum(1 for k in record.ids if k not in by_key and k in wanted)
-        if missing:
-            made = sum(1 for k in by_key if k in wanted)
-            note(f"plan {plan.name}: the last run stopped while creating its tasks ({made} of {record.count} "
-                 f"made): creating the other {missing}")
 
     for t in plan.tasks:  # refuse changed dependencies before writing anything
         old = by_key.get(t.id)
@@ -228,6 +222,10 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
             raise PlanError(f"{lp.path}: tasks.{t.id}.needs: changed since the last run of plan "
                             f"{plan.name!r}; run again with --fresh to start over")
 
+    if record is not None and missing:
+        made = sum(1 for k in by_key if k in wanted)
+        note(f"plan {plan.name}: the last run stopped while creating its tasks ({made} of {record.count} "
+             f"made): creating the other {missing}")
     new = [t for t in plan.tasks if t.id not in ids]
     if new:
         first = store.reserve(len(new))
@@ -334,10 +332,9 @@ class Creation:
         self.store, self.lp, self.owner = store, lp, owner
         self.todo = dependency_order(tasks)
         self.known = known  # id -> blockedBy of the plan's tasks that exist ([] once made by this creation)
-        self.count = len(self.todo)
+        self.total = len(self.todo)
         self.id_of = ids  # plan task -> id, of every task of the plan
-        self.ids = frozenset(ids[t.id] for t in self.todo)
-        """The ids it makes (the scheduler's ``Feed.ids``)."""
+        self._ids = frozenset(ids[t.id] for t in self.todo)
         self.made = 0
         self._sizes = iter(CHUNKS)
         self._size = CHUNKS[0]
@@ -346,7 +343,17 @@ class Creation:
 
     @property
     def done(self) -> bool:
-        return self.made >= self.count
+        return self.made >= self.total
+
+    @property
+    def count(self) -> int:
+        """Tasks still to create (the scheduler's ``Feed.count``)."""
+        return self.total - self.made
+
+    @property
+    def ids(self) -> frozenset[int]:
+        """The ids it makes (the scheduler's ``Feed.ids``)."""
+        return self._ids
 
     def next_chunk(self) -> list[Task]:
         """Create the next chunk, durably; after the last one the record is removed."""

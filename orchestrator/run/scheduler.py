@@ -7,6 +7,17 @@ State (one ``Scheduler``; only the lead thread touches it, dask-style)::
     running   task -> (epoch, start time): claimed in the store, executing
     delayed   heap of (due time, task): failed attempts waiting out a backoff
     finished  completed | failed | cancelled, with why
+    feeding   the run's tasks not created yet are still coming (a ``Feed``)
+
+A big plan's tasks are created while it runs (run/materialise.py): the
+scheduler starts with the tasks that exist and, after its first commit,
+starts the ``Feed``, which delivers each further batch of tasks once it is
+durable, through the event queue (an ``Arrival``). An arrival is admitted
+before the outcomes of its batch are handled: each of its tasks waits on
+its dependencies not completed yet, or is cancelled if one failed or was
+cancelled. A task that exists may wait on one still to come (a resumed
+creation: ``Feed.ids``). The loop does not end while the feed is feeding,
+also after a failure stopped new starts, so the store ends with every task.
 
 Policy: fill free worker slots from ``ready`` (priority = the task's
 remaining path to the end of the plan, weighted by ``estimate``; ties keep
@@ -92,9 +103,13 @@ _WAKE = Outcome(-1, -1, "wake")  # put on the event queue by the RunStop; never 
 class Feed(Protocol):
     """More tasks of the run, created while it runs (``count`` of them; run/materialise.py ``Creation``)."""
 
-    count: int
-    ids: frozenset[int]
-    """The ids of the tasks it will deliver (reserved up front): a task may wait on one before it arrives."""
+    @property
+    def count(self) -> int:
+        """How many tasks it has still to deliver."""
+
+    @property
+    def ids(self) -> frozenset[int]:
+        """The ids of the tasks it delivers (reserved up front): a task may wait on one before it arrives."""
 
     def start(self, deliver: Callable[[list[Task], bool], None], on_crash: Crash) -> None:
         """Start making them; ``deliver(tasks, last)`` each durable batch, from another thread."""

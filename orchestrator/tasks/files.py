@@ -23,6 +23,11 @@ Writes:
   merges them into one journal commit), renamed, then the directory fsync
   and the event-log append+fsync run side by side: two commit waits per
   batch, whatever its size. A returned call is durable.
+* ``create_files`` writes new task files at reserved ids (a plan's chunk:
+  ``TaskEdits.create_reserved``), each linked into place so that an
+  existing file is never replaced, then fsyncs the folder; ``holding``
+  keeps other processes out meanwhile, and in a run lets this process's
+  own sections go on (``Pipeline.pinned``).
 * With a group-commit ``Pipeline`` attached (``team run``: pipeline.py), a
   batch written inside a ``commit`` section is queued for the pipeline's
   writer thread instead, and every read in this process sees queued
