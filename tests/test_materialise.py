@@ -187,3 +187,13 @@ def test_a_plan_changed_before_anything_ran_is_created_again(tmp_path):
     assert ("plan big: the last run stopped while creating its tasks, and the plan changed since: creating "
             "them again\n") in r.stderr
     check_invariants(tmp_path, needs, "")
+
+
+def test_a_name_taken_by_hand_refuses_the_run_before_anything_is_written(tmp_path):
+    write_plan(tmp_path, 300, random.Random(5))
+    made = run_team(tmp_path, "task", "create", "mine", "--name", "big.t250")
+    assert made.returncode == 0, made.stderr
+    r = run_team(tmp_path, "run", "plan.yaml")
+    assert r.returncode == 2
+    assert "a task named 'big.t250' already exists" in r.stderr
+    assert [t.subject for t in tasks(tmp_path)] == ["mine"] and not creation_record(tmp_path, "big").exists()

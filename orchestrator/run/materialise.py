@@ -227,12 +227,14 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         note(f"plan {plan.name}: the last run stopped while creating its tasks ({made} of {record.count} "
              f"made): creating the other {missing}")
     new = [t for t in plan.tasks if t.id not in ids]
+    to_create = [t for t in plan.tasks if t.id not in by_key]
+    if to_create:  # refused before anything is written, as a creation in one batch would be
+        store.check_names(lp.store_name(t) for t in to_create)
     if new:
         first = store.reserve(len(new))
         ids.update((t.id, first + i) for i, t in enumerate(new))
         if existing and record is None:
             note(f"plan {plan.name}: {plural(len(new), 'new task')} added")
-    to_create = [t for t in plan.tasks if t.id not in by_key]
     creation = None
     if to_create:
         Record(plan.name, fingerprint(lp), len(plan.tasks), {t.id: ids[t.id] for t in to_create}).write(store.root)

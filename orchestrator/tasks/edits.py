@@ -123,6 +123,17 @@ class TaskEdits:
             tasks = self._create_locked(specs, [first + i for i in range(len(specs))], actor, {})
             return tasks
 
+    def check_names(self, names: Iterable[str]) -> None:
+        """Refuse a name that is invalid or that a task has (``UserError``), before a creation in
+        chunks writes anything; each chunk checks its names again under the lock."""
+        with self.files.locked():
+            if not self.files.names_path.exists() and self.files.ids():
+                self.files.rebuild_names_locked()  # the index was lost: names must stay unique
+            index = self.files.name_entries()
+        taken = _latest_names(index)
+        for name in names:
+            self._check_name(name, index, taken)
+
     def reserve(self, n: int) -> int:
         """Reserve ``n`` ids for ``create_reserved``: the first of them. The counter is moved past them
         durably, so no other create takes one, even after a crash (``next_id``)."""

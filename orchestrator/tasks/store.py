@@ -141,6 +141,10 @@ class TaskStore:
         self._tell("task_created", tasks)
         return tasks
 
+    def check_names(self, names: Iterable[str]) -> None:
+        """Refuse names that are invalid or taken, before a creation writes anything (``TaskEdits.check_names``)."""
+        self.edits.check_names(names)
+
     def reserve(self, n: int) -> int:
         """Reserve ``n`` ids (the counter moved past them, durably); returns the first (``TaskEdits.reserve``)."""
         return self.edits.reserve(n)
