@@ -233,7 +233,7 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
     if new:
         first = store.reserve(len(new))
         ids.update((t.id, first + i) for i, t in enumerate(new))
-        if existing and record is None:
+        if existing:
             note(f"plan {plan.name}: {plural(len(new), 'new task')} added")
     creation = None
     if to_create:
