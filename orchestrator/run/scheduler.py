@@ -95,6 +95,11 @@ from .stop import RunStop
 
 MAX_RETRY_DELAY = 3600.0
 """The backoff doubles per failure up to this (an hour)."""
+WAIT_MAX = 1.0
+"""The loop's longest sleep on its event queue. A signal is taken by Python on the main thread only:
+when the kernel hands it to another thread of ours while this one sleeps in the queue, its handler
+(``RunStop.request``, which wakes the loop) waits until this thread runs again; this bounds that wait
+(``tests/hostile/test_signals.py`` hung 2 runs in 24 before it, under load)."""
 Emit = Callable[[dict[str, Any]], None]
 Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
 _WAKE = Outcome(-1, -1, "wake")  # put on the event queue by the RunStop; never handled
@@ -318,9 +323,9 @@ class Scheduler:
                 self.feed.start(lambda tasks, last: self.events.put(Arrival(tasks, last)), self.stop.fail)
             if not self.running and (self.stopped or not self.delayed) and not self.feeding:
                 break
-            timeout = None
+            timeout = WAIT_MAX
             if self.delayed and not self.stopped:
-                timeout = max(0.0, self.delayed[0][0] - self.clock())
+                timeout = min(WAIT_MAX, max(0.0, self.delayed[0][0] - self.clock()))
             try:
                 batch: list[Outcome | Arrival] = [self.events.get(timeout=timeout)]
             except queue.Empty:
