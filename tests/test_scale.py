@@ -1,5 +1,5 @@
-"""Issue 13's correctness parts: the task index never masks the files, a plan's bulk create
-survives a SIGKILL mid-batch, and a lean start-up (what `team task list` imports).
+"""Issue 13's correctness parts: the task index never masks the files, a plan's creation
+survives a SIGKILL mid-way (more in test_materialise.py), and a lean start-up (what `team task list` imports).
 
 No timing here: bench/scale_bench.py measures."""
 
@@ -154,10 +154,10 @@ def test_a_lead_killed_in_the_middle_of_creating_a_plan_leaves_a_store_the_next_
     lead.send_signal(signal.SIGKILL)
     lead.wait()
     left = task_files(tmp_path)
-    if 0 < left < n:  # killed mid-batch (the usual case): what is there is readable and consistent
-        code, rows, err = listing(tmp_path)
+    if 0 < left < n:  # killed mid-creation (the usual case): what is there is readable, each task once
+        code, rows, err = listing(tmp_path)  # (its first tasks may have run: tests/test_materialise.py)
         assert code == 0 and not err, f"seed {seed}: {err}"
-        assert all(r["status"] == "pending" for r in rows)
+        assert len({r["plan_task"] for r in rows}) == len(rows), f"seed {seed}"
     final = run_team(tmp_path, "run", "plan.yaml", timeout=600)
     assert final.returncode == 0, f"seed {seed}: {final.stdout[-2000:]}\n{final.stderr[-2000:]}"
     code, rows, err = listing(tmp_path)

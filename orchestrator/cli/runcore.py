@@ -121,7 +121,7 @@ def isolation_check(lp, state_root: Path) -> list[str]:
 
 
 def dry_run_of(lp, state_root: Path, workers: int | None, json_out: bool) -> None:
-    from ..core.paths import tasks_dir
+    from ..core.paths import creation_record, tasks_dir
     from ..plan.analysis import analyse
     from ..tasks.index import read_rows
 
@@ -137,11 +137,12 @@ def dry_run_of(lp, state_root: Path, workers: int | None, json_out: bool) -> Non
         raise CorruptFile(path, why.replace(f"{path}: ", "", 1).split(" (run `team doctor`")[0])
     done = {r.data.get("plan_task") for r in rows if r.data.get("plan") == lp.plan.name and r.status == "completed"}
     w = workers or lp.plan.workers
+    cut = creation_record(state_root, lp.plan.name).exists()  # a lead died while creating the tasks
     if json_out:
         out(json.dumps({"plan": lp.plan.name, "tasks": len(lp.plan.tasks), "workers": w, "waves": a.waves,
                         "critical_path": a.critical_path, "critical_length": a.critical_length,
                         "total_work": a.total_work, "max_parallelism": a.max_parallelism,
-                        "completed": sorted(done), "warnings": warnings}, indent=2))
+                        "completed": sorted(done), "creation_interrupted": cut, "warnings": warnings}, indent=2))
         return
     out(f"plan {lp.plan.name} ({lp.path}): {plural(len(lp.plan.tasks), 'task')}, workers {w}")
     for i, wave in enumerate(a.waves, 1):
@@ -154,6 +155,10 @@ def dry_run_of(lp, state_root: Path, workers: int | None, json_out: bool) -> Non
         f"average {avg:.1f} (work {a.total_work:g} / critical path {a.critical_length:g})")
     if done:
         out(f"resume: {plural(len(done), 'task')} already completed in {state_root}")
+    if cut:
+        made = sum(1 for r in rows if r.data.get("plan") == lp.plan.name)
+        out(f"resume: the last run stopped while creating the plan's tasks ({made} of {len(lp.plan.tasks)} "
+            f"made): `team run` creates the others")
     for w in warnings:
         out(w)
     out("dry run: nothing was run or written")

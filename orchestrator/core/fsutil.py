@@ -9,6 +9,10 @@
   rename. The umask is read once at import (``UMASK``): ``os.umask`` can
   only be read by setting it, which races with threads creating files, so
   ``read_umask`` uses ``/proc/self/status`` where it exists.
+* ``create_new``: like ``atomic_write`` for a file that must not exist yet:
+  the temp file is hard-linked to its name (``link(2)`` fails on an
+  existing name), so a file someone else made is never replaced
+  (``FileExistsError``). The store's reserved ids rely on it (tasks/edits.py).
 * A write that fails (a full disk) raises an ``OSError`` naming the file it
   was writing, also when the failing call (``write``, ``fsync``) names none.
 * ``append_line``: appends one JSON line to a log under an exclusive lock
@@ -102,6 +106,23 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
             raise
         if durable and sync_dir:
             fsync_dir(path.parent)
+
+
+def create_new(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Create ``path`` holding ``data``, atomically for readers; ``FileExistsError`` if it exists
+    (nothing is replaced). The directory is left for the caller to fsync (``fsync_dir``)."""
+    with _naming(path):
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(fd, 0o666 & ~UMASK)
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
 
 
 @contextmanager

@@ -5,6 +5,7 @@
     <root>/.team/config.json       roster (see team/roster.py)
     <root>/.team/inbox/<name>.jsonl
     <root>/.team/jobs/             background job records and logs (see jobs/manager.py)
+    <root>/.team/materialising/<plan>.json   a plan's tasks being created (see run/materialise.py)
 """
 
 from __future__ import annotations
@@ -28,3 +29,8 @@ def tasks_dir(root: Path) -> Path:
 
 def team_dir(root: Path) -> Path:
     return root / ".team"
+
+
+def creation_record(root: Path, plan: str) -> Path:
+    """Exists while the creation of ``plan``'s tasks is under way (run/materialise.py); survives a kill."""
+    return team_dir(root) / "materialising" / f"{plan}.json"

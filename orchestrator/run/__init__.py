@@ -1,6 +1,8 @@
 """``team run``: materialise a plan and run it; ``team land``: take its result.
 
     runner.py     run_plan: lead lock, materialise, recover, schedule
+    materialise.py  the plan's tasks as store tasks: recovery of those that exist, the missing ones
+                  created at reserved ids in chunks while the run goes, resumed after a kill
     scheduler.py  Scheduler: parallel, durable, retries, keep-going, deadlock detection
     executor.py   the executor seam: Executor, Outcome, ExecutorContext
     stop.py       RunStop: how a signal or a failed thread of ours stops a run at a safe point

@@ -31,27 +31,15 @@ Order of a run (``run_plan``):
    leaves out, or snapshotting them with ``--include-uncommitted``.
 6. ``request_redo`` flags the ``--redo`` tasks and their dependents in the
    store before anything else changes (reconcile.py).
-7. ``materialise``: the plan's tasks become store tasks. A store task
-   belongs to the plan through its ``plan`` and ``plan_task`` fields and is
-   named ``<plan>.<id>`` (so ``team task show demo.build`` works). The match
-   is made once per run from one directory scan.
-
-   * Some but not all tasks exist and none was ever claimed: the last lead
-     died while creating them; they are deleted and created again.
-   * Missing tasks are created in one ``create_many`` batch.
-   * ``completed`` tasks stay done (even if their command changed: use
-     ``--redo`` or ``--fresh`` to redo them).
-   * ``failed`` and ``cancelled`` tasks go back to ``pending`` with a fresh
-     retry budget: a new run retries them.
-   * ``in_progress`` tasks were being run by a lead that is now dead (we hold
-     its lock): they are released to ``pending`` at once; the attempt stays
-     counted and the event log says why. So are claims the event log has
-     but the task file never got (the lead starts a job once its claim is
-     logged, before the file is written: ``TaskStore.commit``).
-   * A pending task whose command/env/timeout changed in the plan is updated.
-     Changed ``needs`` of an existing task are refused: use ``--fresh``.
-   * Tasks of this plan no longer in the file are cancelled ("removed from
-     the plan").
+7. ``prepare`` (materialise.py): the plan's tasks that exist are brought in
+   line with the plan (completed stay done, failed and cancelled are retried,
+   in-flight ones of a dead lead are released, removed ones cancelled,
+   changed ``needs`` refused); the missing ones get their ids reserved and a
+   creation record, and the first chunk of them is created. The scheduler
+   starts with it and is given the other chunks as a thread makes them
+   durable; a lead killed meanwhile leaves the record, and the next run
+   creates exactly the missing tasks at their reserved ids. With worktree
+   isolation every task is created before the run starts (``materialise``).
 8. ``reconcile``: the store and the integration branch are made to agree
    (redo flags, a merge gone missing, a task reopened after its merge).
 Hooks (docs/hooks.md): the plan's ``hooks:`` and ``.team/hooks.yaml`` are
@@ -86,7 +74,7 @@ from typing import Any
 from ..core.errors import PlanError, UserError
 from ..core.fsutil import atomic_write
 from ..core.hooks import Hooks, NoHooks
-from ..core.models import Status, Task
+from ..core.models import Status
 from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
 from ..core.text import plural
@@ -94,7 +82,6 @@ from ..git.land import Land
 from ..git.worktrees import Start, Worktrees
 from ..hooks.config import run_hooks
 from ..hooks.dispatch import HookDispatcher
-from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
@@ -102,121 +89,11 @@ from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
 from .hooked import Hooked
 from .isolation import Isolation
+from .materialise import materialise, prepare, remove_record, tasks_of
 from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 from .stop import RunStop
-
-
-@dataclass
-class Materialised:
-    tasks: list[Task]
-    priority: dict[int, float]
-    retry_delay: dict[int, float]
-
-
-def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
-    d = lp.plan.defaults
-    first = (t.description or t.run or t.prompt or "").strip().splitlines()
-    subject = f"{t.id}: {first[0][:80].rstrip()}" if first else t.id
-    return dict(
-        subject=subject, description=t.description, name=lp.store_name(t), kind=t.kind,
-        command=t.run, prompt=t.prompt, plan=lp.plan.name, plan_task=t.id, role=t.role,
-        assignee=t.assignee, estimate=t.estimate,
-        timeout=t.timeout if t.timeout is not None else d.timeout,
-        retries=t.retries if t.retries is not None else d.retries,
-        env={**d.env, **t.env}, cwd=str(lp.task_cwd(t)),
-        isolation=t.isolation or (lp.plan.isolation if lp.plan.isolation != "none" else None),
-        outputs=_pick(t.outputs, d.outputs) or [], num_cpus=_pick(t.num_cpus, d.num_cpus),
-        resources=_pick(t.resources, d.resources) or {}, lost_retries=_pick(t.lost_retries, d.lost_retries, 3),
-    )
-
-
-def _pick(*values: Any) -> Any:
-    """The first value that is set (a task's own, then the plan's defaults, then the built-in)."""
-    return next((v for v in values if v is not None), None)
-
-
-_MUTABLE = ("subject", "description", "command", "prompt", "role", "assignee", "estimate", "timeout",
-            "retries", "env", "cwd", "isolation", "outputs", "num_cpus", "resources", "lost_retries")
-
-
-def tasks_of(store: TaskStore, plan: str) -> list[Task]:
-    """The store's tasks of ``plan``."""
-    return [t for t in store.all() if t.plan == plan] if store.exists() else []
-
-
-def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
-                note: Callable[[str], None] = lambda s: None) -> Materialised:
-    plan = lp.plan
-    existing = tasks_of(store, plan.name)
-    if existing and len(existing) < len(plan.tasks) and all(t.attempts == 0 for t in existing):
-        # A lead died while creating the tasks (create_many is not one atomic write): nothing ran yet.
-        store.delete_many([t.id for t in existing], actor=owner, reason="incomplete materialisation")
-        note(f"plan {plan.name}: the last run stopped while creating its tasks; creating them again")
-        existing = []
-    by_key = {t.plan_task: t for t in existing}
-    wanted = {t.id for t in plan.tasks}
-    new = [t for t in plan.tasks if t.id not in by_key]
-    new_index = {t.id: i for i, t in enumerate(new)}
-
-    for t in plan.tasks:  # refuse changed dependencies before writing anything
-        old = by_key.get(t.id)
-        if old is not None and not any(n in new_index for n in t.needs):
-            if sorted(by_key[n].id for n in t.needs) != sorted(old.blockedBy):
-                raise PlanError(f"{lp.path}: tasks.{t.id}.needs: changed since the last run of plan "
-                                f"{plan.name!r}; run again with --fresh to start over")
-        elif old is not None:
-            raise PlanError(f"{lp.path}: tasks.{t.id}.needs: now names a task added since the last run "
-                            f"of plan {plan.name!r}; run again with --fresh to start over")
-
-    specs = []
-    for t in new:
-        spec = _spec(lp, t)
-        spec["blockedBy"] = [by_key[n].id if n in by_key else ("new", new_index[n]) for n in t.needs]
-        specs.append(spec)
-    created = store.create_many(specs, actor=owner) if specs else []
-    if created and existing:
-        note(f"plan {plan.name}: {plural(len(created), 'new task')} added")
-
-    plan_tasks = {t.id: t for t in plan.tasks}
-    for old in existing:
-        if old.plan_task not in wanted:
-            if old.status not in (Status.completed, Status.cancelled):
-                store.cancel(old.id, "removed from the plan", actor=owner)
-            continue
-        t = plan_tasks[old.plan_task]
-        fields: dict[str, Any] = {}
-        if old.status != Status.completed:
-            spec = _spec(lp, t)
-            fields = {k: spec[k] for k in _MUTABLE if getattr(old, k) != spec[k]}
-        if old.status == Status.in_progress:
-            store.release(old.id, old.epoch, actor=owner, interrupted=True,
-                          reason=f"the previous lead died during attempt {old.attempts}; re-running")
-            note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
-        if old.status in (Status.failed, Status.cancelled):
-            store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, lost=0, error=None,
-                         **fields)
-            note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: retrying it")
-        elif fields:
-            store.update(old.id, actor=owner, **fields)
-    for tid, (epoch, attempt) in store.unfiled_claims(existing).items():
-        store.release_unfiled(tid, epoch, attempt, actor=owner,
-                              reason=f"the previous lead died during attempt {attempt} (before the claim "
-                                     "reached the task file); re-running")
-        note(f"#{tid} was starting when the last lead died: re-running it")
-
-    # a first run has nothing to re-read: the batch it just wrote is every task of the plan
-    tasks_by_key = {t.plan_task: t for t in (store.all() if existing else created) if t.plan == plan.name}
-    tasks = [tasks_by_key[t.id] for t in plan.tasks]
-    remaining = analyse(plan).remaining
-    d = plan.defaults
-    return Materialised(
-        tasks=tasks,
-        priority={tasks_by_key[k].id: v for k, v in remaining.items()},
-        retry_delay={tasks_by_key[t.id].id: t.retry_delay if t.retry_delay is not None else d.retry_delay
-                     for t in plan.tasks},
-    )
 
 
 def kinds_of(lp: LoadedPlan) -> dict[str, list[str]]:
@@ -341,12 +218,16 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
         for text in asked.notes:
             note(text)
-        prep = materialise(store, lp, note=note)
+        # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
+        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note)
         agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
         for text in agreed.notes:
             note(text)
         # reconcile writes only for a redo or with worktree isolation: else the tasks are as materialised
         tasks = [store.read(t.id) for t in prep.tasks] if agreed.redone or wt is not None else prep.tasks
+        if prep.creation is not None:
+            stop.check()
+            tasks += prep.creation.next_chunk()  # the rest is made while the run goes (materialise.py)
         if wt is not None:
             for text in kept_work_notes(tasks, wt, rerun):
                 note(text)
@@ -355,7 +236,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
-        scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop)
+        scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop, feed=prep.creation)
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
         result = scheduler.run()
@@ -495,6 +376,7 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
     if existing:
         store.delete_many([t.id for t in existing], actor=owner, reason=f"team run --fresh {lp.plan.name}")
         note(f"--fresh: removed {plural(len(existing), 'task')} of plan {lp.plan.name}")
+    remove_record(store.root, lp.plan.name)  # an interrupted creation of them (materialise.py)
     marker.unlink()
 
 

@@ -7,6 +7,17 @@ State (one ``Scheduler``; only the lead thread touches it, dask-style)::
     running   task -> (epoch, start time): claimed in the store, executing
     delayed   heap of (due time, task): failed attempts waiting out a backoff
     finished  completed | failed | cancelled, with why
+    feeding   the run's tasks not created yet are still coming (a ``Feed``)
+
+A big plan's tasks are created while it runs (run/materialise.py): the
+scheduler starts with the tasks that exist and, after its first commit,
+starts the ``Feed``, which delivers each further batch of tasks once it is
+durable, through the event queue (an ``Arrival``). An arrival is admitted
+before the outcomes of its batch are handled: each of its tasks waits on
+its dependencies not completed yet, or is cancelled if one failed or was
+cancelled. A task that exists may wait on one still to come (a resumed
+creation: ``Feed.ids``). The loop does not end while the feed is feeding,
+also after a failure stopped new starts, so the store ends with every task.
 
 Policy: fill free worker slots from ``ready`` (priority = the task's
 remaining path to the end of the plan, weighted by ``estimate``; ties keep
@@ -65,7 +76,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..core import threads
 from ..core.errors import (
@@ -77,15 +88,49 @@ from ..core.errors import (
     storage_error,
 )
 from ..core.models import Status, Task
+from ..core.threads import Crash
 from ..tasks.store import TaskStore
 from .executor import Executor, Outcome
 from .stop import RunStop
 
 MAX_RETRY_DELAY = 3600.0
 """The backoff doubles per failure up to this (an hour)."""
+WAIT_MAX = 0.25
+"""The loop's longest sleep on its event queue. A signal is taken by Python on the main thread only:
+when the kernel hands it to another thread of ours while this one sleeps in the queue (a lock wait
+is cut short only by a signal delivered to the waiting thread), its handler (``RunStop.request``,
+which wakes the loop) waits until this thread runs again; this bounds that wait, so Ctrl-C is
+answered within a quarter of a second (``tests/hostile/test_signals.py`` hung 2 runs in 24 before
+it, under load; the same cause explains the hang make flaky saw once before, c4d10a3)."""
 Emit = Callable[[dict[str, Any]], None]
 Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
 _WAKE = Outcome(-1, -1, "wake")  # put on the event queue by the RunStop; never handled
+
+
+class Feed(Protocol):
+    """More tasks of the run, created while it runs (``count`` of them; run/materialise.py ``Creation``)."""
+
+    @property
+    def count(self) -> int:
+        """How many tasks it has still to deliver."""
+
+    @property
+    def ids(self) -> frozenset[int]:
+        """The ids of the tasks it delivers (reserved up front): a task may wait on one before it arrives."""
+
+    def start(self, deliver: Callable[[list[Task], bool], None], on_crash: Crash) -> None:
+        """Start making them; ``deliver(tasks, last)`` each durable batch, from another thread."""
+
+    def stop(self) -> None:
+        """Stop after the batch being made, and wait for that (the next run makes the rest)."""
+
+
+@dataclass
+class Arrival:
+    """Tasks a ``Feed`` delivered (durable); ``last``: the feed is done."""
+
+    tasks: list[Task]
+    last: bool
 
 
 @dataclass
@@ -136,8 +181,9 @@ class RunResult:
 class Scheduler:
     def __init__(self, store: TaskStore, tasks: list[Task], priority: dict[int, float],
                  executors: dict[str, Executor], opts: RunOptions, emit: Emit,
-                 clock: Callable[[], float] = time.time, stop: RunStop | None = None):
-        """``stop``: how signals and failures on other threads reach the loop (stop.py)."""
+                 clock: Callable[[], float] = time.time, stop: RunStop | None = None, feed: Feed | None = None):
+        """``stop``: how signals and failures on other threads reach the loop (stop.py). ``feed``: the
+        run's tasks not created yet, delivered while it runs (the module docstring)."""
         self.store, self.opts, self.emit, self.clock = store, opts, emit, clock
         self.stop = stop if stop is not None else RunStop()
         self.executors = executors
@@ -145,7 +191,10 @@ class Scheduler:
         """The latest ``Task`` of every task this run has not finished; a finished one is dropped, so the
         lead's memory is what is open, not the whole plan (100k tasks held twice cost 0.9 GB)."""
         self.plan = tasks[0].plan or "" if tasks else ""
-        self.total = len(tasks)
+        self.feed = feed if feed is not None and feed.count else None
+        self.feeding = self.feed is not None  # until its last batch arrived
+        self._fed = False  # the feed was started
+        self.total = len(tasks) + (self.feed.count if self.feed is not None else 0)
         self.order = {t.id: i for i, t in enumerate(tasks)}
         self.priority = priority
         self.dependents: dict[int, list[int]] = {tid: [] for tid in self.tasks}
@@ -156,7 +205,7 @@ class Scheduler:
         self.failures: dict[int, int] = {t.id: t.failures for t in tasks}
         self.lost: dict[int, int] = {t.id: t.lost for t in tasks}
         self.unclaimable: dict[int, str] = {}
-        self.events: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[Outcome | Arrival] = queue.SimpleQueue()
         self.stopped: str | None = None
         self.runs = {t.id: TaskRun(t.id, t.plan_task or t.name or str(t.id), t.status.value,
                                    t.attempts, t.failures, t.interrupted, deps=list(t.blockedBy))
@@ -166,12 +215,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ state
     def _init_state(self) -> None:
-        external = {d for t in self.tasks.values() for d in t.blockedBy if d not in self.tasks}
+        coming = self.feed.ids if self.feed is not None else frozenset()
+        external = {d for t in self.tasks.values() for d in t.blockedBy if d not in self.tasks and d not in coming}
         done_outside = {d for d in external if self._completed_outside(d)}
         for t in self.tasks.values():
             for d in t.blockedBy:
-                if d in self.dependents:
-                    self.dependents[d].append(t.id)
+                if d in self.dependents or d in coming:  # one to come: its dependents wait for it
+                    self.dependents.setdefault(d, []).append(t.id)
             if t.status != Status.pending:
                 continue
             open_deps = {d for d in t.blockedBy if d not in done_outside
@@ -182,6 +232,40 @@ class Scheduler:
                 self._push_ready(t.id)
         for tid in [t.id for t in self.tasks.values() if t.status in (Status.completed, Status.cancelled)]:
             del self.tasks[tid]  # never started again in this run
+
+    def _admit(self, tasks: list[Task]) -> None:
+        """Tasks a feed delivered: each waits on its dependencies not completed yet (created before it,
+        so known to this run, or outside the plan); one that needs a failed or cancelled task is
+        cancelled, as ``_cancel_downstream`` would have done had it existed then."""
+        coming = self.feed.ids if self.feed is not None else frozenset()
+        for t in tasks:
+            self.tasks[t.id] = t
+            self.order[t.id] = len(self.order)
+            self.dependents.setdefault(t.id, [])  # tasks made earlier may wait on it already
+            self.failures[t.id], self.lost[t.id] = t.failures, t.lost
+            self.runs[t.id] = TaskRun(t.id, t.plan_task or t.name or str(t.id), t.status.value, t.attempts,
+                                      t.failures, t.interrupted, deps=list(t.blockedBy))
+            open_deps: set[int] = set()
+            for d in t.blockedBy:
+                if d in self.runs or d in coming:
+                    self.dependents.setdefault(d, []).append(t.id)
+                    if d not in self.runs or self.runs[d].status != "completed":
+                        open_deps.add(d)
+                elif not self._completed_outside(d):
+                    open_deps.add(d)
+            dead = [d for d in sorted(open_deps) if d in self.runs and self.runs[d].status in ("failed", "cancelled")]
+            if dead:
+                via = self.runs[dead[0]]
+                reason = f"needs #{dead[0]} ({via.name}), which {'failed' if via.status == 'failed' else 'was cancelled'}"
+                self.store.cancel(t.id, reason, actor=self.opts.owner)
+                del self.tasks[t.id]
+                self.runs[t.id].status, self.runs[t.id].error = "cancelled", reason
+                self.emit({"event": "cancelled", "task": t.id, "name": self.runs[t.id].name, "reason": reason})
+                self._cancel_downstream(t.id, "was cancelled")  # tasks made earlier that wait on it
+            elif open_deps:
+                self.waiting[t.id] = open_deps
+            else:
+                self._push_ready(t.id)
 
     def _completed_outside(self, tid: int) -> bool:
         try:
@@ -204,7 +288,11 @@ class Scheduler:
         try:
             try:
                 with self.store.pipelined(on_error=self.stop.fail):  # batches made durable by a writer thread
-                    self._loop()
+                    try:
+                        self._loop()
+                    finally:
+                        if self.feed is not None:
+                            self.feed.stop()  # its chunk in progress ends durable (or the run stops with its error)
             finally:
                 self._hb_stop.set()
                 hb.join(timeout=10)  # no lease write after the final flush
@@ -232,13 +320,16 @@ class Scheduler:
             self.stop.check()  # a signal or a failure elsewhere: stop here, at a safe point
             self._promote_delayed()
             self._commit(finals)
-            if not self.running and (self.stopped or not self.delayed):
+            if self.feed is not None and not self._fed:  # after the first starts: they need no more tasks
+                self._fed = True
+                self.feed.start(lambda tasks, last: self.events.put(Arrival(tasks, last)), self.stop.fail)
+            if not self.running and (self.stopped or not self.delayed) and not self.feeding:
                 break
-            timeout = None
+            timeout = WAIT_MAX
             if self.delayed and not self.stopped:
-                timeout = max(0.0, self.delayed[0][0] - self.clock())
+                timeout = min(WAIT_MAX, max(0.0, self.delayed[0][0] - self.clock()))
             try:
-                batch = [self.events.get(timeout=timeout)]
+                batch: list[Outcome | Arrival] = [self.events.get(timeout=timeout)]
             except queue.Empty:
                 finals = []
                 continue
@@ -248,7 +339,11 @@ class Scheduler:
                 except queue.Empty:
                     break
             self.stop.check()  # before handling anything
-            finals = self._handle(batch)
+            for item in batch:  # first: an outcome of the batch may complete what an arrival needs
+                if isinstance(item, Arrival):
+                    self._admit(item.tasks)
+                    self.feeding = self.feeding and not item.last
+            finals = self._handle([item for item in batch if isinstance(item, Outcome)])
 
     def _promote_delayed(self) -> None:
         now = self.clock()
@@ -423,7 +518,7 @@ class Scheduler:
             return f"it is {task.status.value}" + (f", owned by {task.owner}" if task.owner else "")
         return "a dependency is not completed on disk (changed by another process?)"
 
-    def _cancel_downstream(self, failed: int) -> None:
+    def _cancel_downstream(self, failed: int, what: str = "failed") -> None:
         root = f"#{failed} ({self.runs[failed].name})"
         stack = [(d, failed, True) for d in self.dependents[failed]]
         while stack:
@@ -432,7 +527,7 @@ class Scheduler:
                 continue
             del self.waiting[tid]
             via_name = self.runs[via].name
-            reason = (f"needs #{via} ({via_name}), which failed" if direct
+            reason = (f"needs #{via} ({via_name}), which {what}" if direct
                       else f"needs #{via} ({via_name}), which was cancelled after {root} failed")
             self.store.cancel(tid, reason, actor=self.opts.owner)
             run = self.runs[tid]

@@ -8,6 +8,10 @@ Rules:
 
 * ``create_many`` takes the next free ids under one lock and writes the
   whole batch with one durable ``TaskFiles.write``.
+* ``reserve`` + ``create_reserved``: ids taken up front (the counter moved
+  past them durably), the tasks created later, a batch at a time, at those
+  ids, never over a file that exists (``fsutil.create_new``): a plan's chunks
+  (run/materialise.py), whose ``blockedBy`` are known before they are written.
 * A dependency that does not exist, or that would close a cycle, is refused
   with the unknown ref or the cycle (``#4 → #7 → #4``) in the message. The
   cycle search walks ``blockedBy`` edges, reading only reachable task files.
@@ -19,7 +23,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.errors import ConflictError, CycleError, InvalidName, UnknownRef, UserError
@@ -47,6 +51,16 @@ def _check_subject(subject: object) -> None:
                         "remove them")
 
 
+def _latest_names(entries: list[dict[str, Any]]) -> dict[str, int]:
+    """name -> id of the last index entry naming it (what ``name_lookup`` finds first)."""
+    out: dict[str, int] = {}
+    for entry in entries:
+        name, tid = entry.get("name"), entry.get("id")
+        if isinstance(name, str) and isinstance(tid, int):
+            out[name] = tid
+    return out
+
+
 class TaskEdits:
     """``create``, ``create_many`` and ``update`` (see the module docstring)."""
 
@@ -61,13 +75,18 @@ class TaskEdits:
                 f"invalid owner {owner!r}: use a member name (letters, digits, '.', '_' or '-'), or '' for none"
             )
 
-    def _check_name(self, name: str | None, entries: list[dict[str, Any]] | None = None) -> None:
+    def _check_name(self, name: str | None, entries: list[dict[str, Any]] | None = None,
+                    taken: Mapping[str, int] | None = None) -> None:
+        """``taken``: the index's names (``_latest_names`` of ``entries``): a name it lacks is free
+        without scanning ``entries`` (a plan's chunks would scan a growing index per name)."""
         if name is None:
             return
         if not NAME_RE.match(name) or name.isdigit():
             raise InvalidName(
                 f"invalid task name {name!r}: use letters, digits, '.', '_' or '-' (not all digits, ≤ 64 chars)"
             )
+        if taken is not None and name not in taken:
+            return
         if self.files.name_lookup(name, entries) is not None:
             raise UserError(f"a task named {name!r} already exists; pick another name")
 
@@ -100,58 +119,124 @@ class TaskEdits:
         for spec in specs:  # before the lock: a refused create leaves nothing behind, not even .tasks/
             _check_subject(spec.get("subject"))
         with self.files.locked():
-            named = any(spec.get("name") for spec in specs)
-            if named and not self.files.names_path.exists() and self.files.ids():
-                self.files.rebuild_names_locked()  # the index was lost: names must stay unique
-            index = self.files.name_entries() if named else []
             first = self.files.next_id()
-            ids = [first + i for i in range(len(specs))]
-            now = self.files.clock()
-            tasks = []
-            seen_names: set[str] = set()
-            for i, spec in enumerate(specs):
-                spec = dict(spec)
-                deps: list[int] = []
-                for dep in spec.pop("blockedBy", []) or []:
-                    if isinstance(dep, tuple) and dep[0] == "new":
-                        deps.append(ids[dep[1]])
-                    else:
-                        deps.append(self.files.resolve(dep))
-                name = spec.get("name")
-                self._check_name(name, index)
-                self._check_owner(spec.get("owner"))
-                if name is not None:
-                    if name in seen_names:
-                        raise UserError(f"a task named {name!r} appears twice; names must be unique")
-                    seen_names.add(name)
-                status = parse_status(spec.pop("status", Status.pending))
-                tasks.append(
-                    Task(id=ids[i], blockedBy=sorted(set(deps)), status=status, created_at=now, **spec)
-                )
-            for t in tasks:  # dependencies exist: resolve() checked old ones, new ones are in the batch
-                if t.id in t.blockedBy:
-                    raise CycleError(f"task #{t.id} cannot depend on itself: {format_cycle([t.id, t.id])}", [t.id, t.id])
-            batch = {t.id: t for t in tasks}
-            for t in self._maybe_cyclic(tasks, batch):
-                cycle = self._find_path(t.blockedBy, t.id, batch)
-                if cycle:
-                    raise CycleError(f"dependency cycle: {format_cycle([t.id, *cycle])}", [t.id, *cycle])
-            self.files.set_counter(ids[-1] + 1)
-            self.files.add_names(tasks)
-            self.files.write(tasks, [self.files.event_record(t, "created", actor, None) for t in tasks],
-                             index=len(tasks) >= INDEX_BATCH)
+            tasks = self._create_locked(specs, [first + i for i in range(len(specs))], actor, {})
             return tasks
 
+    def check_names(self, names: Iterable[str]) -> None:
+        """Refuse a name that is invalid or that a task has (``UserError``), before a creation in
+        chunks writes anything; each chunk checks its names again under the lock."""
+        with self.files.locked():
+            if not self.files.names_path.exists() and self.files.ids():
+                self.files.rebuild_names_locked()  # the index was lost: names must stay unique
+            index = self.files.name_entries()
+        taken = _latest_names(index)
+        for name in names:
+            self._check_name(name, index, taken)
+
+    def reserve(self, n: int) -> int:
+        """Reserve ``n`` ids for ``create_reserved``: the first of them. The counter is moved past them
+        durably, so no other create takes one, even after a crash (``next_id``)."""
+        with self.files.locked():
+            first = self.files.next_id()
+            self.files.set_counter(first + n, durable=True)
+            return first
+
+    def create_reserved(self, specs: list[dict[str, Any]], ids: list[int], *, actor: str = "cli",
+                        known: Mapping[int, list[int]] | None = None) -> list[Task]:
+        """Create tasks at ids reserved earlier (``reserve``) as one durable batch, the store held.
+
+        A plan's tasks are created this way a chunk at a time (run/materialise.py). ``blockedBy``
+        entries are ids or ``("new", i)`` of this batch. ``known``: the dependencies of tasks
+        outside the batch this caller knows (the plan's, in memory), so the cycle check reads no
+        file for them; a task of an earlier chunk is passed with ``[]`` (it was checked when it was
+        created, and it can only need tasks made before it). A file already at one of the ids is
+        never replaced: ``ConflictError`` (the counter was moved back by hand?).
+
+        Other processes wait for the store the whole time, as for ``create_many``; in a run, the
+        files are written outside this process's sections (``TaskFiles.holding``), so the
+        scheduler's commits go on meanwhile. Steps: names checked and indexed, the files written
+        and the folder fsynced, then the ``created`` lines appended and fsynced.
+        """
+        if not specs:
+            return []
+        for spec in specs:
+            _check_subject(spec.get("subject"))
+        with self.files.holding() as section:
+            with section():
+                top = max(ids)
+                if self.files.next_id() <= top:  # the counter lost the reservation (a repair by hand): keep it past
+                    self.files.set_counter(top + 1, durable=True)
+                tasks = self._build(specs, ids, known or {})
+                self.files.add_names(tasks)
+            self.files.create_files(tasks, index=len(tasks) >= INDEX_BATCH)
+            with section():
+                self.files.log([self.files.event_record(t, "created", actor, None) for t in tasks])
+            return tasks
+
+    def _create_locked(self, specs: list[dict[str, Any]], ids: list[int], actor: str,
+                       known: Mapping[int, list[int]]) -> list[Task]:
+        tasks = self._build(specs, ids, known)
+        self.files.set_counter(ids[-1] + 1)
+        self.files.add_names(tasks)
+        self.files.write(tasks, [self.files.event_record(t, "created", actor, None) for t in tasks],
+                         index=len(tasks) >= INDEX_BATCH)
+        return tasks
+
+    def _build(self, specs: list[dict[str, Any]], ids: list[int], known: Mapping[int, list[int]]) -> list[Task]:
+        """The tasks of a batch at ``ids``: names, owners, dependencies and cycles checked (under the lock)."""
+        named = any(spec.get("name") for spec in specs)
+        if named and not self.files.names_path.exists() and self.files.ids():
+            self.files.rebuild_names_locked()  # the index was lost: names must stay unique
+        index = self.files.name_entries() if named else []
+        taken = _latest_names(index)
+        now = self.files.clock()
+        tasks = []
+        seen_names: set[str] = set()
+        for i, spec in enumerate(specs):
+            spec = dict(spec)
+            deps: list[int] = []
+            for dep in spec.pop("blockedBy", []) or []:
+                if isinstance(dep, tuple) and dep[0] == "new":
+                    deps.append(ids[dep[1]])
+                elif isinstance(dep, int) and dep in known:
+                    deps.append(dep)  # made by this caller earlier: it exists
+                else:
+                    deps.append(self.files.resolve(dep))
+            name = spec.get("name")
+            self._check_name(name, index, taken)
+            self._check_owner(spec.get("owner"))
+            if name is not None:
+                if name in seen_names:
+                    raise UserError(f"a task named {name!r} appears twice; names must be unique")
+                seen_names.add(name)
+            status = parse_status(spec.pop("status", Status.pending))
+            tasks.append(
+                Task(id=ids[i], blockedBy=sorted(set(deps)), status=status, created_at=now, **spec)
+            )
+        for t in tasks:  # dependencies exist: resolve() checked old ones, new ones are in the batch
+            if t.id in t.blockedBy:
+                raise CycleError(f"task #{t.id} cannot depend on itself: {format_cycle([t.id, t.id])}", [t.id, t.id])
+        batch = {t.id: t for t in tasks}
+        for t in self._maybe_cyclic(tasks, batch, known):
+            cycle = self._find_path(t.blockedBy, t.id, batch, known)
+            if cycle:
+                raise CycleError(f"dependency cycle: {format_cycle([t.id, *cycle])}", [t.id, *cycle])
+        return tasks
+
     # ------------------------------------------------------------------ graph checks
-    def _deps_of(self, tid: int, overlay: dict[int, Task]) -> list[int]:
+    def _deps_of(self, tid: int, overlay: dict[int, Task], known: Mapping[int, list[int]]) -> list[int]:
         if tid in overlay:
             return overlay[tid].blockedBy
+        if tid in known:
+            return known[tid]
         try:
             return self.files.read(tid).blockedBy
         except UnknownRef:
             return []
 
-    def _maybe_cyclic(self, tasks: list[Task], batch: dict[int, Task]) -> list[Task]:
+    def _maybe_cyclic(self, tasks: list[Task], batch: dict[int, Task],
+                      known: Mapping[int, list[int]]) -> list[Task]:
         """The new tasks that may sit on a dependency cycle, in batch order; usually none.
 
         One pass over the batch and the existing tasks it reaches (each read once):
@@ -167,7 +252,7 @@ class TaskEdits:
             node = stack.pop()
             if node in deps:
                 continue
-            deps[node] = [d for d in dict.fromkeys(self._deps_of(node, batch))]
+            deps[node] = [d for d in dict.fromkeys(self._deps_of(node, batch, known))]
             stack.extend(d for d in deps[node] if d not in deps)
         waiting = {node: len(ds) for node, ds in deps.items()}
         needed_by: dict[int, list[int]] = {}
@@ -184,7 +269,8 @@ class TaskEdits:
                     free.append(user)
         return [t for t in tasks if t.id in waiting]
 
-    def _find_path(self, starts: Iterable[int], target: int, overlay: dict[int, Task]) -> list[int] | None:
+    def _find_path(self, starts: Iterable[int], target: int, overlay: dict[int, Task],
+                   known: Mapping[int, list[int]] | None = None) -> list[int] | None:
         """A dependency path from one of ``starts`` to ``target`` (inclusive), or None.
 
         Walks ``blockedBy`` edges reading only reachable task files.
@@ -202,7 +288,7 @@ class TaskEdits:
                 while parent[path[-1]] is not None:
                     path.append(parent[path[-1]])  # type: ignore[arg-type]
                 return list(reversed(path))
-            for dep in self._deps_of(node, overlay):
+            for dep in self._deps_of(node, overlay, known or {}):
                 if dep not in parent:
                     parent[dep] = node
                     stack.append(dep)

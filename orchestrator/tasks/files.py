@@ -23,6 +23,11 @@ Writes:
   merges them into one journal commit), renamed, then the directory fsync
   and the event-log append+fsync run side by side: two commit waits per
   batch, whatever its size. A returned call is durable.
+* ``create_files`` writes new task files at reserved ids (a plan's chunk:
+  ``TaskEdits.create_reserved``), each linked into place so that an
+  existing file is never replaced, then fsyncs the folder; ``holding``
+  keeps other processes out meanwhile, and in a run lets this process's
+  own sections go on (``Pipeline.pinned``).
 * With a group-commit ``Pipeline`` attached (``team run``: pipeline.py), a
   batch written inside a ``commit`` section is queued for the pipeline's
   writer thread instead, and every read in this process sees queued
@@ -41,15 +46,23 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import CorruptFile, NotWritable, UnknownRef
-from ..core.fsutil import append_line, atomic_write, file_lock, fsync_dir, parse_jsonl, read_jsonl
+from ..core.errors import ConflictError, CorruptFile, NotWritable, UnknownRef
+from ..core.fsutil import (
+    append_line,
+    atomic_write,
+    create_new,
+    file_lock,
+    fsync_dir,
+    parse_jsonl,
+    read_jsonl,
+)
 from ..core.jsonutil import dumps
 from ..core.models import MAX_TASK_ID, Status, Task
 from ..core.paths import tasks_dir
@@ -95,6 +108,14 @@ def _parallel(pool: Executor, jobs: Sequence[Callable[[], None]]) -> None:
             future.result()
 
 
+def _create_new(path: Path, data: bytes, *, durable: bool) -> None:
+    try:
+        create_new(path, data, durable=durable)
+    except FileExistsError:
+        raise ConflictError(f"{path} exists already, but its id was reserved for a task being created: the id "
+                            "counter .next_id was moved back while a plan was being created; run `team doctor`") from None
+
+
 WRITE_CHUNK = 2048
 """Task files serialised and written at a time by one big write (a plan's bulk create): bounds its memory."""
 
@@ -116,8 +137,8 @@ class TaskFiles:
         self.names_path = self.dir / "names.jsonl"
         self.pipeline: Pipeline | None = None  # attached for a run (``TaskStore.pipelined``)
         self._append_lock = threading.Lock()  # event-log appends of this object's threads, one at a time
-        self._pool: ThreadPoolExecutor | None = None  # fsync threads, made on first need (``_threads``)
-        self._pool_pid = 0
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # fsync threads, made on first need (``_threads``)
+        self._pool_pid: dict[str, int] = {}
         self._pool_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths and the lock
@@ -151,6 +172,23 @@ class TaskFiles:
         self.ensure()
         with file_lock(self.lock_path, announce=self.waiting_path):
             yield
+
+    @contextmanager
+    def holding(self) -> Iterator[Callable[[], AbstractContextManager[object]]]:
+        """The store held against other processes for the block, for writes only this thread makes
+        (new files at reserved ids); yields ``section``, which gives the short locked steps around them.
+
+        With a pipeline (a run) the flock is pinned (``Pipeline.pinned``) and ``section()`` is one
+        mutex section: this process's sections (the scheduler's commits) go on meanwhile. Without,
+        the block holds the lock and ``section()`` is nothing more.
+        """
+        pipe = self.pipeline
+        if pipe is None:
+            with self.locked():
+                yield nullcontext
+            return
+        with pipe.pinned():
+            yield partial(pipe.exclusive, drain=True)
 
     @contextmanager
     def locked_on(self, ref: int | str) -> Iterator[None]:
@@ -316,8 +354,9 @@ class TaskFiles:
         ids = self.ids()
         return max(counter, (ids[-1] + 1) if ids else 1, 1)
 
-    def set_counter(self, next_id: int) -> None:
-        atomic_write(self.counter_path, str(next_id), durable=False)
+    def set_counter(self, next_id: int, *, durable: bool = False) -> None:
+        """``durable``: fsynced (a reservation of ids, ``TaskEdits.reserve``); else a cache like the rest."""
+        atomic_write(self.counter_path, str(next_id), durable=durable and self.durable)
 
     # ------------------------------------------------------------------ events
     def event_record(self, task: Task, event: str, actor: str, before: Status | None, **extra: Any) -> EventRecord:
@@ -396,13 +435,43 @@ class TaskFiles:
         if index:
             task_index.remember(self.dir, digests)
 
-    def _threads(self) -> Executor:
-        """This object's fsync threads (a forked child, which inherits none of them, makes its own)."""
+    def create_files(self, tasks: Sequence[Task], *, index: bool = False) -> None:
+        """New task files at reserved ids, each atomic and never over an existing file (``ConflictError``),
+        then the folder fsynced; ``index``: add them to the task index (``TaskEdits.create_reserved``)."""
+        now = self.clock()
+        digests: dict[int, str] = {}
+        for start in range(0, len(tasks), WRITE_CHUNK):
+            chunk = tasks[start:start + WRITE_CHUNK]
+            for task in chunk:
+                task.updated_at = now
+            data = [self.serialize(t).encode() for t in chunk]
+            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)}, exclusive=True)
+            if index:
+                digests.update({t.id: task_index.digest(d) for t, d in zip(chunk, data, strict=True)
+                                if MASK.encode() not in d})
+        if self.durable and tasks:
+            fsync_dir(self.dir)
+        if index:
+            task_index.remember(self.dir, digests)
+
+    def log(self, records: Sequence[EventRecord]) -> None:
+        """Append event lines and make them durable (under the lock), with no task file of their own."""
+        if records:
+            self._append_events(self._event_lines(records))
+            if self.durable:
+                fsync_dir(self.events_path)
+
+    def _threads(self, kind: str = "fsync") -> Executor:
+        """This object's fsync threads (a forked child, which inherits none of them, makes its own);
+        ``create``: a second set for new files at reserved ids, written while the run's group-commit
+        writer goes on with the first (``create_files``)."""
         with self._pool_lock:
-            if self._pool is None or self._pool_pid != os.getpid():
-                self._pool = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="team-fsync")
-                self._pool_pid = os.getpid()
-            return self._pool
+            pool = self._pools.get(kind)
+            if pool is None or self._pool_pid.get(kind) != os.getpid():
+                pool = self._pools[kind] = ThreadPoolExecutor(max_workers=FSYNC_THREADS,
+                                                              thread_name_prefix=f"team-{kind}")
+                self._pool_pid[kind] = os.getpid()
+            return pool
 
     def write_now(self, files: dict[Path, bytes], lines: str, *, synced_lines: bool = True) -> None:
         """Write ``files`` (each atomically), then append ``lines``; durable together on return.
@@ -413,14 +482,17 @@ class TaskFiles:
         self._write_files(files)
         self._sync(lines, had_files=bool(files), synced_lines=synced_lines)
 
-    def _write_files(self, files: dict[Path, bytes]) -> None:
-        """Each file atomically (renamed into place, its data fsynced); the folder is synced by ``_sync``."""
+    def _write_files(self, files: dict[Path, bytes], *, exclusive: bool = False) -> None:
+        """Each file atomically (renamed into place, its data fsynced); the folder is synced by ``_sync``.
+        ``exclusive``: new files, linked into place (``create_new``): an existing one is never replaced."""
+        write: Callable[[Path, bytes], None] = (partial(_create_new, durable=self.durable) if exclusive
+                                                else partial(atomic_write, durable=self.durable, sync_dir=False))
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
-                atomic_write(path, data, durable=self.durable, sync_dir=False)
+                write(path, data)
         else:
-            _parallel(self._threads(), [partial(atomic_write, path, data, sync_dir=False)
-                                        for path, data in files.items()])
+            _parallel(self._threads("create" if exclusive else "fsync"),
+                      [partial(write, path, data) for path, data in files.items()])
 
     def _sync(self, lines: str, *, had_files: bool, synced_lines: bool) -> None:
         """After the files of a batch: append its event ``lines``, then make the folder and the log durable."""

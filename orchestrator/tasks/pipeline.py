@@ -26,7 +26,8 @@ others once it is on disk.
 State (one ``Pipeline`` per ``.tasks`` directory per process)::
 
     mutex     one thread at a time inside a section of the store
-    lock_fd   the store flock; held while a batch is queued or being written
+    lock_fd   the store flock; held while a batch is queued or being written, or while pinned
+    pins      ``pinned`` blocks under way (a plan's chunk being created outside the mutex)
     overlay   task file name -> bytes of its newest decided version not yet renamed
     queue     batches waiting for the writer; ``busy`` while it writes one group
     error     the writer's failure, raised to every later caller (the queue and
@@ -119,6 +120,7 @@ class Pipeline:
         self._closing = False
         self._closed = False  # after close(): sections fall back to the plain store lock
         self._draining = 0  # threads waiting for the writer to be idle: no group delay then
+        self._pins = 0  # ``pinned`` blocks under way: the flock stays held
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self, reraise: bool = True) -> None:
@@ -171,6 +173,26 @@ class Pipeline:
                     if not self.queue and not self.busy:
                         self._release_flock()
 
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Hold the store flock for the block, but not the mutex: other processes wait for the store,
+        this process's sections go on. For writes no section touches (a plan's chunk of new tasks at
+        reserved ids: ``TaskFiles.holding``); the flock is neither let go nor handed over meanwhile."""
+        with self.mutex:
+            if self._closed:
+                raise RuntimeError(f"{self.store.lock_path}: the pipeline is closed")
+            self._raise_error()
+            self._take_flock()
+            with self.cond:
+                self._pins += 1
+        try:
+            yield
+        finally:
+            with self.mutex, self.cond:
+                self._pins -= 1
+                if not self.queue and not self.busy:
+                    self._release_flock()
+
     def peek(self, path: Path) -> bytes | None:
         """The queued bytes of ``path`` (a file of this ``.tasks``), newer than the file, if any."""
         with self.cond:
@@ -212,13 +234,13 @@ class Pipeline:
             self._waiting_fd = os.open(self.store.waiting_path, os.O_RDWR | os.O_CREAT, 0o644)
 
     def _release_flock(self) -> None:
-        if self._lock_fd >= 0:
+        if self._lock_fd >= 0 and not self._pins:
             fd, self._lock_fd = self._lock_fd, -1
             os.close(fd)  # closing the only descriptor releases the flock
 
     def _hand_over_if_wanted(self) -> None:
-        """Held for ``HOLD_MAX`` across batches: let a waiting process in (mutex held)."""
-        if not self._someone_waits():
+        """Held for ``HOLD_MAX`` across batches: let a waiting process in (mutex held), unless pinned."""
+        if self._pins or not self._someone_waits():
             self._held_since = time.monotonic()
             return
         self._wait_idle()

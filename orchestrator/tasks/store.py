@@ -33,7 +33,7 @@ asks the hooks before it writes (runtime/teammate.py, run/hooked.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,6 +140,21 @@ class TaskStore:
     def create_many(self, specs: list[dict[str, Any]], *, actor: str = "cli") -> list[Task]:
         """Create several tasks in one locked, durable batch (``TaskEdits.create_many``)."""
         tasks = self.edits.create_many(specs, actor=actor)
+        self._tell("task_created", tasks)
+        return tasks
+
+    def check_names(self, names: Iterable[str]) -> None:
+        """Refuse names that are invalid or taken, before a creation writes anything (``TaskEdits.check_names``)."""
+        self.edits.check_names(names)
+
+    def reserve(self, n: int) -> int:
+        """Reserve ``n`` ids (the counter moved past them, durably); returns the first (``TaskEdits.reserve``)."""
+        return self.edits.reserve(n)
+
+    def create_reserved(self, specs: list[dict[str, Any]], ids: list[int], *, actor: str = "cli",
+                        known: Mapping[int, list[int]] | None = None) -> list[Task]:
+        """Create tasks at reserved ids in one locked, durable batch (``TaskEdits.create_reserved``)."""
+        tasks = self.edits.create_reserved(specs, ids, actor=actor, known=known)
         self._tell("task_created", tasks)
         return tasks
 
