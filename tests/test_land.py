@@ -297,12 +297,40 @@ def kill_land_rounds(tmp_path: Path, rounds: int, kills: int, seed: int) -> tupl
         assert git(repo, "status", "--porcelain") == "?? mine.txt\n", where
         assert (repo / "mine.txt").read_text() == "untracked, mine\n"
         assert branches(repo) == ["main"] and worktrees(repo) == 1, where
+        assert _ref_locks(repo) == [], where  # no ref lock of a killed git left to refuse the next run
         assert all(v.get("landed") for v in store(repo).values()), where
         n = len(git(repo, "rev-list", f"{base}..HEAD").split())
         assert n == (1 if mode == "squash" else 4), f"{where}: {n} commits landed"
         assert git(repo, "fsck", "--no-dangling", "--no-progress") == ""
     print(f"{done} kills, {critical} in the critical part")
     return done, critical
+
+
+def _ref_locks(repo: Path) -> list[str]:
+    heads = repo / ".git" / "refs" / "heads"
+    return sorted(str(p.relative_to(heads)) for p in heads.rglob("*.lock"))
+
+
+def test_ref_locks_a_killed_git_left_under_the_plans_refs_block_neither_land_nor_a_fresh_run(tmp_path):
+    """A `team land` SIGKILLed with its `git branch -D` leaves `refs/heads/team/<plan>/X.lock`: git
+    then refuses every write of that ref ("cannot lock ref"). The plan's refs are written only
+    under the plan's flock, so whoever holds it next removes them (found by the sampled kill test:
+    the next round's `team run --fresh` failed to create the integration branch)."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    heads = repo / ".git" / "refs" / "heads" / "team" / PLAN
+    heads.mkdir(parents=True, exist_ok=True)
+    (heads / "integration.lock").write_text("")
+    (heads / f"{tasks[0]['id']}.lock").write_text("")
+    r = run_team(repo, "land", PLAN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "HEAD") == serial and _ref_locks(repo) == []
+    base = git(repo, "rev-parse", "HEAD~1").strip()
+    git(repo, "reset", "-q", "--hard", base)
+    heads.mkdir(parents=True, exist_ok=True)
+    (heads / "integration.lock").write_text("")  # as if that land's branch deletion had been killed
+    r = run_team(repo, "run", "plan.yaml", "--fresh")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert git(repo, "rev-parse", "--verify", "-q", INTEG).strip() and _ref_locks(repo) == []
 
 
 def test_kill_during_land_then_land_again_sampled(tmp_path):

@@ -33,7 +33,7 @@ Crash safety. Git children started under the lock inherit the lock's file
 descriptor, so if the lead is SIGKILLed mid-merge the orphaned ``git merge``
 keeps the lock until it exits and nobody races it. Whoever takes the lock next
 repairs what a dead holder left: stale ``*.lock`` files of the integration
-worktree, a ``MERGE_HEAD`` (``git merge --abort``), a half-written tree
+worktree and of the plan's refs (``refs/heads/team/<plan>/``), a ``MERGE_HEAD`` (``git merge --abort``), a half-written tree
 (``reset --hard`` + ``clean``). A task branch that is already an ancestor of
 integration is "up-to-date" (never merged twice); a deleted branch whose merge
 commit is found by its trailer is "up-to-date" too. ``prepare`` likewise
@@ -481,6 +481,7 @@ class Worktrees:
     def reset(self) -> None:
         """Delete every worktree and branch of the plan, integration included (``--fresh``, ``land``)."""
         with self.locked() as fd:
+            self._clear_ref_locks()
             for task in self.task_names(self.git.worktrees()):
                 self.remove_task(task, fd)
             for scratch in self.base_dir.glob("_*"):
@@ -516,10 +517,25 @@ class Worktrees:
     def setup_integration(self, fd: int) -> list[str]:
         """Create the integration branch and worktree if missing; repair a dead merger's state."""
         self._exclude()
+        notes = [f"removed stale {name}" for name in self._clear_ref_locks()]
         if self.git.rev(self.integration) is None:
             self._create_integration(fd, snapshot=False)
         self._ensure_checkout(self.integration_dir, self.integration, None, fd)
-        return self._recover_integration(fd)
+        return notes + self._recover_integration(fd)
+
+    def _clear_ref_locks(self) -> list[str]:
+        """Remove the ``*.lock`` files under the plan's refs (``refs/heads/team/<plan>/``); the caller
+        holds the plan's flock, and every git writing those refs holds it too (an orphaned git
+        child keeps the inherited descriptor), so such a file was left by a git killed mid-write
+        (``git branch -D`` of a killed ``team land``): it would refuse every later write of that
+        ref ("cannot lock ref")."""
+        top = self.common_dir / "refs" / "heads" / "team" / self.plan
+        removed = []
+        if top.is_dir():
+            for lock in sorted(top.rglob("*.lock")):
+                lock.unlink(missing_ok=True)
+                removed.append(str(lock.relative_to(self.common_dir / "refs" / "heads")))
+        return removed
 
     def _recover_integration(self, fd: int) -> list[str]:
         notes: list[str] = []
@@ -527,8 +543,7 @@ class Worktrees:
         gitdir = self.git.gitdir(wt)
         if gitdir is None:
             raise WorkFailed(f"{wt} is not a git worktree any more; run `team doctor --fix` to repair it")
-        ref_lock = self.common_dir / "refs" / "heads" / f"{self.integration}.lock"
-        for lock in [*sorted(gitdir.glob("*.lock")), ref_lock]:
+        for lock in sorted(gitdir.glob("*.lock")):
             if lock.exists():  # every git writing here holds our flock: its holder is dead
                 lock.unlink()
                 notes.append(f"removed stale {lock.name}")
