@@ -16,6 +16,7 @@ from orchestrator.core.errors import (
     UserError,
 )
 from orchestrator.core.models import Status
+from orchestrator.tasks import pipeline
 from orchestrator.tasks.store import TaskStore
 
 
@@ -242,6 +243,43 @@ def test_pipelined_batches_are_visible_at_once_here_and_on_disk_once_flushed(sto
     assert sorted(e["task"] for e in completed) == ids
     claims = [e for e in store.events()[0] if e.get("event") == "claimed"]
     assert sorted(e["task"] for e in claims) == ids
+
+
+def test_a_task_claimed_and_finished_within_the_claim_delay_is_written_once(store, monkeypatch):
+    """A claim's file waits (pipeline.CLAIM_DEFER) for the task's next version: a short task's claim
+    and completion are one file write, not two; its claim is in the event log all along."""
+    ids = [store.create(f"t{i}").id for i in range(3)]
+    written: list[str] = []
+    real = store.files.write_now
+
+    def recording(files, lines, **kw):
+        written.extend(sorted(path.name for path in files))
+        return real(files, lines, **kw)
+
+    monkeypatch.setattr(store.files, "write_now", recording)
+    monkeypatch.setattr(pipeline, "CLAIM_DEFER", 60.0)  # however slow this machine is today
+    with store.pipelined():
+        _, claimed = store.commit([], ids, "lead")
+        assert [e["task"] for e in store.events()[0] if e["event"] == "claimed"] == ids  # durable already
+        pipe = store.files.pipeline
+        assert pipe is not None
+        wait_until(lambda: not pipe.queue and not pipe.busy, timeout=10, what="the writer took the claims")
+        store.commit([(t.id, t.epoch, "completed", {}) for t in claimed], [], "lead")
+        store.flush()
+    assert sorted(written) == sorted(store.path(i).name for i in ids)  # once each: the completed version
+    assert {json.loads(store.path(i).read_bytes())["status"] for i in ids} == {"completed"}
+
+
+def test_a_held_back_claim_reaches_the_disk_on_its_own_and_then_the_lock_is_let_go(store):
+    """A task still running after the claim delay has its claim written without anyone flushing,
+    and the store lock is let go once nothing is held back."""
+    t = store.create("long")
+    with store.pipelined():
+        store.commit([], [t.id], "lead")
+        assert not lock_is_free(store)  # held back: other processes must not read the stale file
+        wait_until(lambda: json.loads(store.path(t.id).read_bytes())["status"] == "in_progress", timeout=10,
+                   what="the held-back claim written by the writer")
+        wait_until(lambda: lock_is_free(store), timeout=10, what="the lock let go once nothing is held back")
 
 
 def test_a_pipelined_lease_renewal_is_a_queued_batch_like_a_commit(store, tmp_path):

@@ -375,5 +375,6 @@ class Attempts:
                 claims_logged.append(self.files.event_record(task, "claimed", actor or owner, before, owner=owner,
                                                         epoch=task.epoch, attempt=task.attempts))
             self.files.write(finished + claimed, records, claims_logged,
-                              on_logged=(lambda: on_logged(claimed)) if on_logged else None)
+                              on_logged=(lambda: on_logged(claimed)) if on_logged else None,
+                              defer=[t.id for t in claimed])
         return finished, claimed

@@ -397,7 +397,7 @@ class TaskFiles:
 
     def write(self, tasks: Sequence[Task], records: Sequence[EventRecord] = (),
               logged_first: Sequence[EventRecord] = (), on_logged: Callable[[], None] | None = None,
-              *, index: bool = False) -> None:
+              *, index: bool = False, defer: Sequence[int] = ()) -> None:
         """Atomic per file, durable as a batch, then the batch's event lines (under the lock).
 
         ``logged_first`` lines are appended before any file is written, and
@@ -405,7 +405,9 @@ class TaskFiles:
         Inside a pipeline's commit section the files and ``records`` are
         queued for the group-commit writer instead of written here.
         ``index``: add the files to the task index once they are durable
-        (index.py; a plan's bulk create).
+        (index.py; a plan's bulk create). ``defer``: ids of tasks whose new
+        state ``logged_first`` already made durable (claims); a pipeline may
+        hold their files back (pipeline.py ``CLAIM_DEFER``).
         """
         if logged_first:
             self._append_events(self._event_lines(logged_first))
@@ -420,7 +422,8 @@ class TaskFiles:
         pipe = self.pipeline
         if pipe is not None and pipe.queueing == threading.get_ident():
             pipe.submit(WriteBatch({self.path(t.id): self.serialize(t).encode() for t in tasks}, lines,
-                                   logged=bool(logged_first)))
+                                   logged=bool(logged_first),
+                                   defer=frozenset(self.path(i) for i in defer) if logged_first else frozenset()))
             return
         digests: dict[int, str] = {}
         for start in range(0, len(tasks), WRITE_CHUNK):  # a plan's 100k files are never all in memory at once

@@ -12,8 +12,15 @@ batch as one group (each file as always: temp file, fsync, rename; then
 the directory and the event log fsynced once for the group). The
 scheduler goes on handling outcomes and starting jobs while the disk
 works, so a slow ``fsync`` (0.5 ms on a quiet disk, several ms under
-writeback) costs it nothing, and a task claimed and finished within one
-group is written once.
+writeback) costs it nothing.
+
+Claims wait. A claim's event line is durable before its job starts
+(``TaskStore.commit``), so its task file is held back up to
+``CLAIM_DEFER`` (50 ms) for the task's next version: a task claimed and
+finished within that time is written once, not twice (a short task's
+files were a third of a run's kernel time). Held-back files count as
+queued: the flock stays held, a draining section or a hand-over writes
+them first, readers in this process see them (``peek``).
 
 Why this is still a compare-and-set store: this process keeps the store
 lock (the flock on ``.tasks/.lock``) from the first queued batch until the
@@ -30,6 +37,7 @@ State (one ``Pipeline`` per ``.tasks`` directory per process)::
     pins      ``pinned`` blocks under way (a plan's chunk being created outside the mutex)
     overlay   task file name -> bytes of its newest decided version not yet renamed
     queue     batches waiting for the writer; ``busy`` while it writes one group
+    deferred  claim files held back for their task's next version (path -> bytes, when due)
     error     the writer's failure, raised to every later caller (the queue and
               overlay are dropped and the lock let go: the run must stop)
 
@@ -52,9 +60,9 @@ update`` from another shell typically waits tens of milliseconds. If a
 write fails, the queue is dropped and the lock let go at once.
 
 Crash safety: a batch's claims are in the event log before its jobs start
-(``TaskStore.commit``); a SIGKILL before the writer renamed its files leaves
-those tasks as the last written state says (in progress or pending), and
-the next lead re-runs them (``run.runner.materialise``, ``unfiled_claims``).
+(``TaskStore.commit``); a SIGKILL before the writer renamed its files (a
+held-back claim included) leaves those tasks as the last written state
+says (in progress or pending), and the next lead re-runs them (``run.runner.materialise``, ``unfiled_claims``).
 A power loss can forget the groups written in the last moments; their
 tasks run again.
 """
@@ -78,7 +86,11 @@ YIELD_PAUSE = 0.002
 """How long the pipeline stays off the flock when it hands it over."""
 GROUP_DELAY = 0.003
 """Seconds the writer waits after the first queued batch for more to join its group (unless a
-caller is waiting for it): a task claimed and finished within that time is written once."""
+caller is waiting for it)."""
+CLAIM_DEFER = 0.05
+"""Seconds a claim's task file may wait for its task's next version (its completion, mostly): a task
+claimed and finished within that time is written once. A claim is durable before that, in the event
+log (``WriteBatch.defer``)."""
 
 class CommitTarget(Protocol):
     """What a pipeline writes to: the store's files (``files.TaskFiles``)."""
@@ -98,6 +110,9 @@ class WriteBatch:
     files: dict[Path, bytes] = field(default_factory=dict)
     lines: str = ""
     logged: bool = False  # claim lines of this batch were appended before it was queued
+    defer: frozenset[Path] = frozenset()
+    """Files of this batch whose state is already durable in the event log (claims logged first): the
+    writer may hold them back ``CLAIM_DEFER`` seconds, and drops one a newer version replaces."""
 
 
 class Pipeline:
@@ -110,6 +125,7 @@ class Pipeline:
         self.cond = threading.Condition()
         self.overlay: dict[str, bytes] = {}
         self.queue: list[WriteBatch] = []
+        self.deferred: dict[Path, tuple[bytes, float]] = {}  # held-back claim files: bytes, when due
         self.busy = False
         self.error: BaseException | None = None
         self.queueing: int | None = None  # thread id of the drain=False section, while inside
@@ -170,7 +186,7 @@ class Pipeline:
                     self.queueing = None
             finally:
                 with self.cond:
-                    if not self.queue and not self.busy:
+                    if self._idle():
                         self._release_flock()
 
     @contextmanager
@@ -190,7 +206,7 @@ class Pipeline:
         finally:
             with self.mutex, self.cond:
                 self._pins -= 1
-                if not self.queue and not self.busy:
+                if self._idle():
                     self._release_flock()
 
     def peek(self, path: Path) -> bytes | None:
@@ -258,7 +274,7 @@ class Pipeline:
             self._draining += 1
             self.cond.notify_all()
             try:
-                while (self.queue or self.busy) and self.error is None:
+                while not self._idle() and self.error is None:
                     self.cond.wait()
             finally:
                 self._draining -= 1
@@ -275,22 +291,47 @@ class Pipeline:
         except BaseException as e:  # kept and raised in every later caller: the run stops loudly
             self._fail(e)
 
+    def _idle(self) -> bool:
+        """Everything decided is on disk (``cond`` held)."""
+        return not self.queue and not self.busy and not self.deferred
+
     def _write_group(self) -> bool:
-        """Take what is queued (after the group delay) and write it; False once closing and empty."""
+        """Take what is queued (after the group delay) and the held-back claims that are due, and write
+        them; False once closing and empty."""
         with self.cond:
-            while not self.queue and not self._closing:
-                self.cond.wait()
-            if not self.queue:
-                return False
-            if GROUP_DELAY and not self._closing and not self._draining:
+            while not self.queue:
+                if self.deferred and (self._closing or self._draining):
+                    break
+                if self._closing:
+                    return False
+                if not self.deferred:
+                    self.cond.wait()
+                    continue
+                due = min(d for _, d in self.deferred.values()) - time.monotonic()
+                if due <= 0:
+                    break
+                self.cond.wait(due)
+            if self.queue and GROUP_DELAY and not self._closing and not self._draining:
                 self.cond.wait_for(lambda: self._closing or self._draining, GROUP_DELAY)
             group, self.queue = self.queue, []
             self.busy = True
+            everything = bool(self._closing or self._draining)
+        now = time.monotonic()
         files: dict[Path, bytes] = {}
         for batch in group:
-            files.update(batch.files)
+            for path, data in batch.files.items():
+                if path in batch.defer and not everything:
+                    self.deferred[path] = (data, now + CLAIM_DEFER)  # the newest version waits
+                    continue
+                self.deferred.pop(path, None)  # replaced by a newer version before it was written
+                files[path] = data
+        for path, (data, due) in list(self.deferred.items()):
+            if everything or due <= now:
+                files[path] = data
+                del self.deferred[path]
         lines = "\n".join(b.lines for b in group if b.lines)
-        self.store.write_now(files, lines, synced_lines=any(b.logged for b in group))
+        if files or lines:
+            self.store.write_now(files, lines, synced_lines=any(b.logged for b in group))
         with self.cond:
             for path, data in files.items():
                 if self.overlay.get(path.name) is data:
@@ -302,7 +343,7 @@ class Pipeline:
 
     def _release_if_idle(self) -> None:
         """Let go of the flock when nothing is queued and no section runs (``cond`` held)."""
-        if not self.queue and not self.busy and self.mutex.acquire(blocking=False):
+        if self._idle() and self.mutex.acquire(blocking=False):
             try:
                 self._release_flock()
             finally:
@@ -313,6 +354,7 @@ class Pipeline:
         with self.cond:
             self.error = error
             self.queue.clear()
+            self.deferred.clear()
             self.overlay.clear()
             self.busy = False
             self.cond.notify_all()
