@@ -133,6 +133,25 @@ def test_a_task_commits_while_another_worktree_is_half_made(tmp_path):
     assert show(repo, "team/half/done", "a.py") == "a = 2\n"
 
 
+def test_a_merge_leaves_the_ref_lock_of_a_task_committing_meanwhile(tmp_path):
+    """A task commits in its own worktree without the plan's flock, in parallel with merges of other
+    tasks; its `git commit` holds refs/heads/team/<plan>/<task>.lock meanwhile. A merge must not take
+    that for a dead git's leftover: removing it made the commit fail ("couldn't set
+    'refs/heads/team/rv/mod-0'", 1 run in 34 of a 4-task plan)."""
+    repo = make_repo(tmp_path / "repo", {"a.py": "a = 1\n", "b.py": "b = 1\n"})
+    wt = Worktrees(repo, "busy")
+    done, busy = wt.prepare("done"), wt.prepare("busy")
+    (done / "a.py").write_text("a = 2\n")
+    assert wt.commit("done", "done: edit") is not None
+    live = repo / ".git/refs/heads/team/busy/busy.lock"  # busy's `git commit`, under way
+    live.write_text(git(repo, "rev-parse", "HEAD"))
+    assert wt.merge("done").status == "merged"
+    assert live.exists()
+    live.unlink()
+    (busy / "b.py").write_text("b = 2\n")
+    assert wt.commit("busy", "busy: edit") is not None
+
+
 def test_a_listing_that_meets_a_half_made_worktree_reads_it_again(tmp_path):
     """Another process adding a worktree (``team doctor`` during a run): the listing waits it out."""
     repo = make_repo(tmp_path / "repo", {"a.py": "a = 1\n"})

@@ -33,7 +33,7 @@ Crash safety. Git children started under the lock inherit the lock's file
 descriptor, so if the lead is SIGKILLed mid-merge the orphaned ``git merge``
 keeps the lock until it exits and nobody races it. Whoever takes the lock next
 repairs what a dead holder left: stale ``*.lock`` files of the integration
-worktree and of the plan's refs (``refs/heads/team/<plan>/``), a ``MERGE_HEAD`` (``git merge --abort``), a half-written tree
+worktree and of the integration branch (``reset`` also those of the task branches), a ``MERGE_HEAD`` (``git merge --abort``), a half-written tree
 (``reset --hard`` + ``clean``). A task branch that is already an ancestor of
 integration is "up-to-date" (never merged twice); a deleted branch whose merge
 commit is found by its trailer is "up-to-date" too. ``prepare`` likewise
@@ -517,24 +517,31 @@ class Worktrees:
     def setup_integration(self, fd: int) -> list[str]:
         """Create the integration branch and worktree if missing; repair a dead merger's state."""
         self._exclude()
-        notes = [f"removed stale {name}" for name in self._clear_ref_locks()]
+        notes = [f"removed stale {name}" for name in self._clear_ref_locks(integration_only=True)]
         if self.git.rev(self.integration) is None:
             self._create_integration(fd, snapshot=False)
         self._ensure_checkout(self.integration_dir, self.integration, None, fd)
         return notes + self._recover_integration(fd)
 
-    def _clear_ref_locks(self) -> list[str]:
-        """Remove the ``*.lock`` files under the plan's refs (``refs/heads/team/<plan>/``); the caller
-        holds the plan's flock, and every git writing those refs holds it too (an orphaned git
-        child keeps the inherited descriptor), so such a file was left by a git killed mid-write
-        (``git branch -D`` of a killed ``team land``): it would refuse every later write of that
-        ref ("cannot lock ref")."""
-        top = self.common_dir / "refs" / "heads" / "team" / self.plan
+    def _clear_ref_locks(self, *, integration_only: bool = False) -> list[str]:
+        """Remove ``*.lock`` files a git killed mid-write left under the plan's refs (``git branch -D``
+        of a killed ``team land``): each would refuse every later write of its ref ("cannot lock
+        ref"). The caller holds the plan's flock. The integration branch is written only under it
+        (merges, its creation, ``reset``), so its lock is stale whenever we hold the flock. A task's
+        branch is also written by the task's own commits, which run in parallel without the flock
+        (``commit``): its lock is cleared only by ``reset``, which drops every branch of the plan
+        when none of its tasks runs (``--fresh`` before the run starts, ``team land`` after it)."""
+        heads = self.common_dir / "refs" / "heads"
+        if integration_only:
+            locks = [heads / f"{self.integration}.lock"]
+        else:
+            top = heads / "team" / self.plan
+            locks = sorted(top.rglob("*.lock")) if top.is_dir() else []
         removed = []
-        if top.is_dir():
-            for lock in sorted(top.rglob("*.lock")):
+        for lock in locks:
+            if lock.exists():
                 lock.unlink(missing_ok=True)
-                removed.append(str(lock.relative_to(self.common_dir / "refs" / "heads")))
+                removed.append(str(lock.relative_to(heads)))
         return removed
 
     def _recover_integration(self, fd: int) -> list[str]:
