@@ -624,3 +624,14 @@ def test_an_agent_attempt_lost_with_its_node_runs_again_on_another(cluster, tmp_
     assert (task["status"], task["result"], task["lost"], task.get("failures", 0)) == (
         "completed", "done on another node", 1, 0)
     assert task["node"] not in (victim, "head") and task["usage"]["calls"] == 1
+
+
+def test_a_command_killed_on_a_node_that_stays_up_is_reported_failed_with_its_signal(tmp_path, monkeypatch):
+    """The OOM killer's SIGKILL is the command's failure: the settle wait (meant for a node going down
+    with the command, ray_remote.SETTLE) must not turn it into anything else."""
+    from orchestrator.run import ray_remote
+
+    monkeypatch.setattr(ray_remote, "SETTLE", 0.1)
+    status, code, error = ray_remote._run(["sh", "-c", "kill -9 $$"], tmp_path, {"PATH": "/usr/bin:/bin"},
+                                          tmp_path / "log", None)
+    assert (status, code, error) == ("failed", -9, None)

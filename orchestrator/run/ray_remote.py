@@ -59,6 +59,13 @@ TEMPLATES_KEPT = 16
 """How many such archives a worker process keeps (the oldest goes first)."""
 GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL when an attempt times out or is cancelled."""
+SETTLE = 2.0
+"""Seconds an attempt whose command was killed by SIGKILL or SIGTERM it was not sent by us waits before
+it reports the failure. A node being killed takes its processes down in no fixed order: when the
+command goes first, this worker would report "killed by signal 9" (a failure, a retry used, the plan
+stopped) before it goes itself; waiting lets it go, so the lead sees the attempt lost with its node
+and runs it again elsewhere (`make chaos`'s node kills met this 1 run in ~20 kills). A command killed
+on a node that stays up (the OOM killer) is reported failed, that much later."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +258,8 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         code = proc.wait(timeout=timeout)
+        if code in (-signal.SIGKILL, -signal.SIGTERM):  # a signal we did not send: maybe this node going down
+            time.sleep(SETTLE)
         return ("completed" if code == 0 else "failed"), code, None
     except subprocess.TimeoutExpired:
         _stop(proc)
