@@ -11,7 +11,7 @@ import typer
 from ..core.paths import resolve_root
 from .output import err, out, print_json, silence, write_guarded
 
-__all__ = ["JsonOpt", "RootOpt", "err", "out", "print_json", "root_of", "silence", "write_guarded"]
+__all__ = ["JsonOpt", "RootOpt", "err", "exit_with", "out", "print_json", "root_of", "silence", "write_guarded"]
 
 RootOpt = Annotated[
     Path | None,
@@ -32,3 +32,9 @@ def root_of(root: Path | None, ctx: typer.Context) -> Path:
         given = ctx.find_root().obj
         root = given if isinstance(given, Path) else None
     return resolve_root(root)
+
+
+def exit_with(code: int) -> None:
+    """End a typer command with ``code`` (a typer-free body's return value; 0 returns normally)."""
+    if code:
+        raise typer.Exit(code)

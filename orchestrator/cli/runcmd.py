@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..core.text import plural
-from .common import JsonOpt, RootOpt, err, out, root_of
+from .common import JsonOpt, RootOpt, err, exit_with, out, root_of
 from .runcore import isolation_check, run_plan_file
 
 
@@ -31,14 +31,9 @@ def run_cmd(
     root: RootOpt = None,
 ) -> None:
     """Run a plan: every unblocked task in parallel, resumable after a crash."""
-    _exit(run_plan_file(root_of(root, ctx), plan_file, workers=workers, keep_going=keep_going, fresh=fresh,
+    exit_with(run_plan_file(root_of(root, ctx), plan_file, workers=workers, keep_going=keep_going, fresh=fresh,
                         redo=redo, include_uncommitted=include_uncommitted, dry_run=dry_run, model=model, ask=ask,
                         board=board, backend=backend, address=address, json_out=json_out))
-
-
-def _exit(code: int) -> None:
-    if code:
-        raise typer.Exit(code)
 
 
 def schema_cmd() -> None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.jsonutil import dumps
+from ..core.jsonutil import dumps, listing_of
 from ..core.paths import tasks_dir
 from ..core.text import plural
 from ..tasks import graph, render
@@ -84,20 +84,14 @@ def print_rows(rows: list[Row], by_id: dict[int, Row]) -> None:
     ``waiting_on`` added. A task file in canonical form (any file ``team`` wrote) is printed
     from its bytes, the two keys spliced in before its closing brace: the same text
     ``dumps`` would give, without encoding 10,000 tasks again."""
-    if not rows:
-        sys.stdout.write("[]\n")
-        return
-    sys.stdout.flush()
-    lines = []
+    encoded = []
     for t in rows:
-        extra = f',"ready":{"true" if graph.is_ready(t, by_id) else "false"},' \
-                f'"waiting_on":[{",".join(map(str, graph.open_blockers(t, by_id)))}]}}'
+        ready, waiting = graph.is_ready(t, by_id), graph.open_blockers(t, by_id)
         if t.canonical is not None:
-            lines.append(t.canonical[:-1] + extra.encode())
+            encoded.append(t.canonical[:-1].decode() + f',"ready":{dumps(ready)},"waiting_on":{dumps(waiting)}}}')
         else:
-            lines.append(dumps({**t.data, "ready": graph.is_ready(t, by_id),
-                                "waiting_on": graph.open_blockers(t, by_id)}).encode())
-    sys.stdout.buffer.write(b"[\n" + b",\n".join(lines) + b"\n]\n")
+            encoded.append(dumps({**t.data, "ready": ready, "waiting_on": waiting}))
+    sys.stdout.write(listing_of(encoded))
 
 
 def create_task(root: Path, subject: str, *, description: str = "", blocked_by: list[str] | None = None,

@@ -27,7 +27,7 @@ import typer
 
 from ..core.text import plural, shown
 from ..tasks import graph, render
-from .common import JsonOpt, RootOpt, out, print_json, root_of
+from .common import JsonOpt, RootOpt, exit_with, out, print_json, root_of
 from .taskcore import EMPTY, create_task, list_tasks, store_at, update_task, warn
 
 if TYPE_CHECKING:
@@ -72,12 +72,7 @@ def list_cmd(
     root: RootOpt = None,
 ) -> None:
     """One line per task: [ ] pending, [>] running, [x] done, [!] failed, [-] cancelled."""
-    _exit(list_tasks(root_of(root, ctx), status=status, owner=owner, ready=ready, blocked=blocked, as_json=as_json))
-
-
-def _exit(code: int) -> None:
-    if code:
-        raise typer.Exit(code)
+    exit_with(list_tasks(root_of(root, ctx), status=status, owner=owner, ready=ready, blocked=blocked, as_json=as_json))
 
 
 @task_app.command("show")
@@ -165,7 +160,7 @@ def create_cmd(
     root: RootOpt = None,
 ) -> None:
     """Create a task with the next id. Dependencies must exist."""
-    _exit(create_task(root_of(root, ctx), subject, description=description, blocked_by=blocked_by, owner=owner,
+    exit_with(create_task(root_of(root, ctx), subject, description=description, blocked_by=blocked_by, owner=owner,
                       name=name, estimate=estimate, as_json=as_json))
 
 
@@ -184,7 +179,7 @@ def update_cmd(
     root: RootOpt = None,
 ) -> None:
     """Change status, owner, dependencies or text of a task; checked, all or nothing."""
-    _exit(update_task(root_of(root, ctx), ref, status=status, owner=owner, add_blocked_by=add_blocked_by,
+    exit_with(update_task(root_of(root, ctx), ref, status=status, owner=owner, add_blocked_by=add_blocked_by,
                       remove_blocked_by=remove_blocked_by, subject=subject, description=description,
                       estimate=estimate, as_json=as_json))
 

@@ -30,9 +30,14 @@ def dumps(obj: Any) -> str:
 
 def listing(records: list[Any]) -> str:
     """``[`` then one compact record per line, then ``]`` and a newline."""
-    if not records:
+    return listing_of([dumps(r) for r in records])
+
+
+def listing_of(encoded: list[str]) -> str:
+    """``listing`` of records already encoded (each ``dumps`` of one record)."""
+    if not encoded:
         return "[]\n"
-    return "[\n" + ",\n".join(map(dumps, records)) + "\n]\n"
+    return "[\n" + ",\n".join(encoded) + "\n]\n"
 
 
 def pretty(obj: Any) -> str:
