@@ -100,8 +100,9 @@ WAIT_MAX = 0.25
 when the kernel hands it to another thread of ours while this one sleeps in the queue (a lock wait
 is cut short only by a signal delivered to the waiting thread), its handler (``RunStop.request``,
 which wakes the loop) waits until this thread runs again; this bounds that wait, so Ctrl-C is
-answered within a quarter of a second (``tests/hostile/test_signals.py`` hung 2 runs in 24 before
-it, under load; the same cause explains the hang make flaky saw once before, c4d10a3)."""
+answered within a quarter of a second (``tests/hostile/test_signals.py``
+``…hands_to_another_thread…`` aims the signal at another thread with tgkill; the same cause
+explains the hang make flaky saw once before, c4d10a3)."""
 Emit = Callable[[dict[str, Any]], None]
 Final = tuple[int, int, str, dict[str, Any]]  # (task id, epoch, status, fields) for store.commit
 _WAKE = Outcome(-1, -1, "wake")  # put on the event queue by the RunStop; never handled

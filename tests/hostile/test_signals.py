@@ -79,6 +79,31 @@ tasks:
     assert [(t.attempts, t.interrupted, t.failures, t.owner) for t in (tasks["a"], tasks["b"])] == [(1, 1, 0, "")] * 2
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_signal_the_kernel_hands_to_another_thread_of_the_lead_stops_the_run(tmp_path, sig):
+    """The kernel gives a process's signal to any of its threads; Python runs the handler on the main
+    thread only, and a main thread asleep on the scheduler's queue was not woken: the lead ran on until a
+    job ended (here: never). tgkill aims the signal at a thread other than the main one every time."""
+    import ctypes
+    import os
+
+    (tmp_path / "plan.yaml").write_text("name: thread\ntasks:\n  - {id: a, run: 'sleep 300'}\n")
+    lead = start(tmp_path, "plan.yaml", TEAM_JOB_SERVER="0")
+    running_jobs(tmp_path, 1)
+    others = sorted(int(t) for t in os.listdir(f"/proc/{lead.pid}/task") if int(t) != lead.pid)
+    assert others, "the lead runs threads besides its main one"
+    sys_tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
+    if sys_tgkill is None:
+        lead.kill()
+        pytest.skip(f"tgkill's number on {os.uname().machine} is not known here")
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(sys_tgkill, lead.pid, others[0], int(sig)) == 0, ctypes.get_errno()
+    out, err = finish(lead)
+    assert lead.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[sig], err
+    assert "Traceback" not in err, err
+    assert TaskStore(tmp_path).all()[0].status.value == "pending"
+
+
 def test_three_interruptions_are_no_failures_and_consume_no_retry(tmp_path):
     # Waits until ``go`` exists; then fails once (its one retry) and completes.
     (tmp_path / "plan.yaml").write_text("""name: again
