@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import Signalled, TeamError, ThreadDied, storage_error
+from ..core.oneshot import exiting, mark_one_shot
 from ..core.text import shown
 from .output import silence
 
@@ -109,4 +110,8 @@ def guard(call: Callable[[], int]) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """The console script (and ``python -m orchestrator``): one command, then the exit."""
+    mark_one_shot()
+    code = main()
+    exiting()
+    sys.exit(code)
