@@ -12,7 +12,7 @@
     environ.py  the one environment policy of every process started for a task or an agent
     sandbox.py  the OS sandbox (bubblewrap) of agents' shell commands: policy to argv, probe, opt-out
     threads.py  threads that must not die quietly: an exception reaches their owner
-    oneshot.py  the garbage collector's policy in a one-shot process (gc.freeze at start-up's end, at exit)
+    oneshot.py  the garbage collector's policy in a one-shot process (gc.freeze at exit)
     hooks.py    hook events, the hooks: config record, Verdict, the Hooks/observer seams
     budget.py   Budget (tokens and/or dollars) and how a spend is measured against one
     mcpspec.py  an MCP server a plan or role declares (mcp_servers:), and its tools' names (server__tool)

@@ -75,7 +75,6 @@ from ..core.errors import PlanError, UserError
 from ..core.fsutil import atomic_write
 from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status
-from ..core.oneshot import settled
 from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
 from ..core.text import plural
@@ -240,7 +239,6 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop, feed=prep.creation)
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
-        settled()  # a one-shot lead's start-up heap is kept out of the collector's walks (core/oneshot.py)
         result = scheduler.run()
         if iso is not None and wt is not None:
             iso.close()
