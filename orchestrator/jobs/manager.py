@@ -282,15 +282,16 @@ class JobManager:
 
         try:
             proc = spawn_job()
-        finally:
+        except BaseException:
             os.close(log_fd)
+            raise
         record = JobRecord(
             id=job_id, command=command, owner=owner, pid=proc.pid, pgid=proc.pid,
             started_at=self.clock(), log=f"{self._rel}/{job_id}.log",
             cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
             manager_pid=self._pid, manager_start=self._pid_start)
         self.records.save(record)
-        job = WatchedJob(record, proc, exit_fd_of(proc), ref)
+        job = WatchedJob(record, proc, exit_fd_of(proc), log_fd, ref)
         with self._cond:
             self._jobs[job_id] = job  # before the watcher has it: it may end at once
         self.watcher.watch(job, timeout)
@@ -310,7 +311,9 @@ class JobManager:
         record.status = status
         record.exit_code = code
         record.finished_at = self.clock()
-        record.tail = read_tail(self.root / record.log, self.tail_bytes, self.secrets)
+        size = os.fstat(job.log_fd).st_size  # the log is opened once: an empty one is not read
+        os.close(job.log_fd)
+        record.tail = read_tail(self.root / record.log, self.tail_bytes, self.secrets, size)
         self.files.scrub_log(self.root / record.log)  # now, or in a quiet moment (the job server)
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,

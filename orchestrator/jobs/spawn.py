@@ -76,14 +76,15 @@ def spawn(argv: list[str], *, cwd: str | os.PathLike[str] | None, env: dict[str,
 class WatchedJob:
     """In-memory state of a job this manager watches."""
 
-    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "expires", "escalated", "forced", "done",
-                 "lock", "reaped")
+    __slots__ = ("record", "proc", "exit_fd", "log_fd", "ref", "reason", "deadline", "expires", "escalated", "forced",
+                 "done", "lock", "reaped")
 
-    def __init__(self, record: JobRecord, proc: Process, exit_fd: int, ref: str | None = None):
+    def __init__(self, record: JobRecord, proc: Process, exit_fd: int, log_fd: int, ref: str | None = None):
         self.record = record
         self.ref = ref  # the starter's name for the job, handed back in its notification
         self.proc = proc  # the group leader: its own session, so pgid == pid
         self.exit_fd = exit_fd  # readable once the leader has exited (pidfd or pipe)
+        self.log_fd = log_fd  # the log as created (the manager's ``_on_exit`` takes its size, then closes it)
         self.reason: JobStatus | None = None  # "timeout" | "killed" | "lost"
         self.deadline: float | None = None  # monotonic time of the next escalation
         self.expires: float | None = None  # monotonic time its timeout expires
