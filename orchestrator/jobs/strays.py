@@ -71,6 +71,7 @@ class Strays:
         self.enabled = procs.become_subreaper()
         self._tracked: dict[int, tuple[int, str | None]] = {}  # pid -> (pidfd, job id or None)
         self._stopping = False
+        self._parents = {os.getpid(), threading.get_native_id()}  # main and loop threads (built on the loop's)
 
     @property
     def alive(self) -> bool:
@@ -83,7 +84,7 @@ class Strays:
         if not self.enabled:
             return
         leaders, running = self.running()
-        for pid in procs.children(tids={os.getpid(), threading.get_native_id()}):
+        for pid in procs.children(tids=self._parents):
             if pid in leaders:
                 continue
             entry = self._tracked.get(pid) or self._track(pid)
