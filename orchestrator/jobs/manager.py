@@ -163,16 +163,27 @@ def command_argv(command: str, path: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
-def _check_os_text(what: str, text: str) -> None:
+def _check_os_text(what: str, text: str, recorded: bool = False) -> None:
     """Refuse text that cannot reach the OS (``UserError`` naming ``what``): a NUL byte ends a C
-    string, and a lone surrogate has no bytes in the file system encoding."""
+    string, and a lone surrogate has no bytes in the file system encoding. ``recorded``: the text
+    also goes into the job's record, which is JSON, so it must be UTF-8 (no undecodable byte
+    carried as a surrogate either)."""
     try:
-        data = os.fsencode(text)
+        data = text.encode() if recorded else os.fsencode(text)
     except UnicodeEncodeError:
-        raise UserError(f"{what} is not valid text ({text!r}); it cannot be passed to a process") from None
+        where = "it cannot be written to the job's record" if recorded else "it cannot be passed to a process"
+        raise UserError(f"{what} is not valid text ({text!r}); {where}") from None
     if b"\0" in data:
         raise UserError(f"{what} contains a NUL byte (\\0), which no command, argument, environment variable "
                         "or path can carry; remove it")
+
+
+def _abandon(proc: Process, job_id: str) -> None:
+    """Kill a job that was spawned but cannot be recorded: its group (the leader is our unreaped
+    child, so its pgid is not reused), what it may already have started outside it, and reap it."""
+    procs.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    procs.kill_marked(JOB_ENV, job_id)
 
 
 class JobManager:
@@ -251,7 +262,8 @@ class JobManager:
             if not math.isfinite(timeout) or timeout <= 0:
                 raise UserError(f"job timeout must be a positive number of seconds, not {timeout!r}")
             timeout = min(timeout, MAX_TIMEOUT)
-        _check_os_text("job command", command)
+        _check_os_text("job command", command, recorded=True)
+        _check_os_text("job owner", owner, recorded=True)
         for name, value in (env or {}).items():
             _check_os_text(f"job environment variable name {name!r}", name)
             _check_os_text(f"job environment variable {name}", value)
@@ -259,7 +271,7 @@ class JobManager:
                 raise UserError(f"job environment variable name {name!r} is not one: it must be non-empty, "
                                 "without '='")
         if cwd is not None:
-            _check_os_text("job working directory", str(cwd))
+            _check_os_text("job working directory", str(cwd), recorded=True)
             if not Path(cwd).is_dir():
                 raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
         job_id, log_fd = self.files.new_log()
@@ -290,7 +302,12 @@ class JobManager:
             started_at=self.clock(), log=f"{self._rel}/{job_id}.log",
             cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
             manager_pid=self._pid, manager_start=self._pid_start)
-        self.records.save(record)
+        try:
+            self.records.save(record)
+        except BaseException:  # e.g. a full disk: a job nobody records or watches must not run on
+            _abandon(proc, job_id)
+            os.close(log_fd)
+            raise
         job = WatchedJob(record, proc, exit_fd_of(proc), log_fd, ref)
         with self._cond:
             self._jobs[job_id] = job  # before the watcher has it: it may end at once
