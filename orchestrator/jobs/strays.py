@@ -71,7 +71,8 @@ class Strays:
         self.enabled = procs.become_subreaper()
         self._tracked: dict[int, tuple[int, str | None]] = {}  # pid -> (pidfd, job id or None)
         self._stopping = False
-        self._parents = {os.getpid(), threading.get_native_id()}  # main and loop threads (built on the loop's)
+        self._pid = os.getpid()
+        self._parents = {self._pid, threading.get_native_id()}  # main and loop threads (built on the loop's)
 
     @property
     def alive(self) -> bool:
@@ -84,7 +85,7 @@ class Strays:
         if not self.enabled:
             return
         leaders, running = self.running()
-        for pid in procs.children(tids=self._parents):
+        for pid in procs.children(self._pid, tids=self._parents):
             if pid in leaders:
                 continue
             entry = self._tracked.get(pid) or self._track(pid)
