@@ -3,7 +3,11 @@
 A job is ``/bin/sh -c COMMAND`` in a new session (so its own process group,
 ``pgid == pid``), stdin from ``/dev/null``, stdout and stderr straight into
 the log file descriptor: output never passes through Python, so a job
-printing 50 MB costs no memory and leaves the whole log on disk. Like make,
+printing 50 MB costs no memory and leaves the whole log on disk. The
+manager keeps that fd until the job ends and takes the log's size from it:
+the log is opened once, and an empty one (most short tasks) is never read
+for its tail. A job spawned but whose first record cannot be written (a full
+disk) is killed and reaped at once: no job runs unrecorded. Like make,
 a COMMAND of plain words naming a program on PATH (``pytest -q``) is exec'd
 without the shell, one exec less per job (``command_argv``). An agent's job
 runs inside its sandbox: ``start(prefix=...)`` puts ``bwrap ... --`` before
