@@ -75,6 +75,24 @@ def test_missing_cwd_is_a_user_error(mgr, tmp_path):
         mgr.start("true", cwd=tmp_path / "nope")
 
 
+def test_a_job_holds_its_log_open_until_it_ends_and_no_fd_is_left_behind(mgr, tmp_path):
+    """The manager keeps each job's log fd (the size of an empty log is read from it, so that log
+    is never opened again) and closes it when the job ends, or when the job could not start."""
+    mgr.start("true")
+    one(mgr)  # the watcher's own fds (epoll, wake-up pipe) exist from here on
+    fds = set(os.listdir("/proc/self/fd"))
+    quiet = [mgr.start("true").id for _ in range(10)]
+    loud = [mgr.start(f"echo job {i}").id for i in range(10)]
+    with pytest.raises(FileNotFoundError):
+        mgr.start("true", prefix=[str(tmp_path / "no-such-sandbox")])  # the spawn fails: its log fd too is closed
+    notes = {}
+    while len(notes) < 20:
+        notes.update((n.job_id, n) for n in mgr.wait("lead", timeout=30))
+    assert all(notes[i].tail == "" and notes[i].status == "completed" for i in quiet)
+    assert sorted(notes[i].tail for i in loud) == sorted(f"job {i}\n" for i in range(10))
+    assert set(os.listdir("/proc/self/fd")) == fds
+
+
 def test_notifications_go_to_their_owner(mgr):
     a = mgr.start("echo a", owner="alice")
     b = mgr.start("echo b", owner="bob")

@@ -172,3 +172,38 @@ tasks:
         assert JobManager(tmp_path).get(rec.id).status == "killed"
     assert {t.status.value for t in TaskStore(tmp_path).all()} == {"pending"}
     assert not any(json.loads(line).get("event") == "completed" for line in out.splitlines() if line.startswith("{"))
+
+
+NOTES = r"""
+import json, sys, threading
+from pathlib import Path
+from orchestrator.jobs.server import JobServer
+assert JobServer.usable()
+got, errors, done = {}, [], threading.Event()
+
+def on_note(ref, note):
+    got[ref] = note
+    if len(got) == 2:
+        done.set()
+
+server = JobServer.fork(Path("."), on_note, lambda ref, error: errors.append(error) or done.set())
+server.start("plain", "echo hi", owner="lead", cwd=None, env={}, timeout=None, task=1)
+server.start("odd-\udcff", "echo 'hé'; exit 4", owner="lead", cwd=None, env={}, timeout=None, task=2)
+done.wait(30)
+server.close()
+print(json.dumps({"errors": errors, "died": str(server.died) if server.died else None,
+                  "notes": {ref.encode("utf-8", "surrogateescape").hex(): [n.ref == ref, n.status, n.exit_code, n.tail,
+                                                                          n.task] for ref, n in got.items()}}))
+"""
+
+
+def test_notes_reach_the_lead_whole_whatever_text_they_carry(tmp_path):
+    """The lead reads a note straight into its model (pydantic's JSON parser), and text that
+    parser refuses -- a lone surrogate, which json escapes -- still arrives (through json)."""
+    done = subprocess.run([sys.executable, "-c", NOTES], cwd=tmp_path, env=team_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["errors"] == [] and out["died"] is None
+    assert out["notes"] == {b"plain".hex(): [True, "completed", 0, "hi\n", 1],
+                            b"odd-\xff".hex(): [True, "failed", 4, "hé\n", 2]}

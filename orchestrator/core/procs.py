@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 
 
 def stat(pid: int) -> tuple[str, int, int] | None:
@@ -116,26 +117,39 @@ def become_subreaper() -> bool:
         return False
 
 
-def children(pid: int | None = None) -> set[int]:
-    """The children of ``pid`` (default: this process), all its threads'.
+def children(pid: int | None = None, tids: Iterable[int] | None = None) -> set[int]:
+    """The children of ``pid`` (default: this process): all its threads', or only those of
+    ``tids`` (a caller that knows which of its threads can have children saves the listing).
 
     ``/proc/<pid>/task/<tid>/children`` (one small read per thread); without it, a scan of
     every process's parent."""
     pid = os.getpid() if pid is None else pid
     found: set[int] = set()
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
+    if tids is None:
+        try:
+            tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            return found
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                found.update(int(word) for word in f.read().split())
+            found.update(int(word) for word in _read(f"/proc/{pid}/task/{tid}/children").split())
         except FileNotFoundError:
             if not os.path.exists(f"/proc/{pid}/task/{tid}"):
                 continue  # the thread ended while we listed
             return {p for p in pids() if _ppid(p) == pid}  # a kernel without CONFIG_PROC_CHILDREN
     return found
+
+
+def _read(path: str) -> bytes:
+    """The whole of a small file: open, read to the end, close (no buffered file object)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _ppid(pid: int) -> int | None:

@@ -142,9 +142,15 @@ class JobFiles:
     def _write(self, job_id: str, data: bytes) -> None:
         """Atomic (rename) but not fsync'd: the task store is the durable truth."""
         self._ensure_dir()
-        tmp = self.dir / f".{job_id}.{threading.get_ident()}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, self.dir / f"{job_id}.json")
+        tmp = f"{self.dir}/.{job_id}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, f"{self.dir}/{job_id}.json")
 
     # -- logs ----------------------------------------------------------------------------
     def scrub_log(self, path: Path) -> None:

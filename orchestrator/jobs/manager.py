@@ -3,7 +3,11 @@
 A job is ``/bin/sh -c COMMAND`` in a new session (so its own process group,
 ``pgid == pid``), stdin from ``/dev/null``, stdout and stderr straight into
 the log file descriptor: output never passes through Python, so a job
-printing 50 MB costs no memory and leaves the whole log on disk. Like make,
+printing 50 MB costs no memory and leaves the whole log on disk. The
+manager keeps that fd until the job ends and takes the log's size from it:
+the log is opened once, and an empty one (most short tasks) is never read
+for its tail. A job spawned but whose first record cannot be written (a full
+disk) is killed and reaped at once: no job runs unrecorded. Like make,
 a COMMAND of plain words naming a program on PATH (``pytest -q``) is exec'd
 without the shell, one exec less per job (``command_argv``). An agent's job
 runs inside its sandbox: ``start(prefix=...)`` puts ``bwrap ... --`` before
@@ -163,16 +167,27 @@ def command_argv(command: str, path: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
-def _check_os_text(what: str, text: str) -> None:
+def _check_os_text(what: str, text: str, recorded: bool = False) -> None:
     """Refuse text that cannot reach the OS (``UserError`` naming ``what``): a NUL byte ends a C
-    string, and a lone surrogate has no bytes in the file system encoding."""
+    string, and a lone surrogate has no bytes in the file system encoding. ``recorded``: the text
+    also goes into the job's record, which is JSON, so it must be UTF-8 (no undecodable byte
+    carried as a surrogate either)."""
     try:
-        data = os.fsencode(text)
+        data = text.encode() if recorded else os.fsencode(text)
     except UnicodeEncodeError:
-        raise UserError(f"{what} is not valid text ({text!r}); it cannot be passed to a process") from None
+        where = "it cannot be written to the job's record" if recorded else "it cannot be passed to a process"
+        raise UserError(f"{what} is not valid text ({text!r}); {where}") from None
     if b"\0" in data:
         raise UserError(f"{what} contains a NUL byte (\\0), which no command, argument, environment variable "
                         "or path can carry; remove it")
+
+
+def _abandon(proc: Process, job_id: str) -> None:
+    """Kill a job that was spawned but cannot be recorded: its group (the leader is our unreaped
+    child, so its pgid is not reused), what it may already have started outside it, and reap it."""
+    procs.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    procs.kill_marked(JOB_ENV, job_id)
 
 
 class JobManager:
@@ -251,7 +266,8 @@ class JobManager:
             if not math.isfinite(timeout) or timeout <= 0:
                 raise UserError(f"job timeout must be a positive number of seconds, not {timeout!r}")
             timeout = min(timeout, MAX_TIMEOUT)
-        _check_os_text("job command", command)
+        _check_os_text("job command", command, recorded=True)
+        _check_os_text("job owner", owner, recorded=True)
         for name, value in (env or {}).items():
             _check_os_text(f"job environment variable name {name!r}", name)
             _check_os_text(f"job environment variable {name}", value)
@@ -259,7 +275,7 @@ class JobManager:
                 raise UserError(f"job environment variable name {name!r} is not one: it must be non-empty, "
                                 "without '='")
         if cwd is not None:
-            _check_os_text("job working directory", str(cwd))
+            _check_os_text("job working directory", str(cwd), recorded=True)
             if not Path(cwd).is_dir():
                 raise UserError(f"job working directory {cwd} does not exist; create it or pass another cwd")
         job_id, log_fd = self.files.new_log()
@@ -282,15 +298,21 @@ class JobManager:
 
         try:
             proc = spawn_job()
-        finally:
+        except BaseException:
             os.close(log_fd)
+            raise
         record = JobRecord(
             id=job_id, command=command, owner=owner, pid=proc.pid, pgid=proc.pid,
             started_at=self.clock(), log=f"{self._rel}/{job_id}.log",
             cwd=str(cwd) if cwd is not None else None, timeout=timeout, task=task,
             manager_pid=self._pid, manager_start=self._pid_start)
-        self.records.save(record)
-        job = WatchedJob(record, proc, exit_fd_of(proc), ref)
+        try:
+            self.records.save(record)
+        except BaseException:  # e.g. a full disk: a job nobody records or watches must not run on
+            _abandon(proc, job_id)
+            os.close(log_fd)
+            raise
+        job = WatchedJob(record, proc, exit_fd_of(proc), log_fd, ref)
         with self._cond:
             self._jobs[job_id] = job  # before the watcher has it: it may end at once
         self.watcher.watch(job, timeout)
@@ -310,7 +332,9 @@ class JobManager:
         record.status = status
         record.exit_code = code
         record.finished_at = self.clock()
-        record.tail = read_tail(self.root / record.log, self.tail_bytes, self.secrets)
+        size = os.fstat(job.log_fd).st_size  # the log is opened once: an empty one is not read
+        os.close(job.log_fd)
+        record.tail = read_tail(self.root / record.log, self.tail_bytes, self.secrets, size)
         self.files.scrub_log(self.root / record.log)  # now, or in a quiet moment (the job server)
         note = Notification(
             job_id=record.id, owner=record.owner, status=status, exit_code=code,

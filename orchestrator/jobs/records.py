@@ -154,27 +154,41 @@ def shown_status(record: JobRecord) -> str:
     return record.status
 
 
-def read_tail(path: Path, limit: int, secrets: Secrets) -> str:
+def read_tail(path: Path, limit: int, secrets: Secrets, size: int | None = None) -> str:
     """The whole file if it fits in ``limit`` bytes, else its head and tail;
-    ``secrets`` scrubbed (it goes into notifications, records and task results)."""
+    ``secrets`` scrubbed (it goes into notifications, records and task results).
+    ``size``: the file's size, when the caller knows it (the manager, from the
+    job's own log fd): an empty log is not opened at all."""
+    if size == 0:
+        return ""
     return secrets.scrub(_read_tail(path, limit))
 
 
 def _read_tail(path: Path, limit: int) -> str:
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size <= limit:
-                return f.read().decode(errors="replace")
-            head_n = limit // 4
-            head = f.read(head_n)
-            f.seek(size - (limit - head_n))
-            tail = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
+    try:
+        size = os.fstat(fd).st_size
+        if size <= limit:
+            return _read_all(fd).decode(errors="replace")
+        head_n = limit // 4
+        head = os.pread(fd, head_n, 0)
+        tail = os.pread(fd, limit - head_n, size - (limit - head_n))
+    finally:
+        os.close(fd)
     omitted = size - len(head) - len(tail)
     return (
         head.decode(errors="replace")
         + f"\n... [{omitted} bytes omitted; full log: {path.name}] ...\n"
         + tail.decode(errors="replace")
     )
+
+
+def _read_all(fd: int) -> bytes:
+    """Read ``fd`` to its end (a log may still grow while we read: what is there now)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -62,12 +62,16 @@ Protocol, one JSON object per line::
                     {"op": "kill", "ref"}        {"op": "shutdown"}
     server → lead   {"op": "note", "ref", ...Notification}
                     {"op": "error", "ref", "error"}   the job could not start; nothing runs
+                    {"op": "bye", "errors": [records it could not write]}
+
+The lead reads a note (one per job, on its reader thread, under its GIL)
+straight into a ``Notification`` with pydantic's JSON parser, in one pass:
+the ``op`` key is ignored as extra (``_note_of``).
 
 A request that cannot start (a NUL byte in its command or environment, a
 name no environment can hold, a working directory that is gone: refused by
 ``JobManager.start``, or an ``OSError``/``ValueError`` of the spawn) fails
 that one job with an ``error`` reply; the server and every other job go on.
-                    {"op": "bye", "errors": [records it could not write]}
 
 If the server dies unexpectedly (end of file without a ``bye``), the lead
 hears it as ``JobServerDied`` (``on_crash``: ``team run`` stops at once,
@@ -86,6 +90,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from ..core import procs, threads
 from ..core.errors import JobServerDied, TeamError
@@ -131,6 +137,22 @@ class LocalJobs:
 
     def close(self) -> None:
         self.manager.shutdown()
+
+
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+"""One JSON line of the protocol, without a new encoder per message (what ``json.dumps`` builds)."""
+_NOTE = b'{"op":"note",'
+"""How a note line starts (``send`` writes the op first)."""
+
+
+def _note_of(line: bytes) -> Notification:
+    """A note line as its ``Notification``, parsed by pydantic straight from the JSON (the ``op``
+    key is ignored as extra); text its parser refuses (a lone surrogate, which ``json`` escapes
+    and reads back) goes through ``json.loads`` instead."""
+    try:
+        return Notification.model_validate_json(line)
+    except ValidationError:
+        return Notification.model_validate(json.loads(line))
 
 
 def _lines(fd: int) -> Iterator[bytes]:
@@ -197,7 +219,7 @@ class JobServer:
 
     # -- requests ---------------------------------------------------------------
     def _send(self, msg: dict[str, Any]) -> None:
-        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        data = (_encode(msg) + "\n").encode()
         with self._write_lock:
             if self._closed:
                 raise TeamError("the job server is closed")
@@ -256,6 +278,13 @@ class JobServer:
     def _read(self, fd: int) -> None:
         try:
             for line in _lines(fd):
+                if line.startswith(_NOTE):  # the common reply: one parse, straight into the model
+                    note = _note_of(line)
+                    ref = note.ref or ""
+                    with self._out_lock:
+                        self._out.discard(ref)
+                    self._on_note(ref, note)
+                    continue
                 msg = json.loads(line)
                 op = msg.pop("op")
                 if op == "bye":
@@ -265,10 +294,7 @@ class JobServer:
                 ref = msg.pop("ref")
                 with self._out_lock:
                     self._out.discard(ref)
-                if op == "note":
-                    self._on_note(ref, Notification.model_validate(msg))
-                else:
-                    self._on_error(ref, msg.get("error") or "the job could not start")
+                self._on_error(ref, msg.get("error") or "the job could not start")
         finally:
             os.close(fd)
             if not self._bye.is_set():  # end of file without a bye: the server died under us
@@ -322,7 +348,7 @@ def _serve(root: Path, requests: int, replies: int, lead_pid: int) -> None:
 
     def send(msg: dict[str, Any]) -> None:
         nonlocal lead_gone
-        view = memoryview((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+        view = memoryview((_encode(msg) + "\n").encode())
         while view and not lead_gone:
             try:
                 view = view[os.write(replies, view):]

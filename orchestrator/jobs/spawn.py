@@ -20,6 +20,25 @@
   signal mask, and no fd of ours (Python opens every fd close-on-exec).
   (glibc's posix_spawn leaves its two internal signals, 32 and 33, ignored
   in the child; programs linked with glibc install their own handlers.)
+
+What a spawn costs in system calls, and what each protects (strace of a
+1,000-task run; all of it kept):
+
+* in the child before its exec: ~120 ``rt_sigaction`` -- glibc's
+  posix_spawn child shares our memory (``CLONE_VM``), so it sets every
+  handler it finds back to the default before anything can run one (a
+  get and a set per signal, ~22 µs here); Popen's child does half as many
+  and costs 0.2 ms more on our side. ``setsid`` (the job's own group: the
+  group kill), ``/dev/null`` on stdin and two ``dup2`` (output on the log),
+  the signal mask emptied, ``execve``.
+* in the spawner: 5 ``prlimit64`` -- glibc checks each fd of the three file
+  actions against ``RLIMIT_NOFILE`` as Python builds them; ``pidfd_open``
+  (the exit fd: no reap before we stop signalling the group, so its pgid
+  is not reused); a ``getcwd`` (the posix_spawn path runs only in our own
+  directory). The PATH search of a plain command (manager.command_argv:
+  a ``stat`` per PATH directory, every job, as make's ``execvp`` looks up
+  each one) finds a program an earlier task installed or shadowed; it is
+  not cached.
 """
 
 from __future__ import annotations
@@ -76,14 +95,15 @@ def spawn(argv: list[str], *, cwd: str | os.PathLike[str] | None, env: dict[str,
 class WatchedJob:
     """In-memory state of a job this manager watches."""
 
-    __slots__ = ("record", "proc", "exit_fd", "ref", "reason", "deadline", "expires", "escalated", "forced", "done",
-                 "lock", "reaped")
+    __slots__ = ("record", "proc", "exit_fd", "log_fd", "ref", "reason", "deadline", "expires", "escalated", "forced",
+                 "done", "lock", "reaped")
 
-    def __init__(self, record: JobRecord, proc: Process, exit_fd: int, ref: str | None = None):
+    def __init__(self, record: JobRecord, proc: Process, exit_fd: int, log_fd: int, ref: str | None = None):
         self.record = record
         self.ref = ref  # the starter's name for the job, handed back in its notification
         self.proc = proc  # the group leader: its own session, so pgid == pid
         self.exit_fd = exit_fd  # readable once the leader has exited (pidfd or pipe)
+        self.log_fd = log_fd  # the log as created (the manager's ``_on_exit`` takes its size, then closes it)
         self.reason: JobStatus | None = None  # "timeout" | "killed" | "lost"
         self.deadline: float | None = None  # monotonic time of the next escalation
         self.expires: float | None = None  # monotonic time its timeout expires

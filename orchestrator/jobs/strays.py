@@ -13,6 +13,10 @@ what the job's processes carry (``TEAM_JOB_ID``, records.py):
   reparents before the exit is reported), and ``sweep`` reads the server's
   children (one small ``/proc`` read: the cost on the path of every job's
   end): any child that is not the leader of a running job is a *stray*.
+  Only two threads can have children, so only theirs are read (no listing
+  of ``/proc/self/task``): the loop's, which spawned the leaders, and the
+  main thread, to which the kernel reparents orphans (a subreaper's first
+  live thread, ``find_alive_thread``); in the job server they are one.
   Each stray gets a pidfd in the watcher's loop; one that belongs to a job
   that has ended (by its ``TEAM_JOB_ID``) is SIGKILLed with its group. When
   a stray dies it is reaped and the sweep runs again, since its own
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable, Container
 from typing import Protocol
 
@@ -66,6 +71,8 @@ class Strays:
         self.enabled = procs.become_subreaper()
         self._tracked: dict[int, tuple[int, str | None]] = {}  # pid -> (pidfd, job id or None)
         self._stopping = False
+        self._pid = os.getpid()
+        self._parents = {self._pid, threading.get_native_id()}  # main and loop threads (built on the loop's)
 
     @property
     def alive(self) -> bool:
@@ -78,7 +85,7 @@ class Strays:
         if not self.enabled:
             return
         leaders, running = self.running()
-        for pid in procs.children():
+        for pid in procs.children(self._pid, tids=self._parents):
             if pid in leaders:
                 continue
             entry = self._tracked.get(pid) or self._track(pid)

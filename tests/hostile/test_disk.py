@@ -121,3 +121,38 @@ def test_run_and_send_on_a_read_only_root_say_so_in_one_line(read_only, tmp_path
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert r.stderr.startswith(f"NotWritable: cannot write {root}/"), r.stderr
         assert "Read-only file system [EROFS]; pass a writable --root" in r.stderr, r.stderr
+
+
+def test_a_job_whose_record_cannot_be_written_does_not_run_on(small_fs, tmp_path):
+    """The first record is written right after the spawn; when the disk is full the start fails
+    with the disk's error, and the job it had spawned is killed (with what it started outside its
+    group), not left running unrecorded and unwatched; its log fd is closed."""
+    from orchestrator.core import procs
+    from orchestrator.core.errors import UserError
+    from orchestrator.jobs.manager import JobManager
+
+    mgr = JobManager(small_fs, grace=0.5)
+    try:
+        with pytest.raises(UserError, match="cannot be written to the job's record"):
+            mgr.start("echo \udcff")  # not UTF-8: refused before anything starts
+        assert not list((small_fs / ".team" / "jobs").glob("*.log"))
+        mgr.start("true")
+        mgr.wait("lead", timeout=30)
+        fds = set(os.listdir("/proc/self/fd"))
+        with open(small_fs / "filler", "wb", buffering=0) as f:  # fill the disk (an empty log still gets an inode)
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+        marker = str(tmp_path / "up")
+        with pytest.raises(OSError) as e:
+            mgr.start(f"setsid sleep 3719 & touch {marker}; sleep 3719")
+        assert e.value.errno == 28  # ENOSPC
+        # The job's shell (and anything it started) is dead and reaped as soon as start() fails.
+        assert [p for p in procs.pids() if "sleep 3719" in procs.cmdline(p)] == []
+        assert set(os.listdir("/proc/self/fd")) == fds
+    finally:
+        for pid in [p for p in procs.pids() if "sleep 3719" in procs.cmdline(p)]:
+            procs.kill(pid)
+        mgr.shutdown()

@@ -9,6 +9,7 @@ server, or, in-process, through the next lead).
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -152,3 +153,53 @@ tasks:
         if lead.poll() is None:
             lead.kill()
             lead.wait()
+
+
+ADOPTER = r"""
+import json, os, subprocess, sys, threading
+from orchestrator.core import procs
+assert procs.become_subreaper()
+seconds = sys.argv[1]
+spawned = threading.Event()
+done = threading.Event()
+out = {}
+
+def loop():  # the job server's loop thread, which spawns the job leaders
+    out["loop"] = threading.get_native_id()
+    out["leader"] = subprocess.Popen(["sleep", seconds]).pid
+    shell = subprocess.Popen(["/bin/sh", "-c", f"setsid sleep {seconds} > /dev/null 2>&1 & echo $!"],
+                             stdout=subprocess.PIPE)
+    out["stray"] = int(shell.stdout.readline())
+    shell.wait()  # the shell is gone: its setsid'd child was reparented to this subreaper
+    spawned.set()
+    done.wait()
+
+t = threading.Thread(target=loop)
+t.start()
+spawned.wait()
+out["both"] = sorted(procs.children(tids={os.getpid(), out["loop"]}))
+out["loop_only"] = sorted(procs.children(tids={out["loop"]}))
+out["main_only"] = sorted(procs.children(tids={os.getpid()}))
+out["all"] = sorted(procs.children())
+for pid in (out["leader"], out["stray"]):
+    procs.kill(pid)
+done.set()
+t.join()
+print(json.dumps(out))
+"""
+
+
+def test_a_subreaper_adopts_orphans_on_its_main_thread(tmp_path, cleanup):
+    """What ``Strays.sweep`` relies on to read two threads' children instead of listing
+    ``/proc/self/task``: a leader is the child of the thread that spawned it, and an orphan is
+    reparented to the subreaper's main thread (its first live thread), whichever thread spawned
+    the orphan's parent."""
+    cleanup.append("3717")
+    done = subprocess.run([sys.executable, "-c", ADOPTER, "3717"], cwd=tmp_path, env=team_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    leader, stray = out["leader"], out["stray"]
+    assert out["loop_only"] == [leader]
+    assert out["main_only"] == [stray]
+    assert out["both"] == out["all"] == sorted([leader, stray])
