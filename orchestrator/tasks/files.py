@@ -37,6 +37,28 @@ Writes:
 Caches (``.next_id``, ``names.jsonl``) are never trusted alone: an id is
 used only if no file has it, a name hit is checked against the task file,
 and a miss falls back to a scan. Losing them loses nothing.
+
+The bytes this process knows (``Known``): a run's lead reads the same task
+files over and over (a claim reads the task, a dependency check reads each
+dependency, a completion reads the claimed task), almost always files it
+wrote itself a moment before. ``TaskFiles`` keeps, per task file, the bytes
+it last wrote or read and the file's identity at that moment (``Ident``:
+device, inode, size, mtime in ns, from ``fstat`` of the written or read
+descriptor). A read ``stat``-s the file and uses the kept bytes only if the
+identity is the same; anything else (another process's write: every write
+here is a rename or a link, so a new file has a new inode; a file edited in
+place: a new size or mtime; a removed file) is read from the file as before.
+So the files stay the truth: a hit saves
+the open/read/close (one ``stat`` instead), and a dependency check
+(``status_of``) also the parse, as the status of kept bytes is kept with
+them. A hit is still parsed into a new ``Task`` for callers that want one
+(they change it): a parse costs about what a ``model_copy`` does, and kept
+bytes take a tenth of the memory of kept objects. At most ``KNOWN_MAX``
+files are kept (least recently used go first): ~0.45 KB each besides the
+file's bytes. The one case the identity cannot tell is an inode number
+reused by another file of the same size written within the same file-system
+clock tick (a few ms) as the kept one: it takes two writes of the same task
+by another process in that tick, each under the store lock.
 """
 
 from __future__ import annotations
@@ -108,12 +130,35 @@ def _parallel(pool: Executor, jobs: Sequence[Callable[[], None]]) -> None:
             future.result()
 
 
-def _create_new(path: Path, data: bytes, *, durable: bool) -> None:
+def _create_new(path: Path, data: bytes, *, durable: bool) -> os.stat_result:
     try:
-        create_new(path, data, durable=durable)
+        return create_new(path, data, durable=durable)
     except FileExistsError:
         raise ConflictError(f"{path} exists already, but its id was reserved for a task being created: the id "
                             "counter .next_id was moved back while a plan was being created; run `team doctor`") from None
+
+
+KNOWN_MAX = 131072
+"""Task files whose bytes one ``TaskFiles`` keeps (``Known``): a 100k-task plan fits, ~90 MB at most."""
+
+Ident = tuple[int, int, int, int]
+"""A file's identity for ``Known``: ``(st_dev, st_ino, st_size, st_mtime_ns)``."""
+
+
+def ident_of(st: os.stat_result) -> Ident:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class Known:
+    """The bytes of a task file as this process last wrote or read them, and what they say (see the
+    module docstring). ``head``, once parsed: the task's ``(id, status)``."""
+
+    __slots__ = ("data", "head", "ident")
+
+    def __init__(self, ident: Ident, data: bytes, head: tuple[int, Status] | None = None):
+        self.ident = ident
+        self.data = data
+        self.head = head
 
 
 WRITE_CHUNK = 2048
@@ -140,6 +185,8 @@ class TaskFiles:
         self._pools: dict[str, ThreadPoolExecutor] = {}  # fsync threads, made on first need (``_threads``)
         self._pool_pid: dict[str, int] = {}
         self._pool_lock = threading.Lock()
+        self._known: dict[str, Known] = {}  # task file name -> its bytes as last written or read here
+        self._known_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths and the lock
     def path(self, task_id: int) -> Path:
@@ -215,14 +262,94 @@ class TaskFiles:
         """Parse one task file (its queued version first, with a pipeline); FileNotFoundError if none."""
         pipe = self.pipeline
         data = pipe.peek(path) if pipe is not None else None
+        if data is not None:
+            return parse_task(path, data)
+        known = self._known_as_on_disk(path)
+        if known is not None:
+            return parse_task(path, known.data)
+        data, ident = self._read_file(path)
+        task = parse_task(path, data)
+        if ident is not None:
+            self._remember(path, ident, data, (task.id, task.status))
+        return task
+
+    def status_of(self, task_id: int) -> Status:
+        """The status of task ``task_id``, as ``read(task_id).status`` says it (the same errors), without
+        a parse when this process knows the file's bytes (a dependency check: ``Attempts``)."""
+        if 1 <= task_id <= MAX_TASK_ID:
+            path = self.path(task_id)
+            pipe = self.pipeline
+            try:
+                known = self._known_as_on_disk(path) if pipe is None or pipe.peek(path) is None else None
+            except FileNotFoundError:
+                known = None  # read says so
+            if known is not None:
+                if known.head is None:
+                    task = parse_task(path, known.data)
+                    known.head = (task.id, task.status)
+                if known.head[0] == task_id:
+                    return known.head[1]
+        return self.read(task_id).status  # raises as read does
+
+    # ------------------------------------------------------------------ the bytes this process knows
+    def _known_as_on_disk(self, path: Path) -> Known | None:
+        """The kept bytes of ``path`` if the file is still the one they came from (``stat``-ed now)."""
+        with self._known_lock:
+            known = self._known.get(path.name)
+        if known is None:
+            return None
         try:
-            if data is None:
-                data = path.read_bytes()
+            st = os.stat(path)
         except FileNotFoundError:
+            self._forget(path)
             raise
         except OSError as e:
             raise CorruptFile(path, f"cannot read: {e.strerror}") from None
-        return parse_task(path, data)
+        if ident_of(st) != known.ident:
+            return None
+        with self._known_lock:  # most recently used last: the first are dropped when full
+            current = self._known.pop(path.name, None)
+            if current is not None:
+                self._known[path.name] = current
+        return known
+
+    def _read_file(self, path: Path) -> tuple[bytes, Ident | None]:
+        """The bytes of ``path`` and its identity as it was before they were read (``None`` when the
+        file changed size meanwhile: edited in place, it is not kept); FileNotFoundError if none."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._forget(path)
+            raise
+        except OSError as e:
+            raise CorruptFile(path, f"cannot read: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)  # before the read: a change after it leaves the identity behind, never the bytes
+            chunks = []
+            want = st.st_size + 1
+            while chunk := os.read(fd, want):
+                chunks.append(chunk)
+                if len(chunk) < want:
+                    break
+                want = 65536
+        except OSError as e:
+            raise CorruptFile(path, f"cannot read: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        return data, (ident_of(st) if len(data) == st.st_size else None)
+
+    def _remember(self, path: Path, ident: Ident, data: bytes, head: tuple[int, Status] | None = None) -> None:
+        known = Known(ident, data, head)
+        with self._known_lock:
+            self._known.pop(path.name, None)
+            self._known[path.name] = known
+            while len(self._known) > KNOWN_MAX:
+                del self._known[next(iter(self._known))]
+
+    def _forget(self, path: Path) -> None:
+        with self._known_lock:
+            self._known.pop(path.name, None)
 
     def load(self, task_id: int) -> Task:
         """``task_<id>.json``, checked to hold that id (a copied file would not)."""
@@ -488,8 +615,12 @@ class TaskFiles:
     def _write_files(self, files: dict[Path, bytes], *, exclusive: bool = False) -> None:
         """Each file atomically (renamed into place, its data fsynced); the folder is synced by ``_sync``.
         ``exclusive``: new files, linked into place (``create_new``): an existing one is never replaced."""
-        write: Callable[[Path, bytes], None] = (partial(_create_new, durable=self.durable) if exclusive
-                                                else partial(atomic_write, durable=self.durable, sync_dir=False))
+        put: Callable[[Path, bytes], os.stat_result] = (partial(_create_new, durable=self.durable) if exclusive
+                                                        else partial(atomic_write, durable=self.durable, sync_dir=False))
+
+        def write(path: Path, data: bytes) -> None:
+            self._remember(path, ident_of(put(path, data)), data)
+
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
                 write(path, data)
@@ -518,6 +649,7 @@ class TaskFiles:
         n = 0
         for tid in ids:
             path = self.path(tid)
+            self._forget(path)
             if path.exists():
                 path.unlink()
                 self._append_events(dumps({"ts": round(self.clock(), 6), "task": tid, "event": "deleted",
@@ -529,6 +661,8 @@ class TaskFiles:
 
     def delete_everything(self) -> None:
         """Remove every task file, the index, the counter and the event log (under the lock)."""
+        with self._known_lock:
+            self._known.clear()
         for tid in self.ids():
             self.path(tid).unlink(missing_ok=True)
         for p in (self.counter_path, self.names_path, self.events_path, self.dir / INDEX_NAME):
