@@ -133,15 +133,20 @@ def test_reads_under_the_lock_match_the_file_while_another_process_rewrites_it(t
     assert store.read(1).subject == "v00299"
 
 
-def test_what_is_kept_is_bounded_and_the_oldest_go_first(tmp_path, monkeypatch):
+def test_what_is_kept_is_bounded_and_a_plans_first_tasks_are_not_pushed_out_by_its_last(tmp_path, monkeypatch):
     monkeypatch.setattr(task_files, "KNOWN_MAX", 5)
-    store = TaskStore(tmp_path)
-    ids = [t.id for t in store.create_many([{"subject": f"t{i}"} for i in range(12)])]
-    store.read(ids[0])  # read again: the most recently used now
-    store.create("one more")
+    store = TaskStore(tmp_path, durable=False)  # one file after the other (durable: in parallel, any order)
+    first = store.reserve(12)
+    ids = [t.id for t in store.create_reserved([{"subject": f"t{i}"} for i in range(12)],
+                                               list(range(first, first + 12)))]
     known = store.files._known
-    assert len(known) == 5 and store.path(ids[0]).name in known and store.path(ids[1]).name not in known
-    assert [t.subject for t in store.all()][:3] == ["t0", "t1", "t2"]
+    assert list(known) == [store.path(i).name for i in ids[:5]]  # kept while there was room
+    store.read(ids[0])  # the most recently used now
+    store.read(ids[8])  # not kept: read from the file, kept, and the least recently used (ids[1]) dropped
+    assert list(known) == [store.path(i).name for i in (ids[2], ids[3], ids[4], ids[0], ids[8])]
+    store.create("one more")  # a write of a run drops the least recently used as well
+    assert len(known) == 5 and store.path(ids[2]).name not in known
+    assert [t.subject for t in store.all()] == [f"t{i}" for i in range(12)] + ["one more"]
 
 
 def test_atomic_write_and_create_new_return_the_identity_the_file_keeps(tmp_path):

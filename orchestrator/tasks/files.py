@@ -39,26 +39,29 @@ used only if no file has it, a name hit is checked against the task file,
 and a miss falls back to a scan. Losing them loses nothing.
 
 The bytes this process knows (``Known``): a run's lead reads the same task
-files over and over (a claim reads the task, a dependency check reads each
-dependency, a completion reads the claimed task), almost always files it
-wrote itself a moment before. ``TaskFiles`` keeps, per task file, the bytes
-it last wrote or read and the file's identity at that moment (``Ident``:
-device, inode, size, mtime in ns, from ``fstat`` of the written or read
-descriptor). A read ``stat``-s the file and uses the kept bytes only if the
-identity is the same; anything else (another process's write: every write
-here is a rename or a link, so a new file has a new inode; a file edited in
-place: a new size or mtime; a removed file) is read from the file as before.
-So the files stay the truth: a hit saves
-the open/read/close (one ``stat`` instead), and a dependency check
-(``status_of``) also the parse, as the status of kept bytes is kept with
-them. A hit is still parsed into a new ``Task`` for callers that want one
-(they change it): a parse costs about what a ``model_copy`` does, and kept
-bytes take a tenth of the memory of kept objects. At most ``KNOWN_MAX``
-files are kept (least recently used go first): ~0.45 KB each besides the
-file's bytes. The one case the identity cannot tell is an inode number
-reused by another file of the same size written within the same file-system
-clock tick (a few ms) as the kept one: it takes two writes of the same task
-by another process in that tick, each under the store lock.
+files over and over (a claim reads the task, a dependency check each
+dependency, a completion the claimed task), almost always files it wrote a
+moment before. ``TaskFiles`` keeps, per task file, the bytes it last wrote
+or read and the file's identity then (``Ident``: device, inode, size and
+mtime in ns, from ``fstat`` of the descriptor written or read; the identity
+is taken before a read, so a change after it leaves the identity behind,
+never the bytes). A read ``stat``-s the file and uses the kept bytes only
+if the identity is the same; anything else is read from the file as before:
+another process's write (every write here is a rename or a link, so a new
+version is a new inode), a file edited in place (a new size or mtime), a
+removed file. So the files stay the truth; a hit costs one ``stat`` instead
+of an open, read and close, and a dependency check (``status_of``) needs no
+parse either, as the status of kept bytes is kept with them. A hit is still
+parsed into a new ``Task`` (callers change what they get): a parse costs
+about what a ``model_copy`` does, and a parsed ``Task`` takes ten times the
+memory of its bytes. At most ``KNOWN_MAX`` files are kept, the least
+recently used dropped first (~0.45 KB each besides the file's bytes); a
+plan's new files are kept only while there is room, so its first tasks,
+claimed first, are not pushed out by its last. The one change the identity
+cannot see is a file replaced by another of the same size whose inode
+number is the kept file's, reused, with an mtime in the same file-system
+clock tick (a few ms): two writes of that task by another process, each
+under the store lock, within that tick.
 """
 
 from __future__ import annotations
@@ -138,8 +141,8 @@ def _create_new(path: Path, data: bytes, *, durable: bool) -> os.stat_result:
                             "counter .next_id was moved back while a plan was being created; run `team doctor`") from None
 
 
-KNOWN_MAX = 131072
-"""Task files whose bytes one ``TaskFiles`` keeps (``Known``): a 100k-task plan fits, ~90 MB at most."""
+KNOWN_MAX = 32768
+"""Task files whose bytes one ``TaskFiles`` keeps (``Known``): ~30 MB at most with a run's files (~0.4 KB)."""
 
 Ident = tuple[int, int, int, int]
 """A file's identity for ``Known``: ``(st_dev, st_ino, st_size, st_mtime_ns)``."""
@@ -339,9 +342,14 @@ class TaskFiles:
         data = b"".join(chunks)
         return data, (ident_of(st) if len(data) == st.st_size else None)
 
-    def _remember(self, path: Path, ident: Ident, data: bytes, head: tuple[int, Status] | None = None) -> None:
+    def _remember(self, path: Path, ident: Ident, data: bytes, head: tuple[int, Status] | None = None,
+                  *, room_only: bool = False) -> None:
+        """Keep ``data`` as the bytes of the file ``ident`` names; ``room_only``: only if that drops
+        nothing (a plan's new files: the first of them are claimed first, the last would push them out)."""
         known = Known(ident, data, head)
         with self._known_lock:
+            if room_only and len(self._known) >= KNOWN_MAX and path.name not in self._known:
+                return
             self._known.pop(path.name, None)
             self._known[path.name] = known
             while len(self._known) > KNOWN_MAX:
@@ -619,7 +627,7 @@ class TaskFiles:
                                                         else partial(atomic_write, durable=self.durable, sync_dir=False))
 
         def write(path: Path, data: bytes) -> None:
-            self._remember(path, ident_of(put(path, data)), data)
+            self._remember(path, ident_of(put(path, data)), data, room_only=exclusive)
 
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
