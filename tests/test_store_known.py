@@ -56,6 +56,26 @@ def test_a_commit_sees_what_another_process_changed_since_this_one_wrote(tmp_pat
     assert json.loads(store.path(c.id).read_bytes())["status"] == "cancelled"
 
 
+def test_a_dependency_check_takes_the_status_of_a_version_queued_here_and_nothing_lingers(tmp_path):
+    store = TaskStore(tmp_path)
+    a = store.create("a")
+    b = store.create("b", blocked_by=[a.id])
+    with store.pipelined():
+        _, (claimed,) = store.commit([], [a.id], "lead")
+        pipe = store.files.pipeline
+        assert pipe is not None
+        with pipe.cond:  # the writer waits: a's completion stays queued while we look
+            store.commit([(a.id, claimed.epoch, "completed", {})], [], "lead")
+            queued = pipe.peek(store.path(a.id))
+            assert queued is not None and store.files._queued[store.path(a.id).name][0] is queued
+            assert store.files.status_of(a.id) == Status.completed
+            assert [t.id for t in store.commit([], [b.id], "lead")[1]] == [b.id]
+        store.flush()
+        assert store.files._queued == {}  # each head went with its bytes to the file's kept entry
+        assert kept(store, a.id) and store.files.status_of(a.id) == Status.completed
+    assert json.loads(store.path(b.id).read_bytes())["status"] == "in_progress"
+
+
 def test_a_file_replaced_or_edited_by_hand_is_read_again(tmp_path):
     store = TaskStore(tmp_path)
     a = store.create("a")

@@ -51,7 +51,10 @@ another process's write (every write here is a rename or a link, so a new
 version is a new inode), a file edited in place (a new size or mtime), a
 removed file. So the files stay the truth; a hit costs one ``stat`` instead
 of an open, read and close, and a dependency check (``status_of``) needs no
-parse either, as the status of kept bytes is kept with them. A hit is still
+parse either: the status of kept bytes is kept with them, and so is that of
+a version queued for the pipeline (``write`` keeps its ``Head`` until the
+writer has written it; ``peek`` still decides which bytes are the newest,
+and a head is used only with the very bytes it was kept for). A hit is still
 parsed into a new ``Task`` (callers change what they get): a parse costs
 about what a ``model_copy`` does, and a parsed ``Task`` takes ten times the
 memory of its bytes. At most ``KNOWN_MAX`` files are kept, the least
@@ -144,6 +147,9 @@ def _create_new(path: Path, data: bytes, *, durable: bool) -> os.stat_result:
 KNOWN_MAX = 32768
 """Task files whose bytes one ``TaskFiles`` keeps (``Known``): ~30 MB at most with a run's files (~0.4 KB)."""
 
+Head = tuple[int, Status]
+"""What a dependency check needs of a task file: ``(id, status)``."""
+
 Ident = tuple[int, int, int, int]
 """A file's identity for ``Known``: ``(st_dev, st_ino, st_size, st_mtime_ns)``."""
 
@@ -158,7 +164,7 @@ class Known:
 
     __slots__ = ("data", "head", "ident")
 
-    def __init__(self, ident: Ident, data: bytes, head: tuple[int, Status] | None = None):
+    def __init__(self, ident: Ident, data: bytes, head: Head | None = None):
         self.ident = ident
         self.data = data
         self.head = head
@@ -189,6 +195,7 @@ class TaskFiles:
         self._pool_pid: dict[str, int] = {}
         self._pool_lock = threading.Lock()
         self._known: dict[str, Known] = {}  # task file name -> its bytes as last written or read here
+        self._queued: dict[str, tuple[bytes, Head]] = {}  # file name -> bytes queued for the pipeline, their head
         self._known_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths and the lock
@@ -282,16 +289,24 @@ class TaskFiles:
         if 1 <= task_id <= MAX_TASK_ID:
             path = self.path(task_id)
             pipe = self.pipeline
-            try:
-                known = self._known_as_on_disk(path) if pipe is None or pipe.peek(path) is None else None
-            except FileNotFoundError:
-                known = None  # read says so
-            if known is not None:
-                if known.head is None:
-                    task = parse_task(path, known.data)
-                    known.head = (task.id, task.status)
-                if known.head[0] == task_id:
-                    return known.head[1]
+            queued = pipe.peek(path) if pipe is not None else None
+            head: Head | None = None
+            if queued is not None:  # a version this process decided: its head was kept with it (``write``)
+                with self._known_lock:
+                    mine = self._queued.get(path.name)
+                head = mine[1] if mine is not None and mine[0] is queued else None
+            else:
+                try:
+                    known = self._known_as_on_disk(path)
+                except FileNotFoundError:
+                    known = None  # read says so
+                if known is not None:
+                    if known.head is None:
+                        task = parse_task(path, known.data)
+                        known.head = (task.id, task.status)
+                    head = known.head
+            if head is not None and head[0] == task_id:
+                return head[1]
         return self.read(task_id).status  # raises as read does
 
     # ------------------------------------------------------------------ the bytes this process knows
@@ -342,7 +357,7 @@ class TaskFiles:
         data = b"".join(chunks)
         return data, (ident_of(st) if len(data) == st.st_size else None)
 
-    def _remember(self, path: Path, ident: Ident, data: bytes, head: tuple[int, Status] | None = None,
+    def _remember(self, path: Path, ident: Ident, data: bytes, head: Head | None = None,
                   *, room_only: bool = False) -> None:
         """Keep ``data`` as the bytes of the file ``ident`` names; ``room_only``: only if that drops
         nothing (a plan's new files: the first of them are claimed first, the last would push them out)."""
@@ -354,6 +369,16 @@ class TaskFiles:
             self._known[path.name] = known
             while len(self._known) > KNOWN_MAX:
                 del self._known[next(iter(self._known))]
+
+    def _unqueued(self, path: Path, data: bytes) -> Head | None:
+        """The head kept for ``data`` when it was queued, now that it is written (None if a newer
+        version is queued: that one keeps its entry)."""
+        with self._known_lock:
+            mine = self._queued.get(path.name)
+            if mine is None or mine[0] is not data:
+                return None
+            del self._queued[path.name]
+            return mine[1]
 
     def _forget(self, path: Path) -> None:
         with self._known_lock:
@@ -556,15 +581,19 @@ class TaskFiles:
         lines = self._event_lines(records) if records else ""
         pipe = self.pipeline
         if pipe is not None and pipe.queueing == threading.get_ident():
-            pipe.submit(WriteBatch({self.path(t.id): self.serialize(t).encode() for t in tasks}, lines,
-                                   logged=bool(logged_first),
+            files = {self.path(t.id): self.serialize(t).encode() for t in tasks}
+            with self._known_lock:  # what each queued version says, for dependency checks (``status_of``)
+                self._queued.update((path.name, (data, (t.id, t.status)))
+                                    for (path, data), t in zip(files.items(), tasks, strict=True))
+            pipe.submit(WriteBatch(files, lines, logged=bool(logged_first),
                                    defer=frozenset(self.path(i) for i in defer) if logged_first else frozenset()))
             return
         digests: dict[int, str] = {}
         for start in range(0, len(tasks), WRITE_CHUNK):  # a plan's 100k files are never all in memory at once
             chunk = tasks[start:start + WRITE_CHUNK]
             data = [self.serialize(t).encode() for t in chunk]
-            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)})
+            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)},
+                              heads={self.path(t.id): (t.id, t.status) for t in chunk})
             if index:
                 # a file whose secrets were masked is not dumps(to_json()) of its task: left to the readers
                 digests.update({t.id: task_index.digest(d) for t, d in zip(chunk, data, strict=True)
@@ -583,7 +612,8 @@ class TaskFiles:
             for task in chunk:
                 task.updated_at = now
             data = [self.serialize(t).encode() for t in chunk]
-            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)}, exclusive=True)
+            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)}, exclusive=True,
+                              heads={self.path(t.id): (t.id, t.status) for t in chunk})
             if index:
                 digests.update({t.id: task_index.digest(d) for t, d in zip(chunk, data, strict=True)
                                 if MASK.encode() not in d})
@@ -620,14 +650,19 @@ class TaskFiles:
         self._write_files(files)
         self._sync(lines, had_files=bool(files), synced_lines=synced_lines)
 
-    def _write_files(self, files: dict[Path, bytes], *, exclusive: bool = False) -> None:
+    def _write_files(self, files: dict[Path, bytes], *, exclusive: bool = False,
+                     heads: dict[Path, Head] | None = None) -> None:
         """Each file atomically (renamed into place, its data fsynced); the folder is synced by ``_sync``.
-        ``exclusive``: new files, linked into place (``create_new``): an existing one is never replaced."""
+        ``exclusive``: new files, linked into place (``create_new``): an existing one is never replaced.
+        Each is kept as known (``Known``) with its head: from ``heads``, else the one kept when it was
+        queued (``write``)."""
         put: Callable[[Path, bytes], os.stat_result] = (partial(_create_new, durable=self.durable) if exclusive
                                                         else partial(atomic_write, durable=self.durable, sync_dir=False))
 
         def write(path: Path, data: bytes) -> None:
-            self._remember(path, ident_of(put(path, data)), data, room_only=exclusive)
+            ident = ident_of(put(path, data))
+            head = heads.get(path) if heads is not None else self._unqueued(path, data)
+            self._remember(path, ident, data, head, room_only=exclusive)
 
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
@@ -690,9 +725,14 @@ class TaskFiles:
             try:
                 pipe.close(reraise=False)  # an error is on its way already: do not chain the writer's onto it
             finally:
-                self.pipeline = None
+                self._detach()
             raise
         try:
             pipe.close()
         finally:
-            self.pipeline = None
+            self._detach()
+
+    def _detach(self) -> None:
+        self.pipeline = None
+        with self._known_lock:
+            self._queued.clear()  # versions a failed writer dropped: nobody's now
