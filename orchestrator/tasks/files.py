@@ -357,28 +357,37 @@ class TaskFiles:
         data = b"".join(chunks)
         return data, (ident_of(st) if len(data) == st.st_size else None)
 
-    def _remember(self, path: Path, ident: Ident, data: bytes, head: Head | None = None,
-                  *, room_only: bool = False) -> None:
-        """Keep ``data`` as the bytes of the file ``ident`` names; ``room_only``: only if that drops
-        nothing (a plan's new files: the first of them are claimed first, the last would push them out)."""
-        known = Known(ident, data, head)
+    def _remember(self, path: Path, ident: Ident, data: bytes, head: Head | None = None) -> None:
+        """Keep ``data`` as the bytes of the file ``ident`` names."""
         with self._known_lock:
-            if room_only and len(self._known) >= KNOWN_MAX and path.name not in self._known:
-                return
-            self._known.pop(path.name, None)
-            self._known[path.name] = known
-            while len(self._known) > KNOWN_MAX:
-                del self._known[next(iter(self._known))]
+            self._keep(path, Known(ident, data, head))
 
-    def _unqueued(self, path: Path, data: bytes) -> Head | None:
-        """The head kept for ``data`` when it was queued, now that it is written (None if a newer
-        version is queued: that one keeps its entry)."""
+    def _keep(self, path: Path, known: Known, *, room_only: bool = False) -> None:
+        """(``_known_lock`` held.) The most recently used last; the first dropped past ``KNOWN_MAX``.
+        ``room_only``: only if that drops nothing (a plan's new files: the first of them are claimed
+        first, the last would push them out)."""
+        if room_only and len(self._known) >= KNOWN_MAX and path.name not in self._known:
+            return
+        self._known.pop(path.name, None)
+        self._known[path.name] = known
+        while len(self._known) > KNOWN_MAX:
+            del self._known[next(iter(self._known))]
+
+    def _remember_written(self, written: dict[Path, tuple[os.stat_result, bytes]], heads: dict[Path, Head] | None,
+                          *, room_only: bool) -> None:
+        """Keep files just written (``_write_files``), each with its head: from ``heads``, else the one
+        kept when its bytes were queued (``write``), which then goes (unless a newer version is queued)."""
         with self._known_lock:
-            mine = self._queued.get(path.name)
-            if mine is None or mine[0] is not data:
-                return None
-            del self._queued[path.name]
-            return mine[1]
+            for path, (st, data) in written.items():
+                if heads is not None:
+                    head = heads.get(path)
+                else:
+                    mine = self._queued.get(path.name)
+                    head = None
+                    if mine is not None and mine[0] is data:
+                        del self._queued[path.name]
+                        head = mine[1]
+                self._keep(path, Known(ident_of(st), data, head), room_only=room_only)
 
     def _forget(self, path: Path) -> None:
         with self._known_lock:
@@ -659,10 +668,10 @@ class TaskFiles:
         put: Callable[[Path, bytes], os.stat_result] = (partial(_create_new, durable=self.durable) if exclusive
                                                         else partial(atomic_write, durable=self.durable, sync_dir=False))
 
+        written: dict[Path, os.stat_result] = {}
+
         def write(path: Path, data: bytes) -> None:
-            ident = ident_of(put(path, data))
-            head = heads.get(path) if heads is not None else self._unqueued(path, data)
-            self._remember(path, ident, data, head, room_only=exclusive)
+            written[path] = put(path, data)
 
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
@@ -670,6 +679,9 @@ class TaskFiles:
         else:
             _parallel(self._threads("create" if exclusive else "fsync"),
                       [partial(write, path, data) for path, data in files.items()])
+        # kept in one go, on this thread, once all are written (a failed batch keeps nothing: read again)
+        self._remember_written({path: (written[path], data) for path, data in files.items()}, heads,
+                               room_only=exclusive)
 
     def _sync(self, lines: str, *, had_files: bool, synced_lines: bool) -> None:
         """After the files of a batch: append its event ``lines``, then make the folder and the log durable."""
