@@ -78,11 +78,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_dir: bool = True) -> None:
+def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_dir: bool = True) -> os.stat_result:
     """Replace ``path`` with ``data`` atomically (and durably unless told not to).
 
     ``sync_dir=False`` leaves the directory fsync to the caller, who batches
-    several writes and calls ``fsync_dir`` once.
+    several writes and calls ``fsync_dir`` once. Returns the ``fstat`` of the
+    new file once its data is written (its inode, size and mtime, which the
+    rename keeps: a reader's cache key, tasks/files.py).
     """
     if isinstance(data, str):
         data = data.encode()
@@ -96,9 +98,10 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
                     mode = 0o666 & ~UMASK
                 os.fchmod(fd, mode)
                 f.write(data)
+                f.flush()
+                st = os.fstat(fd)
                 if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
+                    os.fsync(fd)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
@@ -106,23 +109,27 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
             raise
         if durable and sync_dir:
             fsync_dir(path.parent)
+    return st
 
 
-def create_new(path: Path, data: bytes, *, durable: bool = True) -> None:
+def create_new(path: Path, data: bytes, *, durable: bool = True) -> os.stat_result:
     """Create ``path`` holding ``data``, atomically for readers; ``FileExistsError`` if it exists
-    (nothing is replaced). The directory is left for the caller to fsync (``fsync_dir``)."""
+    (nothing is replaced). The directory is left for the caller to fsync (``fsync_dir``).
+    Returns the ``fstat`` of the new file once its data is written (as ``atomic_write``)."""
     with _naming(path):
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
                 os.fchmod(fd, 0o666 & ~UMASK)
                 f.write(data)
+                f.flush()
+                st = os.fstat(fd)
                 if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
+                    os.fsync(fd)
             os.link(tmp, path)
         finally:
             os.unlink(tmp)
+    return st
 
 
 @contextmanager

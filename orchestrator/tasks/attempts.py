@@ -110,8 +110,9 @@ class Attempts:
             raise ConflictError(f"task #{task.id} is already owned by {task.owner}")
         waiting = []
         for dep in task.blockedBy:
-            try:
-                if ((overlay or {}).get(dep) or self.files.read(dep)).status != Status.completed:
+            decided = (overlay or {}).get(dep)
+            try:  # only the status counts: no parse of a file this process knows (files.status_of)
+                if (decided.status if decided is not None else self.files.status_of(dep)) != Status.completed:
                     waiting.append(dep)
             except UnknownRef:
                 waiting.append(dep)

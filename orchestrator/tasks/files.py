@@ -37,6 +37,34 @@ Writes:
 Caches (``.next_id``, ``names.jsonl``) are never trusted alone: an id is
 used only if no file has it, a name hit is checked against the task file,
 and a miss falls back to a scan. Losing them loses nothing.
+
+The bytes this process knows (``Known``): a run's lead reads the same task
+files over and over (a claim reads the task, a dependency check each
+dependency, a completion the claimed task), almost always files it wrote a
+moment before. ``TaskFiles`` keeps, per task file, the bytes it last wrote
+or read and the file's identity then (``Ident``: device, inode, size and
+mtime in ns, from ``fstat`` of the descriptor written or read; the identity
+is taken before a read, so a change after it leaves the identity behind,
+never the bytes). A read ``stat``-s the file and uses the kept bytes only
+if the identity is the same; anything else is read from the file as before:
+another process's write (every write here is a rename or a link, so a new
+version is a new inode), a file edited in place (a new size or mtime), a
+removed file. So the files stay the truth; a hit costs one ``stat`` instead
+of an open, read and close, and a dependency check (``status_of``) needs no
+parse either: the status of kept bytes is kept with them, and so is that of
+a version queued for the pipeline (``write`` keeps its ``Head`` until the
+writer has written it; ``peek`` still decides which bytes are the newest,
+and a head is used only with the very bytes it was kept for). A hit is still
+parsed into a new ``Task`` (callers change what they get): a parse costs
+about what a ``model_copy`` does, and a parsed ``Task`` takes ten times the
+memory of its bytes. At most ``KNOWN_MAX`` files are kept, the least
+recently used dropped first (~0.45 KB each besides the file's bytes); a
+plan's new files are kept only while there is room, so its first tasks,
+claimed first, are not pushed out by its last. The one change the identity
+cannot see is a file replaced by another of the same size whose inode
+number is the kept file's, reused, with an mtime in the same file-system
+clock tick (a few ms): two writes of that task by another process, each
+under the store lock, within that tick.
 """
 
 from __future__ import annotations
@@ -108,12 +136,38 @@ def _parallel(pool: Executor, jobs: Sequence[Callable[[], None]]) -> None:
             future.result()
 
 
-def _create_new(path: Path, data: bytes, *, durable: bool) -> None:
+def _create_new(path: Path, data: bytes, *, durable: bool) -> os.stat_result:
     try:
-        create_new(path, data, durable=durable)
+        return create_new(path, data, durable=durable)
     except FileExistsError:
         raise ConflictError(f"{path} exists already, but its id was reserved for a task being created: the id "
                             "counter .next_id was moved back while a plan was being created; run `team doctor`") from None
+
+
+KNOWN_MAX = 32768
+"""Task files whose bytes one ``TaskFiles`` keeps (``Known``): ~30 MB at most with a run's files (~0.4 KB)."""
+
+Head = tuple[int, Status]
+"""What a dependency check needs of a task file: ``(id, status)``."""
+
+Ident = tuple[int, int, int, int]
+"""A file's identity for ``Known``: ``(st_dev, st_ino, st_size, st_mtime_ns)``."""
+
+
+def ident_of(st: os.stat_result) -> Ident:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class Known:
+    """The bytes of a task file as this process last wrote or read them, and what they say (see the
+    module docstring). ``head``, once parsed: the task's ``(id, status)``."""
+
+    __slots__ = ("data", "head", "ident")
+
+    def __init__(self, ident: Ident, data: bytes, head: Head | None = None):
+        self.ident = ident
+        self.data = data
+        self.head = head
 
 
 WRITE_CHUNK = 2048
@@ -140,6 +194,9 @@ class TaskFiles:
         self._pools: dict[str, ThreadPoolExecutor] = {}  # fsync threads, made on first need (``_threads``)
         self._pool_pid: dict[str, int] = {}
         self._pool_lock = threading.Lock()
+        self._known: dict[str, Known] = {}  # task file name -> its bytes as last written or read here
+        self._queued: dict[str, tuple[bytes, Head]] = {}  # file name -> bytes queued for the pipeline, their head
+        self._known_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths and the lock
     def path(self, task_id: int) -> Path:
@@ -215,14 +272,126 @@ class TaskFiles:
         """Parse one task file (its queued version first, with a pipeline); FileNotFoundError if none."""
         pipe = self.pipeline
         data = pipe.peek(path) if pipe is not None else None
+        if data is not None:
+            return parse_task(path, data)
+        known = self._known_as_on_disk(path)
+        if known is not None:
+            return parse_task(path, known.data)
+        data, ident = self._read_file(path)
+        task = parse_task(path, data)
+        if ident is not None:
+            self._remember(path, ident, data, (task.id, task.status))
+        return task
+
+    def status_of(self, task_id: int) -> Status:
+        """The status of task ``task_id``, as ``read(task_id).status`` says it (the same errors), without
+        a parse when this process knows the file's bytes (a dependency check: ``Attempts``)."""
+        if 1 <= task_id <= MAX_TASK_ID:
+            path = self.path(task_id)
+            pipe = self.pipeline
+            queued = pipe.peek(path) if pipe is not None else None
+            head: Head | None = None
+            if queued is not None:  # a version this process decided: its head was kept with it (``write``)
+                with self._known_lock:
+                    mine = self._queued.get(path.name)
+                head = mine[1] if mine is not None and mine[0] is queued else None
+            else:
+                try:
+                    known = self._known_as_on_disk(path)
+                except FileNotFoundError:
+                    known = None  # read says so
+                if known is not None:
+                    if known.head is None:
+                        task = parse_task(path, known.data)
+                        known.head = (task.id, task.status)
+                    head = known.head
+            if head is not None and head[0] == task_id:
+                return head[1]
+        return self.read(task_id).status  # raises as read does
+
+    # ------------------------------------------------------------------ the bytes this process knows
+    def _known_as_on_disk(self, path: Path) -> Known | None:
+        """The kept bytes of ``path`` if the file is still the one they came from (``stat``-ed now)."""
+        with self._known_lock:
+            known = self._known.get(path.name)
+        if known is None:
+            return None
         try:
-            if data is None:
-                data = path.read_bytes()
+            st = os.stat(path)
         except FileNotFoundError:
+            self._forget(path)
             raise
         except OSError as e:
             raise CorruptFile(path, f"cannot read: {e.strerror}") from None
-        return parse_task(path, data)
+        if ident_of(st) != known.ident:
+            return None
+        with self._known_lock:  # most recently used last: the first are dropped when full
+            current = self._known.pop(path.name, None)
+            if current is not None:
+                self._known[path.name] = current
+        return known
+
+    def _read_file(self, path: Path) -> tuple[bytes, Ident | None]:
+        """The bytes of ``path`` and its identity as it was before they were read (``None`` when the
+        file changed size meanwhile: edited in place, it is not kept); FileNotFoundError if none."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._forget(path)
+            raise
+        except OSError as e:
+            raise CorruptFile(path, f"cannot read: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)  # before the read: a change after it leaves the identity behind, never the bytes
+            chunks = []
+            want = st.st_size + 1
+            while chunk := os.read(fd, want):
+                chunks.append(chunk)
+                if len(chunk) < want:
+                    break
+                want = 65536
+        except OSError as e:
+            raise CorruptFile(path, f"cannot read: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        return data, (ident_of(st) if len(data) == st.st_size else None)
+
+    def _remember(self, path: Path, ident: Ident, data: bytes, head: Head | None = None) -> None:
+        """Keep ``data`` as the bytes of the file ``ident`` names."""
+        with self._known_lock:
+            self._keep(path, Known(ident, data, head))
+
+    def _keep(self, path: Path, known: Known, *, room_only: bool = False) -> None:
+        """(``_known_lock`` held.) The most recently used last; the first dropped past ``KNOWN_MAX``.
+        ``room_only``: only if that drops nothing (a plan's new files: the first of them are claimed
+        first, the last would push them out)."""
+        if room_only and len(self._known) >= KNOWN_MAX and path.name not in self._known:
+            return
+        self._known.pop(path.name, None)
+        self._known[path.name] = known
+        while len(self._known) > KNOWN_MAX:
+            del self._known[next(iter(self._known))]
+
+    def _remember_written(self, written: dict[Path, tuple[os.stat_result, bytes]], heads: dict[Path, Head] | None,
+                          *, room_only: bool) -> None:
+        """Keep files just written (``_write_files``), each with its head: from ``heads``, else the one
+        kept when its bytes were queued (``write``), which then goes (unless a newer version is queued)."""
+        with self._known_lock:
+            for path, (st, data) in written.items():
+                if heads is not None:
+                    head = heads.get(path)
+                else:
+                    mine = self._queued.get(path.name)
+                    head = None
+                    if mine is not None and mine[0] is data:
+                        del self._queued[path.name]
+                        head = mine[1]
+                self._keep(path, Known(ident_of(st), data, head), room_only=room_only)
+
+    def _forget(self, path: Path) -> None:
+        with self._known_lock:
+            self._known.pop(path.name, None)
 
     def load(self, task_id: int) -> Task:
         """``task_<id>.json``, checked to hold that id (a copied file would not)."""
@@ -421,15 +590,19 @@ class TaskFiles:
         lines = self._event_lines(records) if records else ""
         pipe = self.pipeline
         if pipe is not None and pipe.queueing == threading.get_ident():
-            pipe.submit(WriteBatch({self.path(t.id): self.serialize(t).encode() for t in tasks}, lines,
-                                   logged=bool(logged_first),
+            files = {self.path(t.id): self.serialize(t).encode() for t in tasks}
+            with self._known_lock:  # what each queued version says, for dependency checks (``status_of``)
+                self._queued.update((path.name, (data, (t.id, t.status)))
+                                    for (path, data), t in zip(files.items(), tasks, strict=True))
+            pipe.submit(WriteBatch(files, lines, logged=bool(logged_first),
                                    defer=frozenset(self.path(i) for i in defer) if logged_first else frozenset()))
             return
         digests: dict[int, str] = {}
         for start in range(0, len(tasks), WRITE_CHUNK):  # a plan's 100k files are never all in memory at once
             chunk = tasks[start:start + WRITE_CHUNK]
             data = [self.serialize(t).encode() for t in chunk]
-            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)})
+            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)},
+                              heads={self.path(t.id): (t.id, t.status) for t in chunk})
             if index:
                 # a file whose secrets were masked is not dumps(to_json()) of its task: left to the readers
                 digests.update({t.id: task_index.digest(d) for t, d in zip(chunk, data, strict=True)
@@ -448,7 +621,8 @@ class TaskFiles:
             for task in chunk:
                 task.updated_at = now
             data = [self.serialize(t).encode() for t in chunk]
-            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)}, exclusive=True)
+            self._write_files({self.path(t.id): d for t, d in zip(chunk, data, strict=True)}, exclusive=True,
+                              heads={self.path(t.id): (t.id, t.status) for t in chunk})
             if index:
                 digests.update({t.id: task_index.digest(d) for t, d in zip(chunk, data, strict=True)
                                 if MASK.encode() not in d})
@@ -485,17 +659,29 @@ class TaskFiles:
         self._write_files(files)
         self._sync(lines, had_files=bool(files), synced_lines=synced_lines)
 
-    def _write_files(self, files: dict[Path, bytes], *, exclusive: bool = False) -> None:
+    def _write_files(self, files: dict[Path, bytes], *, exclusive: bool = False,
+                     heads: dict[Path, Head] | None = None) -> None:
         """Each file atomically (renamed into place, its data fsynced); the folder is synced by ``_sync``.
-        ``exclusive``: new files, linked into place (``create_new``): an existing one is never replaced."""
-        write: Callable[[Path, bytes], None] = (partial(_create_new, durable=self.durable) if exclusive
-                                                else partial(atomic_write, durable=self.durable, sync_dir=False))
+        ``exclusive``: new files, linked into place (``create_new``): an existing one is never replaced.
+        Each is kept as known (``Known``) with its head: from ``heads``, else the one kept when it was
+        queued (``write``)."""
+        put: Callable[[Path, bytes], os.stat_result] = (partial(_create_new, durable=self.durable) if exclusive
+                                                        else partial(atomic_write, durable=self.durable, sync_dir=False))
+
+        written: dict[Path, os.stat_result] = {}
+
+        def write(path: Path, data: bytes) -> None:
+            written[path] = put(path, data)
+
         if len(files) <= 1 or not self.durable:
             for path, data in files.items():
                 write(path, data)
         else:
             _parallel(self._threads("create" if exclusive else "fsync"),
                       [partial(write, path, data) for path, data in files.items()])
+        # kept in one go, on this thread, once all are written (a failed batch keeps nothing: read again)
+        self._remember_written({path: (written[path], data) for path, data in files.items()}, heads,
+                               room_only=exclusive)
 
     def _sync(self, lines: str, *, had_files: bool, synced_lines: bool) -> None:
         """After the files of a batch: append its event ``lines``, then make the folder and the log durable."""
@@ -518,6 +704,7 @@ class TaskFiles:
         n = 0
         for tid in ids:
             path = self.path(tid)
+            self._forget(path)
             if path.exists():
                 path.unlink()
                 self._append_events(dumps({"ts": round(self.clock(), 6), "task": tid, "event": "deleted",
@@ -529,6 +716,8 @@ class TaskFiles:
 
     def delete_everything(self) -> None:
         """Remove every task file, the index, the counter and the event log (under the lock)."""
+        with self._known_lock:
+            self._known.clear()
         for tid in self.ids():
             self.path(tid).unlink(missing_ok=True)
         for p in (self.counter_path, self.names_path, self.events_path, self.dir / INDEX_NAME):
@@ -548,9 +737,14 @@ class TaskFiles:
             try:
                 pipe.close(reraise=False)  # an error is on its way already: do not chain the writer's onto it
             finally:
-                self.pipeline = None
+                self._detach()
             raise
         try:
             pipe.close()
         finally:
-            self.pipeline = None
+            self._detach()
+
+    def _detach(self) -> None:
+        self.pipeline = None
+        with self._known_lock:
+            self._queued.clear()  # versions a failed writer dropped: nobody's now
