@@ -176,3 +176,19 @@ def test_atomic_write_and_create_new_return_the_identity_the_file_keeps(tmp_path
         path = tmp_path / f"f{len(list(tmp_path.iterdir()))}"
         st = put(path)
         assert task_files.ident_of(st) == task_files.ident_of(os.stat(path))
+
+
+def test_an_edit_in_place_at_the_same_size_with_the_old_mtime_put_back_is_seen(tmp_path):
+    store = TaskStore(tmp_path)
+    tid = store.create("edited").id
+    assert store.read(tid).status.value == "pending"  # kept by this process
+    path = store.path(tid)
+    before = path.stat()
+    raw = path.read_bytes()
+    edited = raw.replace(b'"status":"pending"', b'"status":"failed" ')
+    assert len(edited) == len(raw) and edited != raw
+    with open(path, "r+b") as f:  # same inode, same size
+        f.write(edited)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the mtime put back: only the ctime moved
+    assert store.read(tid).status.value == "failed"
+    assert store.files.status_of(tid).value == "failed"

@@ -83,8 +83,8 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
 
     ``sync_dir=False`` leaves the directory fsync to the caller, who batches
     several writes and calls ``fsync_dir`` once. Returns the ``fstat`` of the
-    new file once its data is written (its inode, size and mtime, which the
-    rename keeps: a reader's cache key, tasks/files.py).
+    new file taken after the rename (which changes its ctime): a reader's
+    cache key (tasks/files.py).
     """
     if isinstance(data, str):
         data = data.encode()
@@ -98,11 +98,11 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
                     mode = 0o666 & ~UMASK
                 os.fchmod(fd, mode)
                 f.write(data)
-                f.flush()
-                st = os.fstat(fd)
+                f.flush()  # all of it in the file before the rename shows it
                 if durable:
                     os.fsync(fd)
-            os.replace(tmp, path)
+                os.replace(tmp, path)
+                st = os.fstat(fd)  # after the rename: the file as readers find it
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -115,20 +115,21 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, sync_di
 def create_new(path: Path, data: bytes, *, durable: bool = True) -> os.stat_result:
     """Create ``path`` holding ``data``, atomically for readers; ``FileExistsError`` if it exists
     (nothing is replaced). The directory is left for the caller to fsync (``fsync_dir``).
-    Returns the ``fstat`` of the new file once its data is written (as ``atomic_write``)."""
+    Returns the ``fstat`` of the new file taken once it is linked in and its temporary name
+    removed (both change its ctime), as ``atomic_write``."""
     with _naming(path):
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
+            try:
                 os.fchmod(fd, 0o666 & ~UMASK)
                 f.write(data)
                 f.flush()
-                st = os.fstat(fd)
                 if durable:
                     os.fsync(fd)
-            os.link(tmp, path)
-        finally:
-            os.unlink(tmp)
+                os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+            st = os.fstat(fd)
     return st
 
 

@@ -42,14 +42,14 @@ The bytes this process knows (``Known``): a run's lead reads the same task
 files over and over (a claim reads the task, a dependency check each
 dependency, a completion the claimed task), almost always files it wrote a
 moment before. ``TaskFiles`` keeps, per task file, the bytes it last wrote
-or read and the file's identity then (``Ident``: device, inode, size and
-mtime in ns, from ``fstat`` of the descriptor written or read; the identity
-is taken before a read, so a change after it leaves the identity behind,
-never the bytes). A read ``stat``-s the file and uses the kept bytes only
+or read and the file's identity then (``Ident``: device, inode, size,
+mtime and ctime in ns, from ``fstat`` of the descriptor written, after its
+rename or link, or read; the identity is taken before a read, so a change
+after it leaves the identity behind, never the bytes). A read ``stat``-s the file and uses the kept bytes only
 if the identity is the same; anything else is read from the file as before:
 another process's write (every write here is a rename or a link, so a new
-version is a new inode), a file edited in place (a new size or mtime), a
-removed file. So the files stay the truth; a hit costs one ``stat`` instead
+version is a new inode), a file edited in place (a new ctime, even when the
+old mtime is put back), a removed file. So the files stay the truth; a hit costs one ``stat`` instead
 of an open, read and close, and a dependency check (``status_of``) needs no
 parse either: the status of kept bytes is kept with them, and so is that of
 a version queued for the pipeline (``write`` keeps its ``Head`` until the
@@ -60,11 +60,11 @@ about what a ``model_copy`` does, and a parsed ``Task`` takes ten times the
 memory of its bytes. At most ``KNOWN_MAX`` files are kept, the least
 recently used dropped first (~0.45 KB each besides the file's bytes); a
 plan's new files are kept only while there is room, so its first tasks,
-claimed first, are not pushed out by its last. The one change the identity
-cannot see is a file replaced by another of the same size whose inode
-number is the kept file's, reused, with an mtime in the same file-system
-clock tick (a few ms): two writes of that task by another process, each
-under the store lock, within that tick.
+claimed first, are not pushed out by its last. What the identity cannot
+see happens within one file-system clock tick (a few ms) of the kept
+version: the file edited in place at the same size, or replaced by another
+of the same size whose inode number is the kept file's, reused (two writes
+of that task by another process, each under the store lock).
 """
 
 from __future__ import annotations
@@ -150,12 +150,14 @@ KNOWN_MAX = 32768
 Head = tuple[int, Status]
 """What a dependency check needs of a task file: ``(id, status)``."""
 
-Ident = tuple[int, int, int, int]
-"""A file's identity for ``Known``: ``(st_dev, st_ino, st_size, st_mtime_ns)``."""
+Ident = tuple[int, int, int, int, int]
+"""A file's identity for ``Known``: ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``. The
+ctime is the kernel's own: a write, a rename or a link sets it, and no user can set it back (an
+editor that restores the old mtime with ``touch -d`` or ``os.utime`` still changes it)."""
 
 
 def ident_of(st: os.stat_result) -> Ident:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 class Known:
