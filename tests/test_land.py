@@ -333,6 +333,22 @@ def test_ref_locks_a_killed_git_left_under_the_plans_refs_block_neither_land_nor
     assert git(repo, "rev-parse", "--verify", "-q", INTEG).strip() and _ref_locks(repo) == []
 
 
+def test_a_packed_refs_lock_a_killed_git_left_is_removed_but_never_a_live_one(tmp_path):
+    """git takes `.git/packed-refs.lock` to delete any ref; a `team land` SIGKILLed in its `git branch -D`
+    leaves it, and every later ref deletion fails (found by `make chaos`: the next `team land` failed).
+    The lock is the whole repository's, so `reset` removes it only when no process has it open."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    lock = repo / ".git" / "packed-refs.lock"
+    with open(lock, "w"):  # a live git holding it (this process has it open): left alone, git says so
+        r = run_team(repo, "land", PLAN)
+        assert r.returncode == 1 and "packed-refs.lock': File exists" in r.stderr
+        assert lock.exists()
+    r = run_team(repo, "land", PLAN)  # now closed, as a killed git leaves it
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "HEAD") == serial and not lock.exists()
+    assert git(repo, "branch", "--list", f"team/{PLAN}/*").strip() == ""
+
+
 def test_kill_during_land_then_land_again_sampled(tmp_path):
     done, critical = kill_land_rounds(tmp_path, rounds=3, kills=3, seed=11)
     assert done >= 3

@@ -72,6 +72,25 @@ def pids() -> list[int]:
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
 
 
+def open_anywhere(path: str | os.PathLike[str]) -> bool:
+    """Whether a process has ``path`` open (its ``/proc/<pid>/fd`` links). Processes whose
+    descriptors we may not read (another user's, unless we are root) are not seen."""
+    target = os.path.realpath(path)
+    for pid in pids():
+        fds = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:  # gone, or not ours to read
+            continue
+        for name in names:
+            try:
+                if os.readlink(f"{fds}/{name}") == target:
+                    return True
+            except OSError:  # closed meanwhile
+                continue
+    return False
+
+
 def has_env(pid: int, key: str, value: str) -> bool:
     """``pid`` carries ``key=value`` in its (initial) environment."""
     return environ(pid).get(key) == value

@@ -65,11 +65,13 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import procs
 from ..core.errors import InvalidName, UserError, WorkFailed
 from ..core.fsutil import LockTimeout, atomic_write, file_lock
 from ..core.text import plural
@@ -183,6 +185,9 @@ def check_slug(name: str, what: str) -> str:
 
 
 LOCK_NAME = ".lock"
+PACKED_REFS_STALE = 2.0
+"""Seconds a ``packed-refs.lock`` open in no process must have existed before ``reset`` removes it
+(``_clear_packed_refs_lock``); git itself waits 1 s for that lock (``core.packedRefsTimeout``)."""
 """The flock of a group of worktrees (a plan's, the agents'), in the group's folder."""
 
 
@@ -482,6 +487,7 @@ class Worktrees:
         """Delete every worktree and branch of the plan, integration included (``--fresh``, ``land``)."""
         with self.locked() as fd:
             self._clear_ref_locks()
+            self._clear_packed_refs_lock()
             for task in self.task_names(self.git.worktrees()):
                 self.remove_task(task, fd)
             for scratch in self.base_dir.glob("_*"):
@@ -543,6 +549,27 @@ class Worktrees:
                 lock.unlink(missing_ok=True)
                 removed.append(str(lock.relative_to(heads)))
         return removed
+
+    def _clear_packed_refs_lock(self) -> bool:
+        """Remove a ``packed-refs.lock`` a killed git left; True if it did. git takes that lock to
+        delete any ref (``git branch -D`` of a killed ``team land``), and while it is there every ref
+        deletion of the repository fails ("Unable to create '.../packed-refs.lock': File exists").
+        It is shared with every git of the repository, the user's own too, so only a stale one is
+        removed: at least ``PACKED_REFS_STALE`` seconds old (waited for) and open in no process (a git
+        holding it keeps its descriptor until it renames it into place). Called by ``reset``."""
+        lock = self.common_dir / "packed-refs.lock"
+        try:
+            first = lock.stat()
+            wait = first.st_mtime + PACKED_REFS_STALE - time.time()
+            if wait > 0:
+                time.sleep(min(wait, PACKED_REFS_STALE))
+            again = lock.stat()
+        except FileNotFoundError:
+            return False
+        if (again.st_ino, again.st_mtime_ns) != (first.st_ino, first.st_mtime_ns) or procs.open_anywhere(lock):
+            return False  # a live git's: git waits for it, or says so
+        lock.unlink(missing_ok=True)
+        return True
 
     def _recover_integration(self, fd: int) -> list[str]:
         notes: list[str] = []
