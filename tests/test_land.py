@@ -349,6 +349,27 @@ def test_a_packed_refs_lock_a_killed_git_left_is_removed_but_never_a_live_one(tm
     assert git(repo, "branch", "--list", f"team/{PLAN}/*").strip() == ""
 
 
+def test_a_branch_lock_the_killed_lands_update_ref_left_does_not_stop_the_land_that_resumes_it(tmp_path):
+    """A `team land` SIGKILLed in its last `git update-ref` of your branch leaves `.git/refs/heads/main.lock`
+    (found by the sampled kill test): the land that resumes the interrupted one removes it when no process
+    has it open, and moves the branch."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    intent = repo / ".team/worktrees" / PLAN / "land.json"
+    land = subprocess.Popen([sys.executable, "-m", "orchestrator", "land", PLAN], cwd=repo, env=team_env(repo),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_until(lambda: intent.exists() or land.poll() is not None, timeout=60, interval=0.0005,
+               what="the land's intent")
+    os.killpg(land.pid, signal.SIGKILL)
+    land.wait()
+    if not intent.exists():
+        pytest.skip("the land finished before the kill")
+    branch = git(repo, "symbolic-ref", "HEAD").strip()
+    (repo / ".git" / f"{branch}.lock").write_text("")  # as its update-ref, killed, left it
+    r = run_team(repo, "land", PLAN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "HEAD") == serial and not (repo / ".git" / f"{branch}.lock").exists()
+
+
 def test_kill_during_land_then_land_again_sampled(tmp_path):
     done, critical = kill_land_rounds(tmp_path, rounds=3, kills=3, seed=11)
     assert done >= 3

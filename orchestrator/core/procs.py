@@ -74,7 +74,10 @@ def pids() -> list[int]:
 
 def open_anywhere(path: str | os.PathLike[str]) -> bool:
     """Whether a process has ``path`` open (its ``/proc/<pid>/fd`` links). Processes whose
-    descriptors we may not read (another user's, unless we are root) are not seen."""
+    descriptors we may not read (another user's, unless we are root) are not seen. Without
+    ``/proc`` (not Linux) it cannot tell: True, so that nobody's lock is taken for stale."""
+    if not os.path.isdir("/proc/self/fd"):
+        return True
     target = os.path.realpath(path)
     for pid in pids():
         fds = f"/proc/{pid}/fd"

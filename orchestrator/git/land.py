@@ -37,6 +37,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..core import procs
 from ..core.errors import UserError
 from ..core.fsutil import atomic_write
 from .history import History
@@ -303,6 +304,9 @@ class Land:
         if deleted:
             self.git("rm", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      cwd=self.top, env=literal, input="\0".join(deleted), fd=fd)
+        ref_lock = self.wt.common_dir / f"{intent.branch}.lock"
+        if recovering and ref_lock.exists() and not procs.open_anywhere(ref_lock):
+            ref_lock.unlink(missing_ok=True)  # left by the update-ref of the killed land: nobody holds it
         self.git("update-ref", "-m", f"team land {self.wt.plan}", intent.branch, intent.new, intent.old, fd=fd)
 
     def _index_lock(self, recovering: bool) -> None:
@@ -311,26 +315,9 @@ class Land:
             lock = self.top / lock
         if not lock.exists():
             return
-        if recovering and not _open_by_anyone(lock):
+        if recovering and not procs.open_anywhere(lock):
             lock.unlink()  # left by the git of the killed land: nobody holds it
             return
         raise LandRefused(f"{lock} exists: a git command is running in your checkout; wait for it to end "
                           f"(or remove the file if none is), then `team land` again; nothing was changed")
 
-
-def _open_by_anyone(path: Path) -> bool:
-    """Some process has ``path`` open (Linux ``/proc``; elsewhere: assume yes)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    target = str(path.resolve())
-    for pid in proc.iterdir():
-        if not pid.name.isdigit():
-            continue
-        try:
-            for fd in (pid / "fd").iterdir():
-                if os.readlink(fd) == target:
-                    return True
-        except OSError:
-            continue
-    return False

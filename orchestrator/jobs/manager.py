@@ -188,6 +188,10 @@ def _abandon(proc: Process, job_id: str) -> None:
     procs.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     procs.kill_marked(JOB_ENV, job_id)
+    # once more a moment later: a child caught in its exec (a `setsid sleep` forked just before the
+    # kill) shows no environment to read then, and would run on
+    time.sleep(0.05)
+    procs.kill_marked(JOB_ENV, job_id)
 
 
 class JobManager:
