@@ -319,8 +319,9 @@ class JobManager:
         job = WatchedJob(record, proc, exit_fd_of(proc), log_fd, ref)
         with self._cond:
             self._jobs[job_id] = job  # before the watcher has it: it may end at once
+        started = record.model_copy()  # before the watcher has it: its end rewrites ``record``
         self.watcher.watch(job, timeout)
-        return record.model_copy()
+        return started
 
     def _on_exit(self, job: WatchedJob, code: int) -> None:
         """The watcher's report (on its thread): ``job`` ended with ``code``, its leader reaped."""
