@@ -37,11 +37,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..core import procs
 from ..core.errors import UserError
 from ..core.fsutil import atomic_write
 from .history import History
-from .worktrees import TRAILER, Worktrees
+from .worktrees import TRAILER, Worktrees, drop_unheld
 
 MODES = ("squash", "per-task")
 ZERO = "0" * 40
@@ -304,9 +303,8 @@ class Land:
         if deleted:
             self.git("rm", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      cwd=self.top, env=literal, input="\0".join(deleted), fd=fd)
-        ref_lock = self.wt.common_dir / f"{intent.branch}.lock"
-        if recovering and ref_lock.exists() and not procs.open_anywhere(ref_lock):
-            ref_lock.unlink(missing_ok=True)  # left by the update-ref of the killed land: nobody holds it
+        if recovering:  # a lock of your branch the update-ref of the killed land left
+            drop_unheld(self.wt.common_dir / f"{intent.branch}.lock")
         self.git("update-ref", "-m", f"team land {self.wt.plan}", intent.branch, intent.new, intent.old, fd=fd)
 
     def _index_lock(self, recovering: bool) -> None:
@@ -315,8 +313,7 @@ class Land:
             lock = self.top / lock
         if not lock.exists():
             return
-        if recovering and not procs.open_anywhere(lock):
-            lock.unlink()  # left by the git of the killed land: nobody holds it
+        if recovering and drop_unheld(lock):  # left by the git of the killed land: nobody holds it
             return
         raise LandRefused(f"{lock} exists: a git command is running in your checkout; wait for it to end "
                           f"(or remove the file if none is), then `team land` again; nothing was changed")

@@ -201,6 +201,15 @@ def worktree_locked(worktree: Path) -> Iterator[int]:
         yield fd
 
 
+def drop_unheld(lock: Path) -> bool:
+    """Remove a git ``*.lock`` file no process has open (a git holding one keeps its descriptor
+    until it renames it into place): one a killed git left. True if it was removed."""
+    if not lock.exists() or procs.open_anywhere(lock):
+        return False
+    lock.unlink(missing_ok=True)
+    return True
+
+
 class Worktrees:
     """Worktrees and branches of one plan in the git repository holding ``root``."""
 
@@ -566,10 +575,9 @@ class Worktrees:
             again = lock.stat()
         except FileNotFoundError:
             return False
-        if (again.st_ino, again.st_mtime_ns) != (first.st_ino, first.st_mtime_ns) or procs.open_anywhere(lock):
+        if (again.st_ino, again.st_mtime_ns) != (first.st_ino, first.st_mtime_ns):
             return False  # a live git's: git waits for it, or says so
-        lock.unlink(missing_ok=True)
-        return True
+        return drop_unheld(lock)
 
     def _recover_integration(self, fd: int) -> list[str]:
         notes: list[str] = []
