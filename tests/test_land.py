@@ -391,3 +391,25 @@ def test_land_refuses_merges_of_tasks_the_plan_no_longer_has(tmp_path):
         f"UserError: {INTEG} holds the merges of mod-3, which plan {PLAN} no longer has: landing would bring them "
         f"in. Put them back in the plan, or start over with `team run PLAN.yaml --fresh`\n"))
     assert _snapshot(repo) == before
+
+
+def test_land_refuses_while_a_task_worktree_holds_uncommitted_work(tmp_path):
+    """`team land` deletes the plan's worktrees once the result is in: one left behind (a lead killed
+    between a merge and the removal that follows it) with a person's edit in it is refused, naming it."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    wt = repo / ".team/worktrees" / PLAN / "mod-0"
+    git(repo, "worktree", "add", "-q", "-b", f"team/{PLAN}/mod-0", str(wt), INTEG)
+    (wt / "pkg/m0.py").write_text("# my note\n")
+    before = _snapshot(repo)
+    r = run_team(repo, "land", PLAN)
+    assert (r.returncode, r.stderr) == (2, (
+        f"UserError: team land would delete uncommitted work: task mod-0's worktree {wt} has changes in pkg/m0.py: "
+        f"commit it on its branch team/{PLAN}/mod-0 (`cd {wt} && git add -A && git commit -m 'my changes'`), stash "
+        f"it (`git -C {wt} stash push -u`; `git stash list` shows it), or copy the folder away (`cp -a {wt} "
+        f"SOMEWHERE`); then `team land {PLAN}` again. Nothing was changed\n"))
+    assert _snapshot(repo) == before and (wt / "pkg/m0.py").read_text() == "# my note\n"
+    git(wt, "stash", "push", "-q", "-u")  # saved where the land does not reach
+    r = run_team(repo, "land", PLAN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "HEAD") == serial
+    assert git(repo, "show", "stash@{0}:pkg/m0.py") == "# my note\n"

@@ -113,7 +113,9 @@ class Kept:
     branch: str
     tip: str
     commits: int  # the branch's own commits (since its fork point): finished or hand-made work
-    dirty: bool  # uncommitted changes in its worktree (an attempt cut short, or a hand edit)
+    dirty: bool  # uncommitted work in its worktree (an attempt cut short, a hand edit, a merge under way)
+    unmerged: int = 0  # of ``commits``, those integration lacks: the task's work and a resolution made on
+    # the branch, not the integration commits such a resolution merged in (what messages count)
 
 
 @dataclass(frozen=True)
@@ -345,7 +347,7 @@ class Worktrees:
                 stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
                 kept = self.kept(task)
                 if fresh and kept is not None and kept.commits and not discard:
-                    raise WorkFailed(f"task '{task}': {branch} holds {plural(kept.commits, 'commit')} not on "
+                    raise WorkFailed(f"task '{task}': {branch} holds {plural(kept.unmerged, 'commit')} not on "
                                      f"{self.integration}; refusing to delete them (merge them, or discard "
                                      f"them explicitly)")
                 if fresh or (stale and not self.git.dirty(path)):
@@ -422,7 +424,9 @@ class Worktrees:
         # count history a rebuild (--redo) took out of integration as this task's work.
         since = self.fork(task) or (self.integration if self.git.rev(self.integration) else None)
         commits = int(self.git("rev-list", "--count", f"{since}..{branch}").stdout) if since else 0
-        return Kept(task, branch, tip, commits, self.git.dirty(self.path(task)))
+        unmerged = int(self.git("rev-list", "--count", f"{since}..{branch}", f"^{self.integration}").stdout) \
+            if commits and self.git.rev(self.integration) else commits
+        return Kept(task, branch, tip, commits, self.git.dirty(self.path(task)), unmerged)
 
     def discard(self, task: str) -> Kept | None:
         """Delete the task's branch and worktree, kept work included (the user said so); what was there."""

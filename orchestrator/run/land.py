@@ -6,7 +6,8 @@ Under the lead lock (no run of this root goes on meanwhile):
    name and task ids). Refuse unless every one is completed (a failed,
    pending or cancelled task would be left out: exit 0 with less than the
    plan is never what the user meant) and the integration branch holds
-   every merge the store records.
+   every merge the store records. Refuse while a task worktree holds
+   uncommitted work (step 3 deletes the worktrees; keptwork.py).
 2. ``git.land.Land``: build the commits off to the side, check the user's
    checkout, record the intent, write the files, move the branch.
 3. Record in each task the commit that landed it (``landed``), then delete
@@ -28,6 +29,7 @@ from ..git.land import Land, Landing
 from ..git.worktrees import Worktrees
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
+from .keptwork import refuse_unsaved
 from .reconcile import missing_merges, slug
 
 REMOVED = "removed from the plan"
@@ -62,6 +64,7 @@ def land_plan(root: Path, plan: str, *, mode: str = "squash", task_ids: list[str
             if all(t.landed for t in tasks):
                 return Landed(plan, None, tasks, already=tasks[0].landed)
             _refuse_unfinished(tasks, wt, store, task_ids)
+        refuse_unsaved(wt, "team land", f"team land {plan}", kept_only=False)  # finish() deletes the worktrees
         subjects = {slug(t): t.subject for t in tasks}
         landing = land.land(mode, subjects, title or f"{plan}: land {plural(len(tasks), 'task')} of plan {plan}")
         for t in tasks:

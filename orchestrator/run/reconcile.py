@@ -146,7 +146,7 @@ def _take_out(store: TaskStore, tasks: list[Task], wt: Worktrees, todo: list[int
         gone = wt.discard(slug(t))
         if gone is not None and gone.commits:
             out.notes.append(f"dropped the kept branch {gone.branch} of {_label(t)} at {gone.tip[:10]} "
-                             f"({plural(gone.commits, 'commit')} not merged; `git branch {gone.branch} {gone.tip}` "
+                             f"({plural(gone.unmerged, 'commit')} not merged; `git branch {gone.branch} {gone.tip}` "
                              f"brings it back)")
     return todo
 
@@ -168,7 +168,7 @@ def _refuse_unsafe(wt: Worktrees | None, tasks: list[Task], todo: list[int], rer
         inside = [name for name, sha in dropped.items() if wt.git.is_ancestor(sha, kept.branch)]
         if inside:
             raise UserError(
-                f"{_label(t)} keeps {plural(kept.commits, 'commit')} on {kept.branch}, made on top of the merge of "
+                f"{_label(t)} keeps {plural(kept.unmerged, 'commit')} on {kept.branch}, made on top of the merge of "
                 f"{', '.join(inside)} that this redo takes out: merging that branch later would bring it back. "
                 f"Merge it first (resolve it and `{rerun}`), or redo it too (`--redo {slug(t)}`); nothing was "
                 f"changed")
@@ -228,7 +228,7 @@ def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> list[str]:
         if kept is None or not kept.commits:
             continue
         if kept.dirty:
-            notes.append(f"{_label(t)}: its branch {kept.branch} holds {plural(kept.commits, 'commit')} not on "
+            notes.append(f"{_label(t)}: its branch {kept.branch} holds {plural(kept.unmerged, 'commit')} not on "
                          f"{wt.integration} and uncommitted changes in {wt.path(slug(t))}: the task fails "
                          f"until you commit them there, or drop them with `{rerun} --redo {slug(t)}`")
         else:

@@ -24,7 +24,9 @@ Order of a run (``run_plan``):
    refused in step 1 (``ray_problems``).
 4. ``start_fresh``: ``--fresh`` (or the marker of an interrupted one) deletes
    the plan's branches, worktrees and tasks between writing a marker and
-   removing it, so a kill in between is finished by the next run.
+   removing it, so a kill in between is finished by the next run. A kept
+   worktree with uncommitted work (a conflict resolution under way) refuses
+   it first, right after the lead lock, before anything changed (keptwork.py).
 5. With worktree isolation: a plan whose every task was landed runs nothing;
    otherwise the integration branch is made or repaired
    (``Worktrees.ensure_integration``), warning about uncommitted changes it
@@ -89,6 +91,7 @@ from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
 from .hooked import Hooked
 from .isolation import Isolation
+from .keptwork import refuse_unsaved
 from .materialise import materialise, prepare, remove_record, tasks_of
 from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
@@ -192,6 +195,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
     if wt is not None and Land(wt).pending() is not None:
         raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
                         f"{lp.plan.name}` to finish it before running the plan again")
+    if wt is not None and (fresh or fresh_marker(root, lp.plan.name).exists()):
+        refuse_unsaved(wt, "--fresh", f"{rerun} --fresh" if fresh else rerun)  # before anything is changed
     spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note)
     ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model, workspace=workspace,
                           team=[(m.name, m.role) for m in lp.plan.team],
@@ -369,7 +374,7 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
         for task in wt.task_branches():
             kept = wt.kept(task)
             if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.commits, 'commit')} not merged; "
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.unmerged, 'commit')} not merged; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)

@@ -86,7 +86,7 @@ def _why(t: Task, wt: Worktrees) -> str:
         return f"landed in {t.landed[:10]}"
     kept = wt.kept(_slug(t)) if t.isolation == "worktree" else None
     if kept is not None and (kept.commits or kept.dirty):
-        what = f"{plural(kept.commits, 'commit')} not merged" + (", uncommitted changes" if kept.dirty else "")
+        what = f"{plural(kept.unmerged, 'commit')} not merged" + (", uncommitted changes" if kept.dirty else "")
         first = (t.error or "").splitlines()[0] if t.error else ""
         return f"branch {kept.branch}: {what}" + (f" ({first})" if first else "")
     if t.status == Status.completed:
