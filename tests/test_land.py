@@ -268,7 +268,7 @@ def test_land_refuses_an_unfinished_plan_and_a_detached_head(tmp_path):
     r = run_team(repo, "land", PLAN)
     assert r.returncode == 2
     assert r.stderr == (f"UserError: plan {PLAN} is not finished: #1 broken (failed); landing now would leave them "
-                        f"out. Finish it (`team run PLAN.yaml`), or take those tasks out of the plan file, then "
+                        f"out. Finish it (`team run plan.yaml`), or take those tasks out of the plan file, then "
                         f"land again\n")
     (repo / "plan.yaml").write_text(plan_yaml(PLAN, tasks[1:]))  # the user takes it out of the plan
     assert run_team(repo, "run", "plan.yaml").returncode == 0
@@ -488,7 +488,7 @@ def test_land_refuses_merges_of_tasks_the_plan_no_longer_has(tmp_path):
     r = run_team(repo, "land", "plan.yaml")  # the plan file says which tasks the plan has now
     assert (r.returncode, r.stderr) == (2, (
         f"UserError: {INTEG} holds the merges of mod-3, which plan {PLAN} no longer has: landing would bring them "
-        f"in. Put them back in the plan, or start over with `team run PLAN.yaml --fresh`\n"))
+        f"in. Put them back in the plan, or start over with `team run plan.yaml --fresh`\n"))
     assert _snapshot(repo) == before
 
 
@@ -505,10 +505,54 @@ def test_land_refuses_while_a_task_worktree_holds_uncommitted_work(tmp_path):
         f"UserError: team land would delete uncommitted work: task mod-0's worktree {wt} has changes in pkg/m0.py: "
         f"commit it on its branch team/{PLAN}/mod-0 (`cd {wt} && git add -A && git commit -m 'my changes'`), stash "
         f"it (`git -C {wt} stash push -u`; `git stash list` shows it), or copy the folder away (`cp -a {wt} "
-        f"SOMEWHERE`); then `team land {PLAN}` again. Nothing was changed\n"))
+        f"SOMEWHERE`); then `team land plan.yaml` again. Nothing was changed\n"))
     assert _snapshot(repo) == before and (wt / "pkg/m0.py").read_text() == "# my note\n"
     git(wt, "stash", "push", "-q", "-u")  # saved where the land does not reach
     r = run_team(repo, "land", PLAN)
     assert r.returncode == 0, r.stdout + r.stderr
     assert tree(repo, "HEAD") == serial
     assert git(repo, "show", "stash@{0}:pkg/m0.py") == "# my note\n"
+
+
+def test_land_by_name_refuses_what_the_plan_file_refuses_and_the_run_suggests_the_file(tmp_path):
+    """Issue 26 item 5: `team land NAME` took the store's tasks as the plan, so it landed the change of a
+    task taken out of plan.yaml since the run, which `team land plan.yaml` refused; and the run's summary
+    offered `team land NAME`, after a failed run too. Now the name lands what the plan file the run ran
+    from says, and the summary offers the file, only once the plan is finished."""
+    tasks = codemod_tasks(4)[:-1]
+    broken = [*tasks, {"id": "broken", "run": "exit 3"}]
+    repo = make_project(tmp_path / "repo", plan_yaml(PLAN, broken), modules=4)
+    failed = run_team(repo, "run", "plan.yaml", "-k")
+    assert failed.returncode == 1
+    assert "team land ld" not in failed.stdout and "team land plan.yaml" not in failed.stdout
+    assert failed.stdout.endswith("  git diff HEAD...team/ld/integration  # everything at once\n"
+                                  "not finished: `team land` takes the result once every task completed; run the "
+                                  "plan again\n")
+    by_file, by_name = run_team(repo, "land", "plan.yaml"), run_team(repo, "land", PLAN)
+    assert (by_name.returncode, by_name.stderr) == (by_file.returncode, by_file.stderr) == (2, (
+        f"UserError: plan {PLAN} is not finished: #5 broken (failed); landing now would leave them out. Finish it "
+        f"(`team run plan.yaml`), or take those tasks out of the plan file, then land again\n"))
+
+    (repo / "plan.yaml").write_text(plan_yaml(PLAN, tasks))
+    done = run_team(repo, "run", "plan.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.endswith("  team land plan.yaml                  # into your branch: one commit (--per-task: "
+                                "one per task); removes the plan's branches\n")
+
+    (repo / "plan.yaml").write_text(plan_yaml(PLAN, tasks[:-1]))  # mod-3 taken out, not run since
+    before = _snapshot(repo)
+    by_file, by_name = run_team(repo, "land", "plan.yaml"), run_team(repo, "land", PLAN)
+    assert (by_name.returncode, by_name.stderr) == (by_file.returncode, by_file.stderr) == (2, (
+        f"UserError: {INTEG} holds the merges of mod-3, which plan {PLAN} no longer has: landing would bring them "
+        f"in. Put them back in the plan, or start over with `team run plan.yaml --fresh`\n"))
+    assert _snapshot(repo) == before
+
+    (repo / "plan.yaml").rename(repo / "old-plan.yaml")
+    gone = run_team(repo, "land", PLAN)
+    assert (gone.returncode, gone.stderr) == (2, (
+        f"UserError: plan '{PLAN}' ran from plan.yaml, which is no longer there: land it with its plan file as it "
+        f"is now, `team land PATH/TO/PLAN.yaml`\n"))
+    (repo / "old-plan.yaml").write_text(plan_yaml(PLAN, tasks))
+    r = run_team(repo, "land", "old-plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _snapshot(repo) != before

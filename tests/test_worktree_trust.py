@@ -110,8 +110,8 @@ def test_a_rerun_after_a_conflict_never_deletes_the_kept_branch(tmp_path):
     assert git(repo, "rev-parse", "team/clash/bump").strip() == kept  # the edit is still there
     assert git(repo, "show", "team/clash/bump:settings.py") == "TIMEOUT=30\nRETRIES=3\n"
     assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 10\nRETRIES = 3\n"
-    assert "#2 bump: merging the 1 commit kept on team/clash/bump without running the task again; if they " \
-           "still conflict the task fails again" in second.stderr
+    assert ("#2 bump failed: merging the 1 commit of its own on team/clash/bump without running the task again; "
+            "if the merge conflicts, the task fails again") in second.stderr
     wt = repo / ".team/worktrees/clash/bump"
     assert ("FAILED #2 bump: merge conflict: task 'bump' (team/clash/bump) conflicts with "
             "team/clash/integration in settings.py") in second.stdout

@@ -81,7 +81,7 @@ from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
 from ..core.text import plural
 from ..git.land import Land
-from ..git.worktrees import Start, Worktrees
+from ..git.worktrees import Start, Summary, Worktrees
 from ..hooks.config import run_hooks
 from ..hooks.dispatch import HookDispatcher
 from ..plan.model import LoadedPlan, PlanTask
@@ -92,10 +92,12 @@ from .executor import Executor, ExecutorContext
 from .hooked import Hooked
 from .isolation import Isolation
 from .keptwork import refuse_unsaved
+from .land import remember_plan_file
 from .materialise import materialise, prepare, remove_record, tasks_of
-from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
+from .reconcile import kept_work_notes, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
+from .standing import missing_merges
 from .stop import RunStop
 
 
@@ -220,11 +222,16 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             wt = None
         if wt is not None:
             _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
+            remember_plan_file(root, lp.plan.name, lp.path)  # `team land NAME` lands what this file says
         asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
         for text in asked.notes:
             note(text)
+        # what becomes of kept work is said once per task, by kept_work_notes, not also by materialise
+        ids_of_plan = {t.id for t in lp.plan.tasks}
+        kept = kept_work_notes([t for t in tasks_of(store, lp.plan.name) if t.plan_task in ids_of_plan], wt,
+                               rerun) if wt is not None else {}
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
-        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note)
+        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note, quiet=kept)
         agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
         for text in agreed.notes:
             note(text)
@@ -234,8 +241,9 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             stop.check()
             tasks += prep.creation.next_chunk()  # the rest is made while the run goes (materialise.py)
         if wt is not None:
-            for text in kept_work_notes(tasks, wt, rerun):
-                note(text)
+            for tid, text in kept.items():
+                if tid not in agreed.redone:
+                    note(text)
             iso = Isolation(wt, rerun=rerun, emit=emit)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
@@ -247,11 +255,13 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         result = scheduler.run()
         if iso is not None and wt is not None:
             iso.close()
-            missing = missing_merges(store, ids, wt)
+            missing = missing_merges([store.read(i) for i in ids], wt)
             if missing:
                 result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
                                      f"task store records: run the plan again to redo them")
-            summary = iso.finish()
+            summary = dataclasses.replace(  # suggest landing with the plan file, and only a finished plan
+                iso.finish(), finished=result.ok,
+                commands=Summary.commands_for(wt.plan, wt.integration, plan_file=str(lp.path)))
             result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
         result.spend = spend_rows(spend, [m.name for m in lp.plan.team])
         return result
