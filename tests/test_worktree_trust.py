@@ -190,6 +190,25 @@ def test_fresh_refuses_while_a_kept_worktree_holds_an_uncommitted_resolution(tmp
         "TIMEOUT = 30\nRETRIES = 3\n" if resolution == "edited" else "TIMEOUT=30\nRETRIES=3\n")
 
 
+def test_redo_and_a_plain_rerun_keep_a_merge_under_way_whose_result_equals_the_branch(tmp_path):
+    """`git status` is empty after an uncommitted `merge -s ours`: the merge in progress is work all the
+    same (Git.dirty reads git's MERGE_HEAD), so `--redo` refuses and a plain run fails the task, both
+    leaving it as it is."""
+    repo = clash_repo(tmp_path)
+    assert run_team(repo, "run", "plan.yaml", "--keep-going").returncode == 1
+    wt = repo / ".team/worktrees/clash/bump"
+    git(wt, "merge", "--no-commit", "-s", "ours", "team/clash/integration")
+    before = _worktree_state(repo, wt)
+    redo = run_team(repo, "run", "plan.yaml", "--redo", "bump")
+    assert redo.returncode == 2 and f"its kept branch team/clash/bump has uncommitted changes in {wt}" in redo.stderr
+    assert _worktree_state(repo, wt) == before
+    plain = run_team(repo, "run", "plan.yaml")
+    assert plain.returncode == 1
+    assert ("#2 bump failed: its branch team/clash/bump holds 1 commit not on team/clash/integration and "
+            f"uncommitted work in {wt}: the task fails until you commit it there") in plain.stderr
+    assert (wt / ".git").is_file() and git(wt, "rev-parse", "-q", "--verify", "MERGE_HEAD").strip()
+
+
 # ---------------------------------------------------------------- SIGKILL during --fresh, --redo and merges
 def kill_rerun_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
     """Each round starts `team run --fresh` or `team run --redo TASK` and SIGKILLs it: early (at
