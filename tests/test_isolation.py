@@ -99,7 +99,7 @@ def test_parallel_tasks_land_dependents_see_them_and_the_user_checkout_is_untouc
         "  team log par                          # the tasks in merge order, with their commits",
         "  team diff par.TASK                    # one task's own change",
         f"  git diff HEAD...{b}  # everything at once",
-        "  team land par                         # into your branch: one commit (--per-task: one per task); "
+        "  team land plan.yaml                   # into your branch: one commit (--per-task: one per task); "
         "removes the plan's branches",
     ]
     t = tasks(repo)

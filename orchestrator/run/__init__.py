@@ -17,7 +17,11 @@
     isolation.py  ``isolation: worktree``: each task in its own worktree, merged back
     hooked.py     task_completed hooks asked before a shell task's completion is recorded
     reconcile.py  the task store and the integration branch made to agree before a run
-                  (redo, reopened or lost merges), and checked after it
-    land.py       land_plan: a finished plan's result into the user's branch (team land)
+                  (redo, reopened or lost merges)
+    standing.py   each task of a plan against its integration branch (merged, missing, ...): the one
+                  rule of team log, team land and the check after a run
+    keptwork.py   uncommitted work in task worktrees: refused before --fresh, --redo, team land drop it
+    land.py       land_plan: a finished plan's result into the user's branch (team land), the plan
+                  file a run ran from (team land NAME)
     sync.py       SyncExecutor: attempts decided in-process, for testing the scheduler's policy
 """

@@ -142,7 +142,7 @@ class Isolation:
         if kept is not None and kept.commits:
             if kept.dirty:
                 raise WorkFailed(
-                    f"task {slug}: its branch {kept.branch} holds {plural(kept.commits, 'commit')} not on "
+                    f"task {slug}: its branch {kept.branch} holds {plural(kept.unmerged, 'commit')} not on "
                     f"{self.wt.integration} and its worktree {self.wt.path(slug)} has uncommitted changes; "
                     f"commit them there (`git add -A && git commit`) and run again to merge them, or drop the "
                     f"branch and run the task afresh: {self.rerun} --redo {slug}")

@@ -70,7 +70,7 @@ import hashlib
 import heapq
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,8 +183,9 @@ def fingerprint(lp: LoadedPlan) -> str:
 
 # ---------------------------------------------------------------------------- prepare
 def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
-            note: Callable[[str], None] = lambda s: None) -> Materialised:
-    """The tasks that exist brought in line with the plan; the rest as a ``Creation`` (module docstring)."""
+            note: Callable[[str], None] = lambda s: None, quiet: Collection[int] = ()) -> Materialised:
+    """The tasks that exist brought in line with the plan; the rest as a ``Creation`` (module docstring).
+    ``quiet``: tasks whose resumption the caller tells itself (kept work merged without a re-run)."""
     plan = lp.plan
     existing = tasks_of(store, plan.name)
     record = Record.read(store.root, plan.name)
@@ -256,17 +257,21 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         if old.status == Status.in_progress:
             store.release(old.id, old.epoch, actor=owner, interrupted=True,
                           reason=f"the previous lead died during attempt {old.attempts}; re-running")
-            note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
+            if old.id not in quiet:
+                note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
         if old.status in (Status.failed, Status.cancelled):
             store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, lost=0, error=None,
                          **fields)
-            note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: retrying it")
+            if old.id not in quiet:
+                note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: "
+                     f"retrying it")
         elif fields:
             store.update(old.id, actor=owner, **fields)
     for tid, (epoch, attempt) in store.unfiled_claims(existing).items():
         store.release_unfiled(tid, epoch, attempt, reason=f"the previous lead died during attempt {attempt} (before "
                                                           "the claim reached the task file); re-running", actor=owner)
-        note(f"#{tid} was starting when the last lead died: re-running it")
+        if tid not in quiet:
+            note(f"#{tid} was starting when the last lead died: re-running it")
 
     # a first run has nothing to re-read
     now = {t.plan_task: t for t in store.all() if t.plan == plan.name} if existing else {}
@@ -285,9 +290,9 @@ def _never_claimed(store: TaskStore, tasks: list[Task]) -> bool:
 
 
 def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
-                note: Callable[[str], None] = lambda s: None) -> Materialised:
+                note: Callable[[str], None] = lambda s: None, quiet: Collection[int] = ()) -> Materialised:
     """``prepare``, then every task created before returning (a run with worktree isolation, the bench)."""
-    prep = prepare(store, lp, owner=owner, note=note)
+    prep = prepare(store, lp, owner=owner, note=note, quiet=quiet)
     if prep.creation is None:
         return prep
     made = {t.plan_task: t for t in prep.tasks}

@@ -24,7 +24,9 @@ Order of a run (``run_plan``):
    refused in step 1 (``ray_problems``).
 4. ``start_fresh``: ``--fresh`` (or the marker of an interrupted one) deletes
    the plan's branches, worktrees and tasks between writing a marker and
-   removing it, so a kill in between is finished by the next run.
+   removing it, so a kill in between is finished by the next run. A kept
+   worktree with uncommitted work (a conflict resolution under way) refuses
+   it first, right after the lead lock, before anything changed (keptwork.py).
 5. With worktree isolation: a plan whose every task was landed runs nothing;
    otherwise the integration branch is made or repaired
    (``Worktrees.ensure_integration``), warning about uncommitted changes it
@@ -79,7 +81,7 @@ from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
 from ..core.text import plural
 from ..git.land import Land
-from ..git.worktrees import Start, Worktrees
+from ..git.worktrees import Start, Summary, Worktrees
 from ..hooks.config import run_hooks
 from ..hooks.dispatch import HookDispatcher
 from ..plan.model import LoadedPlan, PlanTask
@@ -89,10 +91,13 @@ from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
 from .hooked import Hooked
 from .isolation import Isolation
+from .keptwork import refuse_unsaved
+from .land import remember_plan_file
 from .materialise import materialise, prepare, remove_record, tasks_of
-from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
+from .reconcile import kept_work_notes, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
+from .standing import missing_merges
 from .stop import RunStop
 
 
@@ -192,6 +197,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
     if wt is not None and Land(wt).pending() is not None:
         raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
                         f"{lp.plan.name}` to finish it before running the plan again")
+    if wt is not None and (fresh or fresh_marker(root, lp.plan.name).exists()):
+        refuse_unsaved(wt, "--fresh", f"{rerun} --fresh" if fresh else rerun)  # before anything is changed
     spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note)
     ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model, workspace=workspace,
                           team=[(m.name, m.role) for m in lp.plan.team],
@@ -215,11 +222,16 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             wt = None
         if wt is not None:
             _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
+            remember_plan_file(root, lp.plan.name, lp.path)  # `team land NAME` lands what this file says
         asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
         for text in asked.notes:
             note(text)
+        # what becomes of kept work is said once per task, by kept_work_notes, not also by materialise
+        ids_of_plan = {t.id for t in lp.plan.tasks}
+        kept = kept_work_notes([t for t in tasks_of(store, lp.plan.name) if t.plan_task in ids_of_plan], wt,
+                               rerun) if wt is not None else {}
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
-        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note)
+        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note, quiet=kept)
         agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
         for text in agreed.notes:
             note(text)
@@ -229,8 +241,9 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             stop.check()
             tasks += prep.creation.next_chunk()  # the rest is made while the run goes (materialise.py)
         if wt is not None:
-            for text in kept_work_notes(tasks, wt, rerun):
-                note(text)
+            for tid, text in kept.items():
+                if tid not in agreed.redone:
+                    note(text)
             iso = Isolation(wt, rerun=rerun, emit=emit)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
@@ -242,11 +255,13 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         result = scheduler.run()
         if iso is not None and wt is not None:
             iso.close()
-            missing = missing_merges(store, ids, wt)
+            missing = missing_merges([store.read(i) for i in ids], wt)
             if missing:
                 result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
                                      f"task store records: run the plan again to redo them")
-            summary = iso.finish()
+            summary = dataclasses.replace(  # suggest landing with the plan file, and only a finished plan
+                iso.finish(), finished=result.ok,
+                commands=Summary.commands_for(wt.plan, wt.integration, plan_file=str(lp.path)))
             result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
         result.spend = spend_rows(spend, [m.name for m in lp.plan.team])
         return result
@@ -369,7 +384,7 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
         for task in wt.task_branches():
             kept = wt.kept(task)
             if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.commits, 'commit')} not merged; "
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.unmerged, 'commit')} not merged; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)
