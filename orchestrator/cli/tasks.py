@@ -78,7 +78,7 @@ def list_cmd(
 @task_app.command("show")
 def show_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name, or a plan's task id (one plan has it).")],
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -167,7 +167,7 @@ def create_cmd(
 @task_app.command("update")
 def update_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name, or a plan's task id (one plan has it).")],
     status: Annotated[str | None, typer.Option("--status", help="pending|in_progress|completed|failed|cancelled")] = None,
     owner: Annotated[str | None, typer.Option("--owner", help="New owner ('' clears it).")] = None,
     add_blocked_by: Annotated[list[str] | None, typer.Option("--add-blocked-by", help="Add a dependency (repeatable).")] = None,
@@ -187,7 +187,7 @@ def update_cmd(
 @task_app.command("retry")
 def retry_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name, or a plan's task id (one plan has it).")],
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -224,7 +224,7 @@ def retry_cmd(
 @task_app.command("blocked")
 def blocked_cmd(
     ctx: typer.Context,
-    ref: Annotated[str | None, typer.Argument(help="Only this task (id or name).")] = None,
+    ref: Annotated[str | None, typer.Argument(help="Only this task (id, name, or a plan's task id).")] = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
