@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ..core.paths import at_root
 from ..core.text import plural, shown
 from ..tasks import graph, render
 from .common import JsonOpt, RootOpt, exit_with, out, print_json, root_of
@@ -115,6 +116,8 @@ def show_cmd(
     for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "branch",
                 "merge_commit", "landed", "worktree", "result", "error", "log"):
         value = getattr(task, key)
+        if key == "worktree" and value and "/" in value:  # a plan task's worktree, stored relative to the root
+            value = at_root(value, store.root)
         if value not in (None, "", 0) and not (key == "kind" and value == "manual"):
             rows.append(({"merge_commit": "merge"}.get(key, key),
                          _attempts(task) if key == "attempts" else shown(str(value))))

@@ -54,7 +54,8 @@ class Task(BaseModel):
     timeout: float | None = Field(None, description="Seconds before an attempt is killed.")
     retries: int = Field(0, description="Extra attempts allowed after a failure.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the run.")
-    cwd: str | None = Field(None, description="Working directory, relative to the state root.")
+    cwd: str | None = Field(None, description="Working directory, relative to the state root (absolute when "
+                                              "outside it, or written by an older team).")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation override.")
 
     attempts: int = Field(0, description="Attempts started so far (claims), however they ended.")
@@ -73,7 +74,8 @@ class Task(BaseModel):
     result: str | None = Field(None, description="What the task produced (agent answer, output tail).")
     error: str | None = Field(None, description="Why the task failed or was cancelled.")
     log: str | None = Field(None, description="Path of the full output log, relative to the root.")
-    worktree: str | None = Field(None, description="git worktree path used by the task.")
+    worktree: str | None = Field(None, description="The task's kept git worktree, relative to the root (a plan "
+                                                   "task), or the agent worktree it is bound to (a name).")
     branch: str | None = Field(None, description="git branch holding the task's work.")
     merge_commit: str | None = Field(None, description="Its merge commit on the plan's integration branch.")
     redo: bool = Field(False, description="Run again from scratch: its merge and kept branch are dropped first.")

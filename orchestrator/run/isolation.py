@@ -53,6 +53,7 @@ from typing import Any
 
 from ..core.errors import TeamError, WorkFailed
 from ..core.models import Task
+from ..core.paths import stored
 from ..core.text import plural
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
@@ -122,7 +123,7 @@ class Isolation:
         slug = slug_of(task)
         if not self.wt.has_branch(slug):
             return {}
-        return {"branch": self.wt.branch(slug), "worktree": str(self.wt.path(slug))}
+        return {"branch": self.wt.branch(slug), "worktree": stored(self.wt.path(slug), self.wt.root)}
 
     def _prepare(self, a: _Attempt) -> None:
         task, slug = a.task, slug_of(a.task)

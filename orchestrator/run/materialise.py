@@ -79,7 +79,7 @@ from ..core import threads
 from ..core.errors import CorruptFile, PlanError
 from ..core.fsutil import atomic_write, fsync_dir
 from ..core.models import Status, Task
-from ..core.paths import creation_record
+from ..core.paths import creation_record, stored
 from ..core.text import plural
 from ..core.threads import Crash
 from ..plan.analysis import analyse
@@ -102,7 +102,8 @@ class Materialised:
     """The plan's tasks still to create; None when they all exist."""
 
 
-def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
+def _spec(lp: LoadedPlan, t: PlanTask, root: Path) -> dict[str, Any]:
+    """The store fields of plan task ``t``; its ``cwd`` relative to the state ``root`` (core/paths.py)."""
     d = lp.plan.defaults
     first = (t.description or t.run or t.prompt or "").strip().splitlines()
     subject = f"{t.id}: {first[0][:80].rstrip()}" if first else t.id
@@ -112,7 +113,7 @@ def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
         assignee=t.assignee, estimate=t.estimate,
         timeout=t.timeout if t.timeout is not None else d.timeout,
         retries=t.retries if t.retries is not None else d.retries,
-        env={**d.env, **t.env}, cwd=str(lp.task_cwd(t)),
+        env={**d.env, **t.env}, cwd=stored(lp.task_cwd(t), root),
         isolation=t.isolation or (lp.plan.isolation if lp.plan.isolation != "none" else None),
         outputs=_pick(t.outputs, d.outputs) or [], num_cpus=_pick(t.num_cpus, d.num_cpus),
         resources=_pick(t.resources, d.resources) or {}, lost_retries=_pick(t.lost_retries, d.lost_retries, 3),
@@ -174,10 +175,11 @@ def remove_record(root: Path, plan: str) -> None:
         fsync_dir(path.parent)
 
 
-def fingerprint(lp: LoadedPlan) -> str:
-    """The plan file's text and where its tasks run: what the tasks are made of."""
+def fingerprint(lp: LoadedPlan, root: Path) -> str:
+    """The plan file's text and where its tasks run (relative to the state ``root``, so the same in a
+    moved repository): what the tasks are made of."""
     h = hashlib.sha256(lp.path.read_bytes())
-    h.update(str(lp.base).encode())
+    h.update(stored(lp.base, root).encode())
     return h.hexdigest()[:32]
 
 
@@ -188,7 +190,7 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
     plan = lp.plan
     existing = tasks_of(store, plan.name)
     record = Record.read(store.root, plan.name)
-    if record is not None and existing and record.fingerprint != fingerprint(lp) and _never_claimed(store, existing):
+    if record is not None and existing and record.fingerprint != fingerprint(lp, store.root) and _never_claimed(store, existing):
         # the plan changed since a creation was cut short, and nothing ran: start it again from this plan
         store.delete_many([t.id for t in existing], actor=owner, reason="incomplete materialisation")
         note(f"plan {plan.name}: the last run stopped while creating its tasks, and the plan changed since: "
@@ -237,7 +239,7 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
             note(f"plan {plan.name}: {plural(len(new), 'new task')} added")
     creation = None
     if to_create:
-        Record(plan.name, fingerprint(lp), len(plan.tasks), {t.id: ids[t.id] for t in to_create}).write(store.root)
+        Record(plan.name, fingerprint(lp, store.root), len(plan.tasks), {t.id: ids[t.id] for t in to_create}).write(store.root)
         creation = Creation(store, lp, to_create, ids, {t.id: t.blockedBy for t in existing}, owner=owner)
     elif record is not None:  # killed after the last chunk, before the record went
         remove_record(store.root, plan.name)
@@ -251,7 +253,7 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         t = plan_tasks[old.plan_task]
         fields: dict[str, Any] = {}
         if old.status != Status.completed:
-            spec = _spec(lp, t)
+            spec = _spec(lp, t, store.root)
             fields = {k: spec[k] for k in _MUTABLE if getattr(old, k) != spec[k]}
         if old.status == Status.in_progress:
             store.release(old.id, old.epoch, actor=owner, interrupted=True,
@@ -364,7 +366,7 @@ class Creation:
         at = {self.id_of[t.id]: i for i, t in enumerate(part)}
         specs = []
         for t in part:
-            spec = _spec(self.lp, t)
+            spec = _spec(self.lp, t, self.store.root)
             spec["blockedBy"] = [("new", at[self.id_of[n]]) if self.id_of[n] in at else self.id_of[n] for n in t.needs]
             specs.append(spec)
         made = self.store.create_reserved(specs, [self.id_of[t.id] for t in part], actor=self.owner, known=self.known)

@@ -86,7 +86,7 @@ from ..plan.model import LoadedPlan, PlanTask
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
-from .executor import Executor, ExecutorContext
+from .executor import Executor, ExecutorContext, Rooted
 from .hooked import Hooked
 from .isolation import Isolation
 from .materialise import materialise, prepare, remove_record, tasks_of
@@ -189,6 +189,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                 store: TaskStore, wt: Worktrees | None, kinds: dict[str, list[str]], workspace: Path, hooks: Hooks,
                 rerun: str, sandbox: Sandbox, backend: Backend) -> RunResult:
     """``_run`` once the lead lock is held and the hooks are set up."""
+    for text in wt.relinked if wt is not None else ():
+        note(text)
     if wt is not None and Land(wt).pending() is not None:
         raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
                         f"{lp.plan.name}` to finish it before running the plan again")
@@ -236,7 +238,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
-        scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop, feed=prep.creation)
+        rooted: dict[str, Executor] = {kind: Rooted(ex, root) for kind, ex in execs.items()}  # stored cwds made absolute
+        scheduler = Scheduler(store, tasks, prep.priority, rooted, opts, emit, stop=stop, feed=prep.creation)
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
         result = scheduler.run()
