@@ -81,8 +81,10 @@ class Task(BaseModel):
     redo: bool = Field(False, description="Run again from scratch: its merge and kept branch are dropped first.")
     landed: str | None = Field(None, description="The commit `team land` brought its work into the user's branch with.")
     usage: dict[str, Any] = Field(default_factory=dict, description="Token usage of agent tasks.")
-    outputs: list[str] = Field(default_factory=list, description="Globs of files (relative to its cwd) a task "
-                                                                 "run on another machine brings back (backend ray).")
+    outputs: list[str] | None = Field(None, description="Globs (relative to its cwd) of the files the task's "
+                                                        "result is made of: with isolation: worktree only changes "
+                                                        "to them are committed ([]: none); on backend ray they "
+                                                        "are what comes back. None: everything.")
     num_cpus: float | None = Field(None, description="CPUs an attempt reserves on a cluster node (backend ray).")
     resources: dict[str, float] = Field(default_factory=dict, description="Custom cluster resources an attempt "
                                                                           "reserves, e.g. {gpu: 1} (backend ray).")
@@ -100,7 +102,7 @@ class Task(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The on-disk form: seed keys first, then the rest, None/empty omitted."""
         data = self.model_dump(mode="json", exclude_none=True)
-        for key in ("env", "usage", "redo", "outputs", "resources"):
+        for key in ("env", "usage", "redo", "resources"):  # (``outputs: []`` says "keep nothing": it stays)
             if not data.get(key):
                 data.pop(key, None)
         for key, default in (("retries", 0), ("attempts", 0), ("failures", 0), ("interrupted", 0), ("epoch", 0),

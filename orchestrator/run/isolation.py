@@ -55,6 +55,7 @@ from ..core.errors import TeamError, WorkFailed
 from ..core.models import Task
 from ..core.paths import stored
 from ..core.text import plural
+from ..git import keep
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
 from .executor import DoneCallback, Executor, Outcome
@@ -73,6 +74,7 @@ class _Attempt:
     epoch: int
     done: DoneCallback
     inner: Executor
+    folder: str = "."  # the task's folder inside its worktree (its ``outputs`` globs are relative to it)
 
 
 class Isolation:
@@ -89,6 +91,7 @@ class Isolation:
         self.emit: Emit = emit or (lambda ev: None)
         self.merged_before = wt.merges()
         self._cancelled: set[int] = set()
+        self.warnings: list[dict[str, Any]] = []  # tasks that committed build junk ("junk" events), for the summary
         self._lock = threading.Lock()
         self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)
         self._prep: queue.SimpleQueue[tuple[_Attempt] | None] = queue.SimpleQueue()
@@ -158,6 +161,7 @@ class Isolation:
             raise WorkFailed(f"task {slug}: cwd {cwd} is outside the git repository {self.wt.toplevel}; "
                               f"isolation: worktree can only run tasks inside it") from None
         self.wt.prepare(slug, fresh=kept is not None)  # a branch without commits of its own: an attempt cut short
+        a.folder = rel.as_posix()
         path = self.wt.path(slug)
         env = {**task.env, "TEAM_WORKTREE": str(path), "TEAM_BRANCH": self.wt.branch(slug)}
         copy = task.model_copy(update={"cwd": str(path / rel), "worktree": str(path),
@@ -181,7 +185,12 @@ class Isolation:
         self.emit({"event": "merging", "task": a.task.id, "name": slug})
         try:
             if not resumed:
-                self.wt.commit(slug, f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}")
+                message = f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}"
+                if a.task.outputs is None:
+                    self.wt.commit(slug, message)
+                else:  # only the changes to its outputs are its result
+                    keep.commit_outputs(self.wt, slug, message, a.task.outputs, a.folder)
+            self._warn_junk(a.task, slug)
             res = self.wt.merge(slug)
         except MergeConflict as e:
             error = (f"{e}\nor drop the branch and run the task again on the current result: "
@@ -196,6 +205,18 @@ class Isolation:
         if res.commit:
             fields["merge_commit"] = res.commit
         a.done(dataclasses.replace(out, fields=fields))
+
+    def _warn_junk(self, task: Task, slug: str) -> None:
+        """Say so when the task's commits add files that look like build output (git/keep.py ``JUNK``):
+        merged, they would reach the user's branch with ``team land``."""
+        found = keep.junk(keep.added(self.wt, slug))
+        if not found.paths:
+            return
+        warning = {"task": task.id, "name": slug, "count": len(found.paths), "examples": found.paths[:3],
+                   "patterns": found.patterns}
+        with self._lock:
+            self.warnings.append(warning)
+        self.emit({"event": "junk", **warning})
 
     # ---------------------------------------------------------------- executor side
     def submit(self, a: _Attempt) -> None:

@@ -115,7 +115,7 @@ def _spec(lp: LoadedPlan, t: PlanTask, root: Path) -> dict[str, Any]:
         retries=t.retries if t.retries is not None else d.retries,
         env={**d.env, **t.env}, cwd=stored(lp.task_cwd(t), root),
         isolation=t.isolation or (lp.plan.isolation if lp.plan.isolation != "none" else None),
-        outputs=_pick(t.outputs, d.outputs) or [], num_cpus=_pick(t.num_cpus, d.num_cpus),
+        outputs=_pick(t.outputs, d.outputs), num_cpus=_pick(t.num_cpus, d.num_cpus),
         resources=_pick(t.resources, d.resources) or {}, lost_retries=_pick(t.lost_retries, d.lost_retries, 3),
     )
 

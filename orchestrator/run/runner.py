@@ -251,6 +251,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                                      f"task store records: run the plan again to redo them")
             summary = iso.finish()
             result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
+            result.warnings = list(iso.warnings)
         result.spend = spend_rows(spend, [m.name for m in lp.plan.team])
         return result
     finally:
