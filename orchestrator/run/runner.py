@@ -34,7 +34,8 @@ Order of a run (``run_plan``):
 7. ``prepare`` (materialise.py): the plan's tasks that exist are brought in
    line with the plan (completed stay done, failed and cancelled are retried,
    in-flight ones of a dead lead are released, removed ones cancelled,
-   changed ``needs`` refused); the missing ones get their ids reserved and a
+   changed ``needs`` applied, flagging the completed work they invalidate:
+   rewire.py); the missing ones get their ids reserved and a
    creation record, and the first chunk of them is created. The scheduler
    starts with it and is given the other chunks as a thread makes them
    durable; a lead killed meanwhile leaves the record, and the next run
@@ -86,6 +87,7 @@ from ..plan.model import LoadedPlan, PlanTask
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
+from . import rewire
 from .executor import Executor, ExecutorContext, Rooted
 from .hooked import Hooked
 from .isolation import Isolation
@@ -221,8 +223,9 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         for text in asked.notes:
             note(text)
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
-        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note)
-        agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
+        witness = rewire.ByTime() if wt is None else rewire.ByHistory(wt)  # what completed work saw (changed needs)
+        prep = (prepare if wt is None else materialise)(store, lp, note=note, witness=witness, rerun=rerun)
+        agreed = reconcile(store, prep.tasks, wt, redo=[*asked.ids, *prep.redo], rerun=rerun)
         for text in agreed.notes:
             note(text)
         # reconcile writes only for a redo or with worktree isolation: else the tasks are as materialised
