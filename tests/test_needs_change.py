@@ -173,3 +173,32 @@ def test_kept_work_made_without_an_added_need_is_refused_until_redone(tmp_path):
     assert "#2 y: its needs changed (+z); it has not completed: it runs once they have\n" in redo.stderr
     assert git(repo, "show", "team/nk/integration:s.py") == "v = 2\n" and \
         git(repo, "show", "team/nk/integration:z.txt") == "z\n"
+
+
+def test_a_run_killed_after_flagging_but_before_the_edges_changed_is_finished_by_the_next(tmp_path):
+    """The state a kill between the two writes leaves (the re-run flagged, the edges still old), made
+    with the store's own call: the next run decides the same and ends as an uninterrupted one."""
+    from orchestrator.tasks.store import TaskStore
+
+    ledger, gates = tmp_path / "ledger", tmp_path / "gates"
+    gates.mkdir()
+    tasks = {"a": ([], "echo a > a.txt"),
+             "b": ([], f"until [ -f {gates}/t ]; do sleep 0.02; done; echo b > b.txt"),
+             "t": (["a"], f"touch {gates}/t; cat a.txt b.txt > t.txt 2>/dev/null; true"),
+             "u": (["t"], "cat t.txt > u.txt")}
+    repo = make_project(tmp_path / "repo", wt_plan(tasks, ledger), modules=0)
+    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    ran(ledger)
+    tasks["t"] = (["a", "b"], tasks["t"][1])
+    (repo / "plan.yaml").write_text(wt_plan(tasks, ledger))
+    store = TaskStore(repo)
+    t = next(x for x in store.all() if x.plan_task == "t")
+    store.reopen([t.id], actor="lead", reason="its changed needs invalidate its work", redo=True)  # step 1 only
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ran(ledger) == ["t", "u"]
+    assert git(repo, "show", "team/nw/integration:u.txt") == "a\nb\n"
+    assert blocked_by(repo)["t"] == ["a", "b"]
+    merges = git(repo, "log", "--first-parent", "--merges", "--format=%(trailers:key=Team-Task,valueonly)",
+                 "team/nw/integration")
+    assert sorted(merges.split()) == ["a", "b", "t", "u"]
