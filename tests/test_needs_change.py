@@ -29,8 +29,9 @@ def blocked_by(root: Path) -> dict[str, list[str]]:
     return {t["plan_task"]: sorted(name[i] for i in t["blockedBy"]) for t in tasks if t["status"] != "cancelled"}
 
 
-def plain_plan(tasks: dict[str, tuple[list[str], str]], ledger: Path) -> str:
-    lines = ["name: nc", "workers: 4", "tasks:"]
+def plan_of(tasks: dict[str, tuple[list[str], str]], ledger: Path, name: str = "nc", isolation: str = "none") -> str:
+    """Each task appends its id to ``ledger`` (outside the repository), then runs its command."""
+    lines = [f"name: {name}", "workers: 4", f"isolation: {isolation}", "tasks:"]
     for tid, (needs, run) in tasks.items():
         lines += [f"  - id: {tid}", f"    run: 'echo {tid} >> {ledger}; {run}'"]
         if needs:
@@ -46,14 +47,14 @@ def test_changed_needs_without_isolation_rerun_only_what_they_invalidate(tmp_pat
              "c": (["a"], f"touch {gates}/c"),
              "d": (["c"], "true")}
     plan = tmp_path / "plan.yaml"
-    plan.write_text(plain_plan(tasks, ledger))
+    plan.write_text(plan_of(tasks, ledger))
     first = run_team(tmp_path, "run", "plan.yaml")
     assert first.returncode == 0, first.stdout + first.stderr
     assert ran(ledger) == ["a", "b", "c", "d"]
 
     # c now needs b, which finished after c had started: c runs again, and d, which needs it
     tasks["c"] = (["a", "b"], tasks["c"][1])
-    plan.write_text(plain_plan(tasks, ledger))
+    plan.write_text(plan_of(tasks, ledger))
     r = run_team(tmp_path, "run", "plan.yaml")
     assert r.returncode == 0, r.stdout + r.stderr
     assert ran(ledger) == ["c", "d"]
@@ -64,7 +65,7 @@ def test_changed_needs_without_isolation_rerun_only_what_they_invalidate(tmp_pat
     # a need taken away, and one added that had finished before the task started: nothing runs
     tasks["c"] = (["b"], tasks["c"][1])
     tasks["d"] = (["a", "c"], "true")
-    plan.write_text(plain_plan(tasks, ledger))
+    plan.write_text(plan_of(tasks, ledger))
     r = run_team(tmp_path, "run", "plan.yaml")
     assert r.returncode == 0, r.stdout + r.stderr
     assert ran(ledger) == []
@@ -79,7 +80,7 @@ def test_changed_needs_without_isolation_rerun_only_what_they_invalidate(tmp_pat
     # d needs a task new to the plan: it runs after it
     tasks["e"] = ([], "true")
     tasks["d"] = (["a", "c", "e"], "true")
-    plan.write_text(plain_plan(tasks, ledger))
+    plan.write_text(plan_of(tasks, ledger))
     r = run_team(tmp_path, "run", "plan.yaml")
     assert r.returncode == 0, r.stdout + r.stderr
     assert ran(ledger) == ["d", "e"]
@@ -90,12 +91,7 @@ def test_changed_needs_without_isolation_rerun_only_what_they_invalidate(tmp_pat
 
 
 def wt_plan(tasks: dict[str, tuple[list[str], str]], ledger: Path) -> str:
-    lines = ["name: nw", "workers: 4", "isolation: worktree", "tasks:"]
-    for tid, (needs, run) in tasks.items():
-        lines += [f"  - id: {tid}", f"    run: 'echo {tid} >> {ledger}; {run}'"]
-        if needs:
-            lines.append(f"    needs: [{', '.join(needs)}]")
-    return "\n".join(lines) + "\n"
+    return plan_of(tasks, ledger, "nw", "worktree")
 
 
 def test_changed_needs_of_a_worktree_plan_rerun_tasks_whose_base_lacked_the_new_need(tmp_path):

@@ -129,15 +129,39 @@ class ExecutorContext:
     mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)
 
 
-class Rooted:
+class Wrapper:
+    """An executor around another (``inner``): the same kind and capabilities, and everything but
+    starting an attempt passed straight through. ``Rooted`` and ``hooked.Hooked`` are ones."""
+
+    def __init__(self, inner: Executor):
+        self.inner = inner
+        self.kind = inner.kind
+        self.inline_start = inner.inline_start
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start(task, epoch, done)
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start_now(task, epoch, done)
+
+    def cancel(self, task_id: int) -> None:
+        self.inner.cancel(task_id)
+
+    def reap_orphans(self) -> list[JobRecord]:
+        return self.inner.reap_orphans()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Rooted(Wrapper):
     """The outermost executor of a run: hands on each task with its stored ``cwd`` (relative to the
     state root: core/paths.py) made absolute, so the executors inside (isolation, shell, agents, ray)
     see the folder as it is now, wherever the repository was moved or copied."""
 
     def __init__(self, inner: Executor, root: Path):
-        self.inner, self.root = inner, root
-        self.kind = inner.kind
-        self.inline_start = inner.inline_start
+        super().__init__(inner)
+        self.root = root
 
     def _at_root(self, task: Task) -> Task:
         if task.cwd is None or task.cwd.startswith("/"):
@@ -149,12 +173,3 @@ class Rooted:
 
     def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
         self.inner.start_now(self._at_root(task), epoch, done)
-
-    def cancel(self, task_id: int) -> None:
-        self.inner.cancel(task_id)
-
-    def reap_orphans(self) -> list[JobRecord]:
-        return self.inner.reap_orphans()
-
-    def close(self) -> None:
-        self.inner.close()

@@ -48,6 +48,7 @@ from ..core.errors import UserError
 from ..core.models import Status, Task
 from ..core.text import plural
 from ..git.worktrees import Worktrees
+from ..tasks.graph import reach
 
 
 def slug(task: Task) -> str:
@@ -190,11 +191,4 @@ def downstream_in_plan(roots: Iterable[int], needs: dict[int, list[int]]) -> lis
     for tid, ns in needs.items():
         for n in ns:
             kids.setdefault(n, []).append(tid)
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        tid = stack.pop()
-        if tid not in seen:
-            seen.add(tid)
-            stack.extend(kids.get(tid, []))
-    return sorted(seen)
+    return reach(kids, roots)
