@@ -106,3 +106,28 @@ def test_a_copied_repository_resumes_and_leaves_the_original_as_it_was(tmp_path)
     again = run_team(repo, "run", "plan.yaml")
     assert again.returncode == 0, again.stdout + again.stderr
     assert worktree_paths(repo) == [str(repo)]
+
+
+def test_an_agent_worktree_of_a_moved_repository_is_found_where_it_is_now(tmp_path):
+    from test_agent_worktrees import Agent
+    from test_worktree import make_repo
+
+    from orchestrator.tasks.store import TaskStore
+
+    repo = make_repo(tmp_path / "repo", {"a.py": "A = 1\n", ".gitignore": ".team/\n.tasks/\n"})
+    lead = Agent(repo, "lead", "lead", TaskStore(repo))
+    lead.ok("worktree_create", {"name": "wt-a"})
+    lead.ok("worktree_run", {"name": "wt-a", "command": "echo 'A = 2' > a.py"})
+    index = json.loads((repo / ".team/worktrees/index.json").read_text())["worktrees"]
+    assert [w["path"] for w in index] == [".team/worktrees/agents/wt-a"]  # relative to the root
+
+    repo2 = tmp_path / "repo2"
+    shutil.move(repo, repo2)
+    listed = run_team(repo2, "worktree", "list")
+    assert listed.stdout == ("wt-a [active] team/agents/wt-a owner lead\n"
+                             f"    {repo2}/.team/worktrees/agents/wt-a\n"), listed.stderr
+    lead = Agent(repo2, "lead", "lead", TaskStore(repo2))
+    assert "changes not committed:\n M a.py" in lead.ok("worktree_status", {"name": "wt-a"})
+    assert lead.ok("worktree_merge", {"names": ["wt-a"]}).startswith("merged wt-a")
+    assert git(repo2, "show", "team/agents/integration:a.py") == "A = 2\n"
+    assert worktree_paths(repo2) == [str(repo2), f"{repo2}/.team/worktrees/agents/_integration"]
