@@ -160,7 +160,8 @@ def decide(changes: list[Change], tasks: dict[str, Task], witness: Witness, reru
                 raise UserError(f"{head}, but {problem}: drop them and run it again with `{rerun} --redo "
                                 f"{slug(t)}`, or put its needs back, run the plan to merge them, then change "
                                 f"them; nothing was changed")
-            out.notes.append(f"{head}; it has not completed: it runs once they have")
+            out.notes.append(f"{head}; it has not completed: " + ("it runs once they have" if c.add
+                                                                      else "it no longer waits for them"))
             continue
         if t.landed:
             out.notes.append(f"{head}; its work was landed already: it stays done")
