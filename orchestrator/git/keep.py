@@ -91,10 +91,13 @@ def fork_of(wt: Worktrees, task: str) -> str:
 
 
 def added(wt: Worktrees, task: str) -> list[str]:
-    """Paths the task's branch adds since its fork point (its own commits)."""
-    out = wt.git("diff", "--name-only", "--no-renames", "--diff-filter=A", "-z", fork_of(wt, task),
-                 wt.branch(task)).stdout
-    return [p for p in out.split("\0") if p]
+    """Paths the task's branch adds since it met the integration branch (its own commits, in one git
+    call: run before every merge)."""
+    proc = wt.git("diff", "--name-only", "--no-renames", "--diff-filter=A", "-z",
+                  f"{wt.integration}...{wt.branch(task)}", check=False)
+    if proc.returncode:  # no branch (merged already by an earlier attempt): nothing of its own to look at
+        return []
+    return [p for p in proc.stdout.split("\0") if p]
 
 
 def commit_outputs(wt: Worktrees, task: str, message: str, globs: list[str], folder: str) -> list[str]:
