@@ -16,7 +16,8 @@ brings it into the user's branch. Two things here:
   component, ``**`` any number of them, and a folder that matches keeps
   everything under it (``dist`` keeps ``dist/app.whl``).
 * ``junk``: the paths a task *added* that look like build output (``JUNK``),
-  grouped by pattern, for the run's warning.
+  grouped by pattern, for the run's warning; ``added_by_merges`` lists what
+  each of a run's merges added, in one ``git log`` after the run.
 """
 
 from __future__ import annotations
@@ -90,14 +91,26 @@ def fork_of(wt: Worktrees, task: str) -> str:
     return wt.fork(task) or wt.git("merge-base", wt.integration, wt.branch(task)).stdout.strip()
 
 
-def added(wt: Worktrees, task: str) -> list[str]:
-    """Paths the task's branch adds since it met the integration branch (its own commits, in one git
-    call: run before every merge)."""
-    proc = wt.git("diff", "--name-only", "--no-renames", "--diff-filter=A", "-z",
-                  f"{wt.integration}...{wt.branch(task)}", check=False)
-    if proc.returncode:  # no branch (merged already by an earlier attempt): nothing of its own to look at
-        return []
-    return [p for p in proc.stdout.split("\0") if p]
+HEAD_MARK = "\x01merge "
+
+
+def added_by_merges(wt: Worktrees, since: str | None) -> dict[str, list[str]]:
+    """Task -> the paths its merge added to the integration branch, for the merges after ``since`` (the
+    tip when the run began; None: all), oldest first: one git call for a whole run, after it."""
+    if wt.git.rev(wt.integration) is None:
+        return {}
+    span = f"{since}..{wt.integration}" if since else wt.integration
+    out = wt.git("log", "--reverse", "--first-parent", "-m", "--no-renames", "--name-only", "--diff-filter=A",
+                 "-z", f"--format={HEAD_MARK}%(trailers:key=Team-Task,valueonly,separator=)", span).stdout
+    found: dict[str, list[str]] = {}
+    task = None
+    for entry in out.split("\0"):
+        entry = entry.lstrip("\n")
+        if entry.startswith(HEAD_MARK):
+            task = entry[len(HEAD_MARK):].strip() or None
+        elif entry and task is not None:
+            found.setdefault(task, []).append(entry)
+    return found
 
 
 def commit_outputs(wt: Worktrees, task: str, message: str, globs: list[str], folder: str) -> list[str]:

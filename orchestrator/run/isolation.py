@@ -92,6 +92,7 @@ class Isolation:
         self.merged_before = wt.merges()
         self._cancelled: set[int] = set()
         self.warnings: list[dict[str, Any]] = []  # tasks that committed build junk ("junk" events), for the summary
+        self.started_at = wt.git.rev(wt.integration)  # merges after it are this run's (warn_junk)
         self._lock = threading.Lock()
         self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)
         self._prep: queue.SimpleQueue[tuple[_Attempt] | None] = queue.SimpleQueue()
@@ -190,7 +191,6 @@ class Isolation:
                     self.wt.commit(slug, message)
                 else:  # only the changes to its outputs are its result
                     keep.commit_outputs(self.wt, slug, message, a.task.outputs, a.folder)
-            self._warn_junk(a.task, slug)
             res = self.wt.merge(slug)
         except MergeConflict as e:
             error = (f"{e}\nor drop the branch and run the task again on the current result: "
@@ -206,17 +206,19 @@ class Isolation:
             fields["merge_commit"] = res.commit
         a.done(dataclasses.replace(out, fields=fields))
 
-    def _warn_junk(self, task: Task, slug: str) -> None:
-        """Say so when the task's commits add files that look like build output (git/keep.py ``JUNK``):
-        merged, they would reach the user's branch with ``team land``."""
-        found = keep.junk(keep.added(self.wt, slug))
-        if not found.paths:
-            return
-        warning = {"task": task.id, "name": slug, "count": len(found.paths), "examples": found.paths[:3],
-                   "patterns": found.patterns}
-        with self._lock:
-            self.warnings.append(warning)
-        self.emit({"event": "junk", **warning})
+    def warn_junk(self, id_of: Callable[[str], int | None]) -> list[dict[str, Any]]:
+        """After the run (the merge thread stopped): the tasks whose merges in this run added files that
+        look like build output (git/keep.py ``JUNK``), each said in a ``junk`` event, as warnings for the
+        summary: merged, they would reach the user's branch with ``team land``. One git call for the
+        whole run, none on the merge path. ``id_of``: a task slug's store id."""
+        for slug, paths in keep.added_by_merges(self.wt, self.started_at).items():
+            found = keep.junk(paths)
+            if found.paths:
+                warning = {"task": id_of(slug), "name": slug, "count": len(found.paths),
+                           "examples": found.paths[:3], "patterns": found.patterns}
+                self.warnings.append(warning)
+                self.emit({"event": "junk", **warning})
+        return self.warnings
 
     # ---------------------------------------------------------------- executor side
     def submit(self, a: _Attempt) -> None:

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import PlanError, UserError
+from ..core.errors import PlanError, UnknownRef, UserError
 from ..core.fsutil import atomic_write
 from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status
@@ -248,13 +248,13 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         result = scheduler.run()
         if iso is not None and wt is not None:
             iso.close()
+            result.warnings = iso.warn_junk(lambda slug: _task_id(store, f"{lp.plan.name}.{slug}"))
             missing = missing_merges(store, ids, wt)
             if missing:
                 result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
                                      f"task store records: run the plan again to redo them")
             summary = iso.finish()
             result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
-            result.warnings = list(iso.warnings)
         result.spend = spend_rows(spend, [m.name for m in lp.plan.team])
         return result
     finally:
@@ -262,6 +262,14 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             ex.close()
         if iso is not None:
             iso.close()
+
+
+def _task_id(store: TaskStore, name: str) -> int | None:
+    """The id of the task named ``name``, or None when there is none (a merge's task is named by it)."""
+    try:
+        return store.resolve(name)
+    except UnknownRef:
+        return None
 
 
 def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
