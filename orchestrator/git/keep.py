@@ -123,13 +123,15 @@ def commit_outputs(wt: Worktrees, task: str, message: str, globs: list[str], fol
     fork = fork_of(wt, task)
     changed = [p for p in git("diff", "--cached", "--name-only", "--no-renames", "-z", fork, cwd=path).stdout
                .split("\0") if p]
-    base = PurePosixPath(folder)
-    drop = []
-    for p in changed:
+    top = PurePosixPath(folder)
+
+    def kept(p: str) -> bool:
+        if folder in ("", "."):
+            return matches(p, globs)
         rel = PurePosixPath(p)
-        inside = base == PurePosixPath(".") or base in rel.parents
-        if not (inside and matches(str(rel.relative_to(base)) if base != PurePosixPath(".") else p, globs)):
-            drop.append(p)
+        return top in rel.parents and matches(str(rel.relative_to(top)), globs)
+
+    drop = [p for p in changed if not kept(p)]
     literal = {"GIT_LITERAL_PATHSPECS": "1"}
     if drop:
         git("reset", "-q", fork, "--pathspec-from-file=-", "--pathspec-file-nul", cwd=path, env=literal,

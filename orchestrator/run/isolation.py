@@ -37,6 +37,9 @@ worktree lock), off the scheduler's thread; prepares run on another.
   saying so; a branch without commits of its own (an attempt cut short) is
   re-forked fresh. Dropping kept work is ``reconcile``'s, on the user's word
   (``--redo``, ``team task retry``) or ``--fresh``'s.
+* A task with ``outputs:`` has only its changes to those paths committed
+  (git/keep.py ``commit_outputs``); ``warn_junk``, after the run, says which
+  of its merges added files that look like build output.
 * ``finish()`` drops the integration worktree (the branch stays, so the user
   may check it out) and returns ``Worktrees.summary()``.
 """
@@ -91,7 +94,6 @@ class Isolation:
         self.emit: Emit = emit or (lambda ev: None)
         self.merged_before = wt.merges()
         self._cancelled: set[int] = set()
-        self.warnings: list[dict[str, Any]] = []  # tasks that committed build junk ("junk" events), for the summary
         self.started_at = wt.git.rev(wt.integration)  # merges after it are this run's (warn_junk)
         self._lock = threading.Lock()
         self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)
@@ -211,14 +213,15 @@ class Isolation:
         look like build output (git/keep.py ``JUNK``), each said in a ``junk`` event, as warnings for the
         summary: merged, they would reach the user's branch with ``team land``. One git call for the
         whole run, none on the merge path. ``id_of``: a task slug's store id."""
+        warnings = []
         for slug, paths in keep.added_by_merges(self.wt, self.started_at).items():
             found = keep.junk(paths)
             if found.paths:
                 warning = {"task": id_of(slug), "name": slug, "count": len(found.paths),
                            "examples": found.paths[:3], "patterns": found.patterns}
-                self.warnings.append(warning)
+                warnings.append(warning)
                 self.emit({"event": "junk", **warning})
-        return self.warnings
+        return warnings
 
     # ---------------------------------------------------------------- executor side
     def submit(self, a: _Attempt) -> None:
