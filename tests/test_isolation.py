@@ -136,7 +136,7 @@ def test_same_lines_conflict_fails_one_task_keeps_its_branch_and_keep_going_cont
         f"git commit --no-edit; the next run merges your resolution without running the task again\n"
         f"or drop the branch and run the task again on the current result: team run plan.yaml --redo {loser}")
     assert f"FAILED #{t[loser]['id']} {loser}: merge conflict: task '{loser}'" in r.stdout
-    assert (t[loser]["branch"], t[loser]["worktree"]) == (f"team/clash/{loser}", str(wt))
+    assert (t[loser]["branch"], t[loser]["worktree"]) == (f"team/clash/{loser}", f".team/worktrees/clash/{loser}")
     assert (wt / "settings.py").read_text() == f'v = "{loser}"\n'
     assert branches(repo) == ["main", f"team/clash/{loser}", "team/clash/integration"]
     assert show(repo, "team/clash/integration", "settings.py") == f'v = "{winner}"\n'

@@ -80,7 +80,8 @@ def log_cmd(ctx: typer.Context, plan: PlanArg, as_json: JsonOpt = False, root: R
 
 def diff_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name (plan.task).", show_default=False)],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name (plan.task), or the plan's id of the task "
+                                            "when one plan has it.", show_default=False)],
     stat: Annotated[bool, typer.Option("--stat", help="Only the files changed and their line counts.")] = False,
     root: RootOpt = None,
 ) -> None:

@@ -54,7 +54,8 @@ class Task(BaseModel):
     timeout: float | None = Field(None, description="Seconds before an attempt is killed.")
     retries: int = Field(0, description="Extra attempts allowed after a failure.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the run.")
-    cwd: str | None = Field(None, description="Working directory, relative to the state root.")
+    cwd: str | None = Field(None, description="Working directory, relative to the state root (absolute when "
+                                              "outside it, or written by an older team).")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation override.")
 
     attempts: int = Field(0, description="Attempts started so far (claims), however they ended.")
@@ -73,14 +74,17 @@ class Task(BaseModel):
     result: str | None = Field(None, description="What the task produced (agent answer, output tail).")
     error: str | None = Field(None, description="Why the task failed or was cancelled.")
     log: str | None = Field(None, description="Path of the full output log, relative to the root.")
-    worktree: str | None = Field(None, description="git worktree path used by the task.")
+    worktree: str | None = Field(None, description="The task's kept git worktree, relative to the root (a plan "
+                                                   "task), or the agent worktree it is bound to (a name).")
     branch: str | None = Field(None, description="git branch holding the task's work.")
     merge_commit: str | None = Field(None, description="Its merge commit on the plan's integration branch.")
     redo: bool = Field(False, description="Run again from scratch: its merge and kept branch are dropped first.")
     landed: str | None = Field(None, description="The commit `team land` brought its work into the user's branch with.")
     usage: dict[str, Any] = Field(default_factory=dict, description="Token usage of agent tasks.")
-    outputs: list[str] = Field(default_factory=list, description="Globs of files (relative to its cwd) a task "
-                                                                 "run on another machine brings back (backend ray).")
+    outputs: list[str] | None = Field(None, description="Globs (relative to its cwd) of the files the task's "
+                                                        "result is made of: with isolation: worktree only changes "
+                                                        "to them are committed ([]: none); on backend ray they "
+                                                        "are what comes back. None: everything.")
     num_cpus: float | None = Field(None, description="CPUs an attempt reserves on a cluster node (backend ray).")
     resources: dict[str, float] = Field(default_factory=dict, description="Custom cluster resources an attempt "
                                                                           "reserves, e.g. {gpu: 1} (backend ray).")
@@ -98,7 +102,7 @@ class Task(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The on-disk form: seed keys first, then the rest, None/empty omitted."""
         data = self.model_dump(mode="json", exclude_none=True)
-        for key in ("env", "usage", "redo", "outputs", "resources"):
+        for key in ("env", "usage", "redo", "resources"):  # (``outputs: []`` says "keep nothing": it stays)
             if not data.get(key):
                 data.pop(key, None)
         for key, default in (("retries", 0), ("attempts", 0), ("failures", 0), ("interrupted", 0), ("epoch", 0),

@@ -75,6 +75,7 @@ from ..core import procs
 from ..core.errors import InvalidName, UserError, WorkFailed
 from ..core.fsutil import LockTimeout, atomic_write, file_lock
 from ..core.text import plural
+from . import relink
 from .command import Git, GitError
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -242,6 +243,10 @@ class Worktrees:
         self.base_dir = self.root / ".team" / "worktrees" / self.plan
         self.integration = f"team/{self.plan}/{INTEGRATION}"
         self.integration_dir = self.base_dir / "_integration"
+        self.relinked: list[str] = []  # worktrees whose links were rewritten: the repository moved (relink.py)
+        if relink.moved(self.base_dir, self.common_dir, self.toplevel):
+            with self.locked():
+                self.relinked = relink.relink(relink.moved(self.base_dir, self.common_dir, self.toplevel))
 
     # -- names ----------------------------------------------------------------
     def branch(self, task: str) -> str:

@@ -716,6 +716,17 @@ def _join(errors: list[str], limit: int = 20) -> str:
     return "\n".join(errors[:limit] + more)
 
 
+def _glob_problem(glob: str) -> str | None:
+    """What is wrong with an ``outputs:`` glob, or None: it names files inside the task's folder."""
+    if not glob.strip():
+        return "an empty glob names no file; remove it (`outputs: []` keeps nothing)"
+    if glob.startswith("/"):
+        return f"{glob!r} is absolute: an output glob is relative to the task's folder (its cwd)"
+    if ".." in Path(glob).parts:
+        return f"{glob!r} climbs out of the task's folder with '..': an output glob names files inside it"
+    return None
+
+
 def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
     plan = lp.plan  # (lp.lines only for a message: it is made on first use)
     errors: list[str] = []
@@ -747,6 +758,13 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
         if not is_dir[cwd]:
             loc = ("tasks", i, "cwd") if t.cwd else ("defaults", "cwd")
             err(loc, f"directory {cwd} does not exist (cwd is relative to the plan file)")
+    for j, glob in enumerate(plan.defaults.outputs or []):
+        if (problem := _glob_problem(glob)) is not None:
+            err(("defaults", "outputs", j), problem)
+    for i, t in enumerate(plan.tasks):
+        for j, glob in enumerate(t.outputs or []):
+            if (problem := _glob_problem(glob)) is not None:
+                err(("tasks", i, "outputs", j), problem)
     ids = set(first)
     for i, t in enumerate(plan.tasks):
         for j, need in enumerate(t.needs):

@@ -70,12 +70,16 @@ def _resource_names(value: dict[str, float] | None) -> dict[str, float] | None:
     return value
 
 
-def _output_globs(value: list[str] | None) -> list[str] | None:
-    """Output globs stay inside the task's folder: relative, without ``..``."""
-    for glob in value or []:
-        if not glob or glob.startswith("/") or ".." in Path(glob).parts:
-            raise ValueError(f"{glob!r}: an output glob is relative to the task's cwd, without '..'")
-    return value
+def _one_glob(value: Any) -> Any:
+    """``outputs: dist`` is ``outputs: [dist]`` (each glob is checked by load.py, at its line)."""
+    return [value] if isinstance(value, str) else value
+
+
+OUTPUTS = ("The files (globs relative to the task's cwd) its result is made of; `[]`: none (a check). "
+           "isolation worktree: only changes to them are committed and merged, the rest it leaves behind "
+           "is not kept. backend ray: they are brought back to the lead's folder. Without isolation on this "
+           "machine the task writes in place and nothing is dropped. Unset: everything it changes is kept.")
+"""The one meaning of ``outputs:`` (docs/run.md, "What a task keeps")."""
 
 
 class Defaults(_Strict):
@@ -87,8 +91,7 @@ class Defaults(_Strict):
                                                                  "time, up to an hour.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
-    outputs: list[str] | None = Field(None, description="backend ray: globs (relative to the task's cwd) of the "
-                                                        "files an attempt brings back to the lead's tree.")
+    outputs: list[str] | None = Field(None, description=OUTPUTS)
     num_cpus: float | None = Field(None, ge=0, le=1024, description="backend ray: CPUs an attempt reserves on a "
                                                                     "node (default 1).")
     resources: dict[str, float] | None = Field(None, description="backend ray: custom resources an attempt "
@@ -99,7 +102,7 @@ class Defaults(_Strict):
     _env = field_validator("env", mode="before")(_env_values)
     _env_name = field_validator("env")(_env_names)
     _res = field_validator("resources")(_resource_names)
-    _out = field_validator("outputs")(_output_globs)
+    _out = field_validator("outputs", mode="before")(_one_glob)
 
 
 class TeamMember(_Strict):
@@ -130,8 +133,7 @@ class PlanTask(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation.")
-    outputs: list[str] | None = Field(None, description="backend ray: globs (relative to the task's cwd) of the "
-                                                        "files an attempt brings back to the lead's tree.")
+    outputs: list[str] | None = Field(None, description=OUTPUTS)
     num_cpus: float | None = Field(None, ge=0, le=1024, description="backend ray: CPUs an attempt reserves on a "
                                                                     "node (default 1).")
     resources: dict[str, float] | None = Field(None, description="backend ray: custom resources an attempt "
@@ -142,7 +144,7 @@ class PlanTask(_Strict):
     _env = field_validator("env", mode="before")(_env_values)
     _env_name = field_validator("env")(_env_names)
     _res = field_validator("resources")(_resource_names)
-    _out = field_validator("outputs")(_output_globs)
+    _out = field_validator("outputs", mode="before")(_one_glob)
 
     @field_validator("needs", mode="before")
     @classmethod

@@ -4,7 +4,8 @@
     materialise.py  the plan's tasks as store tasks: recovery of those that exist, the missing ones
                   created at reserved ids in chunks while the run goes, resumed after a kill
     scheduler.py  Scheduler: parallel, durable, retries, keep-going, deadlock detection
-    executor.py   the executor seam: Executor, Outcome, ExecutorContext
+    rewire.py     changed ``needs:`` of a plan that ran: which completed work stays valid
+    executor.py   the executor seam: Executor, Outcome, ExecutorContext, Rooted (stored cwds made absolute)
     stop.py       RunStop: how a signal or a failed thread of ours stops a run at a safe point
     shell.py      ShellExecutor: shell tasks as background jobs
     agents.py     AgentExecutor: agent tasks on teammates

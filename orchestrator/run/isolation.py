@@ -37,6 +37,9 @@ worktree lock), off the scheduler's thread; prepares run on another.
   saying so; a branch without commits of its own (an attempt cut short) is
   re-forked fresh. Dropping kept work is ``reconcile``'s, on the user's word
   (``--redo``, ``team task retry``) or ``--fresh``'s.
+* A task with ``outputs:`` has only its changes to those paths committed
+  (git/keep.py ``commit_outputs``); ``warn_junk``, after the run, says which
+  of its merges added files that look like build output.
 * ``finish()`` drops the integration worktree (the branch stays, so the user
   may check it out) and returns ``Worktrees.summary()``.
 """
@@ -53,7 +56,9 @@ from typing import Any
 
 from ..core.errors import TeamError, WorkFailed
 from ..core.models import Task
+from ..core.paths import stored
 from ..core.text import plural
+from ..git import keep
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
 from .executor import DoneCallback, Executor, Outcome
@@ -72,6 +77,7 @@ class _Attempt:
     epoch: int
     done: DoneCallback
     inner: Executor
+    folder: str = "."  # the task's folder inside its worktree (its ``outputs`` globs are relative to it)
 
 
 class Isolation:
@@ -88,6 +94,7 @@ class Isolation:
         self.emit: Emit = emit or (lambda ev: None)
         self.merged_before = wt.merges()
         self._cancelled: set[int] = set()
+        self.started_at = wt.git.rev(wt.integration)  # merges after it are this run's (warn_junk)
         self._lock = threading.Lock()
         self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)
         self._prep: queue.SimpleQueue[tuple[_Attempt] | None] = queue.SimpleQueue()
@@ -122,7 +129,7 @@ class Isolation:
         slug = slug_of(task)
         if not self.wt.has_branch(slug):
             return {}
-        return {"branch": self.wt.branch(slug), "worktree": str(self.wt.path(slug))}
+        return {"branch": self.wt.branch(slug), "worktree": stored(self.wt.path(slug), self.wt.root)}
 
     def _prepare(self, a: _Attempt) -> None:
         task, slug = a.task, slug_of(a.task)
@@ -157,6 +164,7 @@ class Isolation:
             raise WorkFailed(f"task {slug}: cwd {cwd} is outside the git repository {self.wt.toplevel}; "
                               f"isolation: worktree can only run tasks inside it") from None
         self.wt.prepare(slug, fresh=kept is not None)  # a branch without commits of its own: an attempt cut short
+        a.folder = rel.as_posix()
         path = self.wt.path(slug)
         env = {**task.env, "TEAM_WORKTREE": str(path), "TEAM_BRANCH": self.wt.branch(slug)}
         copy = task.model_copy(update={"cwd": str(path / rel), "worktree": str(path),
@@ -180,7 +188,11 @@ class Isolation:
         self.emit({"event": "merging", "task": a.task.id, "name": slug})
         try:
             if not resumed:
-                self.wt.commit(slug, f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}")
+                message = f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}"
+                if a.task.outputs is None:
+                    self.wt.commit(slug, message)
+                else:  # only the changes to its outputs are its result
+                    keep.commit_outputs(self.wt, slug, message, a.task.outputs, a.folder)
             res = self.wt.merge(slug)
         except MergeConflict as e:
             error = (f"{e}\nor drop the branch and run the task again on the current result: "
@@ -195,6 +207,21 @@ class Isolation:
         if res.commit:
             fields["merge_commit"] = res.commit
         a.done(dataclasses.replace(out, fields=fields))
+
+    def warn_junk(self, id_of: Callable[[str], int | None]) -> list[dict[str, Any]]:
+        """After the run (the merge thread stopped): the tasks whose merges in this run added files that
+        look like build output (git/keep.py ``JUNK``), each said in a ``junk`` event, as warnings for the
+        summary: merged, they would reach the user's branch with ``team land``. One git call for the
+        whole run, none on the merge path. ``id_of``: a task slug's store id."""
+        warnings = []
+        for slug, paths in keep.added_by_merges(self.wt, self.started_at).items():
+            found = keep.junk(paths)
+            if found.paths:
+                warning = {"task": id_of(slug), "name": slug, "count": len(found.paths),
+                           "examples": found.paths[:3], "patterns": found.patterns}
+                warnings.append(warning)
+                self.emit({"event": "junk", **warning})
+        return warnings
 
     # ---------------------------------------------------------------- executor side
     def submit(self, a: _Attempt) -> None:

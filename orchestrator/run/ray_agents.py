@@ -257,7 +257,7 @@ class RayAgentExecutor:
         except (OSError, TeamError) as e:
             done(Outcome(task.id, epoch, "failed", error=f"cannot start task #{task.id}: {e}"))
             return
-        spec = AttemptSpec(task.id, epoch, task.attempts, "", rel, {}, task.timeout, list(task.outputs),
+        spec = AttemptSpec(task.id, epoch, task.attempts, "", rel, {}, task.timeout, list(task.outputs or []),
                            f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}", self.ident)
         ref = mate.actor.run.remote(spec, task, ws)
         flight = _Flight(task, epoch, done, ref, mate, time.monotonic())

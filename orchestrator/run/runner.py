@@ -36,7 +36,8 @@ Order of a run (``run_plan``):
 7. ``prepare`` (materialise.py): the plan's tasks that exist are brought in
    line with the plan (completed stay done, failed and cancelled are retried,
    in-flight ones of a dead lead are released, removed ones cancelled,
-   changed ``needs`` refused); the missing ones get their ids reserved and a
+   changed ``needs`` applied, flagging the completed work they invalidate:
+   rewire.py); the missing ones get their ids reserved and a
    creation record, and the first chunk of them is created. The scheduler
    starts with it and is given the other chunks as a thread makes them
    durable; a lead killed meanwhile leaves the record, and the next run
@@ -73,7 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import PlanError, UserError
+from ..core.errors import PlanError, UnknownRef, UserError
 from ..core.fsutil import atomic_write
 from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status
@@ -88,7 +89,8 @@ from ..plan.model import LoadedPlan, PlanTask
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
-from .executor import Executor, ExecutorContext
+from . import rewire
+from .executor import Executor, ExecutorContext, Rooted
 from .hooked import Hooked
 from .isolation import Isolation
 from .keptwork import refuse_unsaved
@@ -194,6 +196,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                 store: TaskStore, wt: Worktrees | None, kinds: dict[str, list[str]], workspace: Path, hooks: Hooks,
                 rerun: str, sandbox: Sandbox, backend: Backend) -> RunResult:
     """``_run`` once the lead lock is held and the hooks are set up."""
+    for text in wt.relinked if wt is not None else ():
+        note(text)
     if wt is not None and Land(wt).pending() is not None:
         raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
                         f"{lp.plan.name}` to finish it before running the plan again")
@@ -231,8 +235,10 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         kept = kept_work_notes([t for t in tasks_of(store, lp.plan.name) if t.plan_task in ids_of_plan], wt,
                                rerun) if wt is not None else {}
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
-        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note, quiet=kept)
-        agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
+        witness = rewire.ByTime() if wt is None else rewire.ByHistory(wt)  # what completed work saw (changed needs)
+        prep = (prepare if wt is None else materialise)(store, lp, note=note, quiet=kept, witness=witness,
+                                                        rerun=rerun)
+        agreed = reconcile(store, prep.tasks, wt, redo=[*asked.ids, *prep.redo], rerun=rerun)
         for text in agreed.notes:
             note(text)
         # reconcile writes only for a redo or with worktree isolation: else the tasks are as materialised
@@ -249,12 +255,14 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
-        scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop, feed=prep.creation)
+        rooted: dict[str, Executor] = {kind: Rooted(ex, root) for kind, ex in execs.items()}  # stored cwds made absolute
+        scheduler = Scheduler(store, tasks, prep.priority, rooted, opts, emit, stop=stop, feed=prep.creation)
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
         result = scheduler.run()
         if iso is not None and wt is not None:
             iso.close()
+            result.warnings = iso.warn_junk(lambda slug: _task_id(store, f"{lp.plan.name}.{slug}"))
             missing = missing_merges([store.read(i) for i in ids], wt)
             if missing:
                 result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
@@ -270,6 +278,14 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             ex.close()
         if iso is not None:
             iso.close()
+
+
+def _task_id(store: TaskStore, name: str) -> int | None:
+    """The id of the task named ``name``, or None when there is none (a merge's task is named by it)."""
+    try:
+        return store.resolve(name)
+    except UnknownRef:
+        return None
 
 
 def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
