@@ -59,12 +59,12 @@ def check_cmd(
     from ..core.errors import PlanError
     from ..plan.load import load_plan
     from ..run.runner import ray_problems
-    from ..run.teammodels import model_problems
+    from ..run.teammodels import mcp_problems, model_problems
 
     lp = load_plan(plan_file, model=model)
     if lp.plan.backend == "ray" and (problems := ray_problems(lp)):
         raise PlanError("\n".join(problems))
-    if problems := model_problems(lp):  # a dollar budget over an unpriced model, a key variable not set
+    if problems := model_problems(lp) + mcp_problems(lp):  # an unpriced model under a dollar budget, a variable not set
         raise PlanError("\n".join(problems))
     for w in isolation_check(lp, root_of(root, ctx)):
         err(w)

@@ -309,9 +309,10 @@ def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | No
             raise PlanError("\n".join(problems))
     if "agent" in kinds:
         from .agents import max_steps_from_env, run_config
-        from .teammodels import model_problems
+        from .teammodels import mcp_problems, model_problems
 
-        problems = model_problems(lp)  # an unpriced model under a dollar budget, a key variable not set
+        # an unpriced model under a dollar budget, a key variable or an MCP header's variable not set
+        problems = model_problems(lp) + mcp_problems(lp)
         if problems:
             raise PlanError("\n".join(problems))
         run_config(lp.model, lp.plan.models)

@@ -12,7 +12,9 @@ role's (llm/endpoints.py); its budget is its ``team:`` entry's, else its role's,
   the cap could not hold, since the cost of its calls is unknown; without this check such a run
   went on past the cap and its summary showed ``$?``. The fix is named: a ``price`` for the model
   under ``models:`` (the plan's or the role file's), or a token budget;
-* a ``models:`` entry whose ``api_key_env`` names a variable that is not set.
+* a ``models:`` entry whose ``api_key_env`` names a variable that is not set;
+* a URL MCP server of the plan whose ``headers`` read a variable that is not set
+  (``mcp_problems``; a role's server is checked when it is connected: mcpclient/hub.py).
 
 ``team plan check`` and ``team run`` (``runner.preflight``) both ask, so a refused run leaves
 nothing behind (exit 2). A role that cannot be read is left to the run, which fails the task that
@@ -98,4 +100,16 @@ def model_problems(lp: LoadedPlan, env: Mapping[str, str] | None = None) -> list
         elif run_cap:
             out.append(f"{where(lp, ('budget',))}: the plan's dollar budget covers every teammate, and "
                        f"{unpriced(c.name, model)} (line {where(lp, c.loc).removeprefix(f'{lp.path}:')})")
+    return out
+
+
+def mcp_problems(lp: LoadedPlan, env: Mapping[str, str] | None = None) -> list[str]:
+    """The plan's URL MCP servers whose ``headers`` read a variable ``env`` does not set."""
+    env = os.environ if env is None else env
+    out = []
+    for i, spec in enumerate(lp.plan.mcp_servers):
+        missing = [n for n in spec.header_vars() if not env.get(n, "").strip()]
+        if missing:
+            out.append(f"{where(lp, ('mcp_servers', i, 'headers'))}: mcp server {spec.name!r} sends "
+                       f"{', '.join('$' + n for n in missing)} in its headers, which is not set: export it")
     return out
