@@ -42,11 +42,15 @@ true`` starts in plan mode (team/protocols.py).
 
 Models and budgets: a teammate's model is its ``team:`` entry's ``model``,
 else its role's, else the run's (``--model``, the plan's ``model:``,
-``$TEAM_MODEL``); one client per model. Its budget is its ``team:`` entry's
-``budget``, else its role's; the plan's ``budget:`` caps all of them
-together (runtime/budgets.py ``Spend``). A teammate that reaches a budget
-ends its attempt as failed with "budget reached: ..." (or, with ``--ask``,
-asks the lead first: runtime/teammate.py).
+``$TEAM_MODEL``); its endpoint, key variable and price come from the plan's
+``models:``, else its role's (llm/endpoints.py): one client per model and
+entry. Its budget is its ``team:`` entry's ``budget``, else its role's; the
+plan's ``budget:`` caps all of them together (runtime/budgets.py ``Spend``,
+which writes every call to the ledger of spend). A teammate that reaches a
+budget ends its attempt as failed with "budget reached: ..." (or, with
+``--ask``, asks the lead first: runtime/teammate.py); one under a dollar cap
+whose model has no price is refused at spawn (``_priced``; a plan's
+teammates were refused before the run: teammodels.py).
 
 A teammate whose role marks a tool ``ask`` (tools/approval.py) waits for a
 person at that call: the request goes to the lead's inbox and the request

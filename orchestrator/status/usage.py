@@ -35,9 +35,12 @@ from pydantic import ValidationError
 from ..core.budget import Budget, describe
 from ..core.budget import money as budget_money
 from ..core.models import Member, Task
-from ..core.text import plural
+from ..core.text import plural, shown
 from ..llm.ledger import Ledger, Totals
 from ..llm.pricing import Usage
+
+SUBJECT_SHOWN = 24
+"""Characters of an unnamed task's subject in its row."""
 
 
 def as_usage(raw: Mapping[str, Any] | Usage | None) -> Usage | None:
@@ -98,8 +101,9 @@ def report(totals: Totals, members: Iterable[Member] = (), tasks: Iterable[Task]
         t = by_id.get(tid)
         owner = (t.owner or "") if t is not None else ""
         extra = {"budget": budgets[owner].model_dump(exclude_none=True), "budget_of": owner} if owner in budgets else {}
-        if t is not None:
-            rows.append(_row(t.label(), u, task=tid, subject=t.subject, **extra))
+        if t is not None:  # an unnamed task (made by a teammate or by hand) is shown with its subject
+            label = t.label() if t.name else f"#{tid} {shown(t.subject)[:SUBJECT_SHOWN]}"
+            rows.append(_row(label, u, task=tid, subject=t.subject, **extra))
         else:
             rows.append(_row(f"#{tid}", u, task=tid, subject=""))
     models = [_row(name or "(unnamed)", u) for name, u in sorted(totals.models.items())]
