@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -321,3 +322,38 @@ def test_an_approved_budget_request_covers_the_call_that_asked_and_the_next_call
     t = tasks_by_name(tmp_path)["work"]
     assert (t["status"], t["result"], t["usage"]["calls"]) == ("completed", "finished", 3)
     assert any(x.split()[:1] == ["alice"] and "900/750 tok" in x for x in out.splitlines()), out
+
+
+def test_team_spawn_during_a_run_with_a_dollar_budget_refuses_a_teammate_whose_model_has_no_price(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "local.md").write_text(
+        "---\nname: local\ndescription: Runs on the local model.\ntools: [glob]\nmodel: local-llama\n---\nWork.\n")
+    (tmp_path / "plan.yaml").write_text("name: s\nbudget: {dollars: 1}\n"
+                                        "tasks:\n  - {id: wait, assignee: alice, prompt: Wait.}\n")
+    tried = threading.Event()
+
+    def alice_waits(body: dict) -> Reply:
+        assert tried.wait(60), "team spawn never ran"
+        return Reply(content="done waiting", usage=USAGE)
+
+    with ScriptedServer({"alice": [alice_waits]}) as srv:
+        lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                                env=team_env(tmp_path, **llm_env(srv)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            util.wait_until(lambda: (tmp_path / ".team" / "control.json").exists(), 60,
+                            what="the lead to serve control requests")
+            r = run_team(tmp_path, "spawn", "dave", "--role", "local")
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert r.stderr.startswith("UserError: dave talks to model 'local-llama', which has no known price, so "
+                                       "a dollar budget cannot hold it"), r.stderr
+            tried.set()
+            out, err = lead.communicate(timeout=60)
+        finally:
+            tried.set()
+            if lead.poll() is None:
+                lead.kill()
+                lead.wait()
+        assert lead.returncode == 0, out + err
+        srv.assert_complete()
+    assert "dave" not in members(tmp_path)
