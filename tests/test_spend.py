@@ -7,13 +7,17 @@ carry the usage it bills."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from boardkit import board_process, request, split
-from conftest import run_team
+from conftest import run_team, team_env
 from test_budgets import KEY
-from util import llm_env, tasks_by_name
+from util import llm_env, tasks_by_name, wait_until
 
 from orchestrator import open_root
 from orchestrator.core.budget import money
@@ -112,3 +116,32 @@ def test_every_report_counts_what_the_server_billed_idle_turns_autoclaims_and_tw
     assert (spend["prompt_tokens"], spend["completion_tokens"], spend["calls"], spend["cost"]) == \
         (everything.prompt_tokens, everything.completion_tokens, everything.calls, pytest.approx(everything.cost))
     assert {m["name"]: m["calls"] for m in snap["members"]} == {"alice": 4, "bob": 3}
+
+
+def test_a_run_killed_mid_call_leaves_a_readable_ledger_and_the_next_run_counts_only_its_own_calls(tmp_path: Path):
+    (tmp_path / "plan.yaml").write_text("name: k\nteam:\n  - {name: alice, role: coder}\n"
+                                        "tasks:\n  - {id: work, assignee: alice, prompt: Work.}\n")
+    a1 = Reply(tool_calls=[tool_call("glob", {"pattern": "*"})], usage={"prompt_tokens": 1000, "completion_tokens": 10})
+    hung = Reply(content="never delivered", delay=120, usage={"prompt_tokens": 5000, "completion_tokens": 50})
+    a3 = Reply(content="done after the restart", usage={"prompt_tokens": 1200, "completion_tokens": 20})
+    ledger = tmp_path / ".team" / "spend.jsonl"
+    with ScriptedServer({"alice": [a1, hung, a3]}) as srv:
+        env = llm_env(srv.base_url, KEY)
+        lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                                env=team_env(tmp_path, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: len(srv.chat_requests("alice")) == 2, 60, what="alice's second call in flight")
+        finally:
+            os.kill(lead.pid, signal.SIGKILL)
+            lead.wait()
+        # the answered call is on record, the one in flight is not (it was never answered)
+        lines = ledger.read_text().splitlines()
+        assert [json.loads(x)["prompt_tokens"] for x in lines] == [1000]
+        with ledger.open("a") as f:  # and a writer killed mid-line leaves a fragment
+            f.write('{"ts": 1, "run": "torn", "agent": "alice", "member": "al')
+        r = run_team(tmp_path, "run", "plan.yaml", "--json", **env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert numbers(summary(r.stdout)["usage"]["total"]) == numbers(billed(a3))
+    status = json.loads(run_team(tmp_path, "status", "--json").stdout)["usage"]
+    assert numbers(status["total"]) == numbers(billed(a1, a3))
+    assert [json.loads(x)["prompt_tokens"] for x in ledger.read_text().splitlines()] == [1000, 1200]  # fragment cut
