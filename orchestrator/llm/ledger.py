@@ -32,14 +32,15 @@ sums them by member, task, model and run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from pydantic import BaseModel, ValidationError
+from typing import Any
 
 from ..core.fsutil import append_line, file_lock, parse_jsonl
 from ..core.paths import team_dir
@@ -53,25 +54,47 @@ def new_run_id(prefix: str = "") -> str:
     return f"{prefix}{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
 
 
-class Line(BaseModel):
+@dataclass(frozen=True, slots=True)
+class Line:
     """One model call (or an attempt's calls, from a Ray node) in the ledger."""
 
     ts: float
     run: str
     agent: str
     member: str
-    task: int | None = None
-    model: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    cost: float | None = 0.0
-    calls: int = 1
+    task: int | None
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost: float | None
+    calls: int
 
     @property
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                      cached_tokens=self.cached_tokens, cost=self.cost, calls=self.calls)
+
+
+class _Sum:
+    """A running sum of lines (plain numbers: a ``Usage`` per addition would be the cost of a read)."""
+
+    __slots__ = ("prompt", "completion", "cached", "cost", "calls")
+
+    def __init__(self) -> None:
+        self.prompt = self.completion = self.cached = self.calls = 0
+        self.cost: float | None = 0.0
+
+    def add(self, line: Line) -> None:
+        self.prompt += line.prompt_tokens
+        self.completion += line.completion_tokens
+        self.cached += line.cached_tokens
+        self.calls += line.calls
+        self.cost = None if self.cost is None or line.cost is None else self.cost + line.cost
+
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self.prompt, completion_tokens=self.completion, cached_tokens=self.cached,
+                     cost=self.cost, calls=self.calls)
 
 
 @dataclass
@@ -84,14 +107,38 @@ class Totals:
     models: dict[str, Usage] = field(default_factory=dict)
     runs: dict[str, Usage] = field(default_factory=dict)
 
-    def add(self, line: Line) -> None:
-        u = line.usage
-        self.total += u
-        self.members[line.member] = self.members.get(line.member, Usage()) + u
-        if line.task is not None:
-            self.tasks[line.task] = self.tasks.get(line.task, Usage()) + u
-        self.models[line.model] = self.models.get(line.model, Usage()) + u
-        self.runs[line.run] = self.runs.get(line.run, Usage()) + u
+    @classmethod
+    def of(cls, lines: Iterable[Line]) -> Totals:
+        total = _Sum()
+        members: dict[str, _Sum] = {}
+        tasks: dict[int, _Sum] = {}
+        models: dict[str, _Sum] = {}
+        runs: dict[str, _Sum] = {}
+        for line in lines:
+            total.add(line)
+            for by, key in ((members, line.member), (models, line.model), (runs, line.run)):
+                (by.get(key) or by.setdefault(key, _Sum())).add(line)
+            if line.task is not None:
+                (tasks.get(line.task) or tasks.setdefault(line.task, _Sum())).add(line)
+        return cls(total.usage(), {k: v.usage() for k, v in members.items()},
+                   {k: v.usage() for k, v in tasks.items()}, {k: v.usage() for k, v in models.items()},
+                   {k: v.usage() for k, v in runs.items()})
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "ts": (int, float), "run": (str,), "agent": (str,), "member": (str,), "task": (int, type(None)),
+    "model": (str,), "prompt_tokens": (int,), "completion_tokens": (int,), "cached_tokens": (int,),
+    "cost": (int, float, type(None)), "calls": (int,)}
+
+
+def _line(raw: dict[str, Any]) -> Line | None:
+    """A parsed line as a ``Line``, or None when it is not one (checked by hand: a read of a big
+    ledger would spend most of its time in validation)."""
+    for key, types in _TYPES.items():
+        value = raw.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            return None
+    return Line(**{k: raw[k] for k in _TYPES})
 
 
 class Ledger:
@@ -113,7 +160,7 @@ class Ledger:
                     cached_tokens=usage.cached_tokens, cost=usage.cost, calls=usage.calls)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(self._lock_path):
-            append_line(self.path, line.model_dump())
+            append_line(self.path, dataclasses.asdict(line))
         return line
 
     def lines(self) -> list[Line]:
@@ -132,17 +179,12 @@ class Ledger:
                     data = f.read(st.st_size - self._offset)
                 end = data.rfind(b"\n") + 1  # a line still being written is read next time
                 for raw in parse_jsonl(data[:end]):
-                    try:
-                        self._lines.append(Line.model_validate(raw))
-                    except ValidationError:
-                        continue  # a hand-edited or foreign line: skipped like a torn one
+                    line = _line(raw)
+                    if line is not None:  # a hand-edited or foreign line is skipped like a torn one
+                        self._lines.append(line)
                 self._offset += end
             return list(self._lines)
 
     def totals(self, run: str | None = None) -> Totals:
         """The sums of every line (``run``: of that run's lines only)."""
-        out = Totals()
-        for line in self.lines():
-            if run is None or line.run == run:
-                out.add(line)
-        return out
+        return Totals.of(line for line in self.lines() if run is None or line.run == run)
