@@ -94,7 +94,6 @@ class _Mate:
     actor: Any  # ray.actor.ActorHandle of a RemoteTeammate
     node_id: str  # where it was placed (the attempt's result says where it ran)
     busy: int = 0  # attempts placed on it and not landed
-    usage: Usage = dataclasses.field(default_factory=Usage)  # its total in this run
 
 
 @dataclass
@@ -381,8 +380,6 @@ class RayAgentExecutor:
                            error=f"a result for #{res.task_id} epoch {res.epoch} came back for this attempt")
         usage = Usage(**res.usage)
         if usage.calls:  # the attempt's calls, as one line of the ledger (llm/ledger.py)
-            with self._lock:
-                mate.usage = mate.usage + usage
             self.spend.add(mate.name, usage, task=task.id, model=mate.role.model or self.config.model)
         status = STATUS.get(res.status, "failed")
         error = res.error if status != "completed" else None
