@@ -138,7 +138,8 @@ class Member(BaseModel):
     pid: int | None = Field(None, description="Process hosting the member's thread.")
     heartbeat: float | None = Field(None, description="Unix time of the last heartbeat.")
     task: int | None = Field(None, description="Task the member is working on.")
-    usage: dict[str, Any] = Field(default_factory=dict, description="Token usage and cost totals.")
+    usage: dict[str, Any] = Field(default_factory=dict, description="Token totals older versions kept here; "
+                                  "spend is now read from the ledger (llm/ledger.py).")
 
 
 class Roster(BaseModel):

@@ -57,11 +57,13 @@ from pydantic import BaseModel, ValidationError
 from ..core.budget import Budget
 from ..core.errors import PlanError
 from ..core.hooks import EVENTS, HookCommand, HooksConfig
+from ..core.modelspec import ModelPrice, ModelSpec
 from .analysis import find_cycle
 from .model import Defaults, LoadedPlan, Loc, Plan, PlanTask, TeamMember
 
 _MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults,
                                        "hooks": HooksConfig, "budget": Budget,
+                                       "models": ModelSpec, "price": ModelPrice,
                                        **{event: HookCommand for event in EVENTS}}
 
 MAX_PLAN_BYTES = 16 << 20
@@ -611,6 +613,11 @@ def _line(lines: dict[Loc, int], loc: Loc) -> int:
     while loc and loc not in lines:
         loc = loc[:-1]
     return lines.get(loc, 1)
+
+
+def where(lp: LoadedPlan, loc: Loc) -> str:
+    """``file:line: field`` of ``loc`` in a loaded plan, as every plan problem starts."""
+    return f"{lp.path}:{_line(lp.lines, loc)}: {_field(loc)}"
 
 
 def _model_at(loc: Loc) -> type[BaseModel]:

@@ -6,7 +6,8 @@
 agents' shell commands run in the OS sandbox (``sandbox``, core/sandbox.py:
 ``off`` is an explicit opt-out), its ``hooks`` (core/hooks.py, docs/hooks.md)
 and spending caps (``budget``: the run's; a ``team:`` member's own, with its
-``model``; core/budget.py); every field
+``model``; core/budget.py), and per model its endpoint, key variable and price
+(``models``: core/modelspec.py); every field
 carries its description, which ``team plan schema`` publishes through
 ``json_schema``. ``LoadedPlan`` is a validated plan with where it came from:
 a task's ``cwd`` (or ``defaults.cwd``) is resolved against the directory
@@ -30,6 +31,7 @@ from ..core.budget import Budget
 from ..core.hooks import HooksConfig
 from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
+from ..core.modelspec import ModelSpec
 
 Loc = tuple[Any, ...]
 """Where a value sits in the plan document: keys and list indexes from the top."""
@@ -179,7 +181,14 @@ class Plan(_Strict):
     sandbox: Literal["on", "off"] = Field(
         "on", description="on: agents' shell commands run in an OS sandbox (bubblewrap); off: without one, "
                           "on purpose (shown in `team status`). Plan shell tasks never run in it.")
+    # -- models and spend (docs/llm.md, docs/agents.md "Budgets")
     budget: Budget | None = Field(None, description="Tokens and/or dollars all teammates together may spend.")
+    models: dict[str, ModelSpec] = Field(
+        default_factory=dict, description="Per model name: its own endpoint (base_url), the NAME of the "
+                                          "environment variable holding its key (api_key_env) and its price "
+                                          "(price: dollars per 1M tokens, which a dollar budget needs for a "
+                                          "model team has no list price for). docs/llm.md.")
+    # --
     hooks: HooksConfig | None = Field(None, description="Shell commands run on task and teammate events "
                                                         "(docs/hooks.md); .team/hooks.yaml adds more.")
     defaults: Defaults = Field(default_factory=Defaults, description="Values every task inherits.")
@@ -190,6 +199,14 @@ class Plan(_Strict):
     tasks: list[PlanTask] = Field(min_length=1, description="The tasks.")
 
     _sandbox = field_validator("sandbox", mode="before")(_on_off)
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, value: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        for name in value:
+            if not name.strip():
+                raise ValueError("a model name under `models:` must not be empty")
+        return value
 
     @field_validator("mcp_servers")
     @classmethod

@@ -32,6 +32,7 @@ from ..core.budget import Budget
 from ..core.hooks import Hooks, NoHooks
 from ..core.mcpspec import McpServerSpec
 from ..core.models import Task
+from ..core.modelspec import ModelSpec
 from ..core.paths import at_root
 from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
@@ -127,6 +128,7 @@ class ExecutorContext:
     budgets: dict[str, Budget] = field(default_factory=dict)  # a teammate's own budget (the plan's `team:`)
     spend: Spend | None = None  # usage against budgets: the plan's `budget:`, `--ask` (runtime/budgets.py)
     mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)
+    model_specs: dict[str, ModelSpec] = field(default_factory=dict)  # the plan's `models:` (llm/endpoints.py)
 
 
 class Wrapper:

@@ -52,8 +52,10 @@ created, claimed and failed tasks (``TaskStore.observer``), the teammates
 ask it before a completion or going idle, shell completions pass it first
 (hooked.py), and ``run_finished`` is its last event, after the executors
 closed. Budgets: one ``Spend`` (runtime/budgets.py) with the plan's
-``budget:`` and the ``team:`` members' own; ``RunResult.spend`` holds each
-teammate's spend against its budget for the summary.
+``budget:`` and the ``team:`` members' own, writing every model call to the
+ledger of spend (llm/ledger.py) under this run's id (``RunResult.run_id``);
+``RunResult.spend`` holds each teammate's spend in this run, read back from
+the ledger, against its budget for the summary.
 
 9. ``Scheduler.run``; with ``isolation: worktree`` the executors are wrapped
    by ``isolation.Isolation`` (a worktree per task, merged back in completion
@@ -85,6 +87,8 @@ from ..git.land import Land
 from ..git.worktrees import Start, Summary, Worktrees
 from ..hooks.config import run_hooks
 from ..hooks.dispatch import HookDispatcher
+from ..llm.ledger import Ledger, new_run_id
+from ..llm.pricing import Usage
 from ..plan.model import LoadedPlan, PlanTask
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
@@ -203,7 +207,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                         f"{lp.plan.name}` to finish it before running the plan again")
     if wt is not None and (fresh or fresh_marker(root, lp.plan.name).exists()):
         refuse_unsaved(wt, "--fresh", f"{rerun} --fresh" if fresh else rerun)  # before anything is changed
-    spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note)
+    spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note, ledger=Ledger(root),
+                  run_id=new_run_id())
     ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model, workspace=workspace,
                           team=[(m.name, m.role) for m in lp.plan.team],
                           plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
@@ -211,7 +216,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                           sandbox=sandbox, stop=stop, hooks=hooks, spend=spend,
                           models={m.name: m.model for m in lp.plan.team if m.model},
                           budgets={m.name: m.budget for m in lp.plan.team if m.budget},
-                          mcp_servers=list(lp.plan.mcp_servers))
+                          mcp_servers=list(lp.plan.mcp_servers), model_specs=dict(lp.plan.models))
     execs = build_executors(set(kinds), ctx, backend)
     iso: Isolation | None = None
     try:
@@ -272,6 +277,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                 commands=Summary.commands_for(wt.plan, wt.integration, plan_file=str(lp.path)))
             result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
         result.spend = spend_rows(spend, [m.name for m in lp.plan.team])
+        result.run_id = spend.run_id
         return result
     finally:
         for ex in execs.values():
@@ -303,16 +309,21 @@ def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
 
 
 def spend_rows(spend: Spend, team: list[str]) -> list[dict[str, Any]]:
-    """Per teammate of the run: its usage in this run and its budget (the run summary)."""
-    names = list(dict.fromkeys([*team, *spend.names()]))
+    """Per teammate of the run: what the ledger says it spent in this run, and its budget (the run
+    summary); the row ``run``: the run's total against the plan's ``budget:``."""
+    totals = spend.ledger.totals(spend.run_id) if spend.ledger is not None else None
+    names = list(dict.fromkeys([*team, *spend.names(), *(totals.members if totals is not None else ())]))
     rows = []
     for name in names:
-        used, budget = spend.used(name), spend.budget_of(name)
+        used = totals.members.get(name, Usage()) if totals is not None else spend.used(name)
+        budget = spend.budget_of(name)
         if used.calls or budget is not None:
             rows.append({"name": name, **used.model_dump(),
                          "budget": budget.model_dump(exclude_none=True) if budget is not None else None})
-    if spend.run is not None:
-        rows.append({"name": "run", **spend.total().model_dump(), "budget": spend.run.model_dump(exclude_none=True)})
+    run_cap = spend.run_budget()
+    if run_cap is not None:
+        total = totals.total if totals is not None else spend.total()
+        rows.append({"name": "run", **total.model_dump(), "budget": run_cap.model_dump(exclude_none=True)})
     return rows
 
 
@@ -321,16 +332,21 @@ def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | No
     leaves no state): the model service's settings of agent tasks (a missing model or key, a bad
     ``TEAM_AGENT_MAX_STEPS``), which the agent executor would otherwise refuse after the job
     server had started; on ``--backend ray``, tasks that could not bring their work back
-    (``ray_problems``)."""
+    (``ray_problems``); a teammate's model that a dollar budget could not hold, or whose key
+    variable is not set (teammodels.py)."""
     if backend is not None and backend.name == "ray":
         problems = ray_problems(lp)
         if problems:
             raise PlanError("\n".join(problems))
     if "agent" in kinds:
-        from ..llm.types import LLMConfig
-        from .agents import max_steps_from_env
+        from .agents import max_steps_from_env, run_config
+        from .teammodels import mcp_problems, model_problems
 
-        LLMConfig.resolve(lp.model, None)
+        # an unpriced model under a dollar budget, a key variable or an MCP header's variable not set
+        problems = model_problems(lp) + mcp_problems(lp)
+        if problems:
+            raise PlanError("\n".join(problems))
+        run_config(lp.model, lp.plan.models)
         max_steps_from_env()
         ask_timeout_from_env()
 

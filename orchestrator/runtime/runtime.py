@@ -88,6 +88,7 @@ from ..core.paths import tasks_dir, team_dir
 from ..core.sandbox import Sandbox
 from ..core.threads import Crash
 from ..jobs.manager import JobManager
+from ..llm.endpoints import unpriced
 from ..llm.types import ChatModel
 from ..mcpclient.hub import McpHub
 from ..roles.roles import Permissions, Role, check_tools, get_role
@@ -130,7 +131,7 @@ class TeamRuntime:
                  hooks: Hooks | None = None, spend: Spend | None = None,
                  members: Mapping[str, MemberSettings] | None = None, approval_timeout: float | None = None,
                  on_approval: Callable[[Request], None] | None = None,
-                 mcp_servers: Sequence[McpServerSpec] = ()):
+                 mcp_servers: Sequence[McpServerSpec] = (), priced: Callable[[Role], bool] | None = None):
         """``sandbox``: where every teammate's shell commands run (default: on, core/sandbox.py);
         ``team run`` and ``team chat`` pass the session's choice. ``on_crash``: told when a thread
         of the team dies of an exception (its heartbeats, the control server, a teammate, the job
@@ -141,7 +142,9 @@ class TeamRuntime:
         ``TEAM_APPROVAL_TIMEOUT``, approvals.py); ``on_approval``: told of each new request, tool or
         plan (default: ``tell_lead`` for a tool request; a plan's message reaches the lead by the
         protocol). ``mcp_servers``: the plan's MCP servers (mcpclient/hub.py), started when a
-        teammate that may use them is spawned."""
+        teammate that may use them is spawned. ``priced``: whether a teammate of a role has a known
+        price (llm/endpoints.py); one under a dollar budget without one is refused at spawn."""
+        self.priced = priced
         self.on_crash = on_crash
         self.hooks: Hooks = hooks if hooks is not None else NoHooks()
         self.spend = spend if spend is not None else Spend()
@@ -228,10 +231,12 @@ class TeamRuntime:
             own = self.members.get(name)
             if own is not None:  # a plan's `team:` entry: its own model and budget win over the role's
                 r = dataclasses.replace(r, model=own.model or r.model, budget=own.budget or r.budget)
+            model = self.model_for(r)
+            if self.priced is not None and self.spend.dollar_capped(r.budget) and not self.priced(r):
+                raise UserError(unpriced(name, str(getattr(model, "model", r.model))))
             self.spend.set_budget(name, r.budget)
             plan_mode = plan_mode or r.plan_mode
             extra = self._mcp_tools(r)  # its MCP servers started first: one that cannot start stops the spawn
-            model = self.model_for(r)
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode, model=getattr(model, "model", None),
                           budget=r.budget.model_dump(exclude_none=True) if r.budget is not None else None,
