@@ -147,6 +147,9 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     kinds = kinds_of(lp)
     preflight(lp, kinds, backend)  # every refusal that needs no state comes before any state
     hook_config = run_hooks(root, lp.plan.hooks)  # a bad .team/hooks.yaml is refused here: nothing written
+    if backend.name == "ray" and hook_config.tool_call and "agent" in kinds:  # a guard that would not run
+        raise PlanError(f"{lp.path}: hooks.tool_call: teammates on Ray nodes do not run tool_call hooks yet, and a "
+                        "guard must not be skipped silently: run this plan with --backend local")
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
     wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written

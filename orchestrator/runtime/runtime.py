@@ -194,7 +194,8 @@ class TeamRuntime:
                      permissions: Permissions | None = None) -> ToolContext:
         """Agent ``name``'s tools: the runtime's workspace, store and sandbox; ``network``: its
         shell commands may use the network (its role says so); ``permissions``: what its role lets
-        its task and worktree tools change (None: everything, as for a context without a role)."""
+        its task and worktree tools change (None: everything, as for a context without a role). Its calls
+        pass the runtime's ``tool_call`` hooks (tools/hookgate.py), a subagent's too."""
         d = team_dir(self.root)
         return ToolContext(
             workspace=self.workspace, root=self.root, agent=name, truth=FileTruth(), store=self.store,
@@ -202,7 +203,7 @@ class TeamRuntime:
             sandbox=self.sandbox, network=network,
             bus=None if subagent else self.bus, jobs=None if subagent else self.jobs,
             spawner=None if subagent else self, subagents=None if subagent else self.subagents,
-            claims=self.claims, claim_lease=self.claims.lease,
+            claims=self.claims, claim_lease=self.claims.lease, hooks=self.hooks,
             permissions=permissions if permissions is not None else Permissions.full())
 
     # -- teammates --------------------------------------------------------------
