@@ -160,8 +160,9 @@ class HookDispatcher:
         """The task store's ``TaskObserver``: the task's owner is the teammate.
 
         The lead's claim of a plan's agent task is not announced: the teammate that takes the
-        attempt over announces ``task_claimed`` with its own name (runtime/teammate.py)."""
-        if event == "task_claimed" and task.kind == "agent" and task.plan and task.owner == LEAD:
+        attempt over announces ``task_claimed`` with its own name (runtime/teammate.py; an agent
+        CLI's executor for it, run/command.py)."""
+        if event == "task_claimed" and task.kind in ("agent", "command") and task.plan and task.owner == LEAD:
             return
         self.fire(event, teammate=task.owner or None, task=task)
 

@@ -8,6 +8,8 @@
     stop.py       RunStop: how a signal or a failed thread of ours stops a run at a safe point
     shell.py      ShellExecutor: shell tasks as background jobs
     agents.py     AgentExecutor: agent tasks on teammates
+    command.py    CommandExecutor: a kind: command member's tasks, each run by its agent CLI (a job) with
+                  the team's MCP server offered to it
     ray_backend.py  RayExecutor: shell tasks on a Ray cluster (--backend ray; imports ray lazily),
                   workspaces shipped through the object store, outputs and commits brought back
     ray_remote.py what runs on a cluster node for one attempt (workspace in, command, work out)

@@ -14,7 +14,8 @@ the caller's thread, and ``reap_orphans`` kills what a dead lead left
 running before anything runs again.
 
 The executors: ``shell.ShellExecutor`` (``kind: shell``, background jobs),
-``agents.AgentExecutor`` (``kind: agent``, LLM teammates), ``sync.SyncExecutor``
+``agents.AgentExecutor`` (``kind: agent``, LLM teammates), ``command.CommandExecutor``
+(``kind: command``, agent CLIs as teammates, as jobs of the shell executor), ``sync.SyncExecutor``
 (in-process, synchronous: the scheduler's policy in tests), and
 ``isolation``'s wrapper that runs either in a git worktree. ``runner``
 builds the ones a plan needs (``build_executors``).
@@ -33,6 +34,7 @@ from ..core.mcpspec import McpServerSpec
 from ..core.models import Task
 from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
+from ..plan.model import TeamMember
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from .stop import RunStop
@@ -125,3 +127,4 @@ class ExecutorContext:
     budgets: dict[str, Budget] = field(default_factory=dict)  # a teammate's own budget (the plan's `team:`)
     spend: Spend | None = None  # usage against budgets: the plan's `budget:`, `--ask` (runtime/budgets.py)
     mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)
+    command_members: list[TeamMember] = field(default_factory=list)  # the plan's agent CLIs (kind: command)
