@@ -119,7 +119,7 @@ team:
             assert KEY.encode() not in path.read_bytes() and TOKEN.encode() not in path.read_bytes(), path
 
 
-def test_exit_0_without_mcp_completes_with_the_output_tail_and_exit_3_fails(tmp_path):
+def test_exit_0_without_mcp_completes_with_the_output_tail_exit_3_fails_and_a_timeout_kills_it(tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
     root = tmp_path / "proj"
@@ -127,20 +127,29 @@ def test_exit_0_without_mcp_completes_with_the_output_tail_and_exit_3_fails(tmp_
     (root / "plan.yaml").write_text(f"""\
 name: ends
 team:
-{member("quiet", reports, "exit")}{member("broken", reports, "fail")}tasks:
-  - {{id: a, assignee: quiet, prompt: Do a.}}
+{member("quiet", reports, "exit")}{member("broken", reports, "fail")}  - {{name: slow, kind: command, command: "sleep 300 # {reports}"}}
+hooks:
+  task_completed: 'if [ -f {reports}/vetoed ]; then exit 0; fi; touch {reports}/vetoed; echo "lint fails" >&2; exit 2'
+tasks:
+  - {{id: a, assignee: quiet, prompt: Do a., retries: 1, retry_delay: 0}}
   - {{id: b, assignee: broken, prompt: Do b.}}
   - {{id: after-b, needs: [b], run: echo never}}
+  - {{id: c, assignee: slow, prompt: Wait., timeout: 1}}
 """)
     r = run_team(root, "run", "plan.yaml", "--keep-going", CLI_TOKEN=TOKEN)
     assert r.returncode == 1, r.stdout + r.stderr
     tasks = tasks_by_name(root)
-    a, b = tasks["a"], tasks["b"]
+    a, b, c = tasks["a"], tasks["b"], tasks["c"]
+    # exit 0 without telling MCP: completed with its output's tail, once the task_completed hook let it
     assert a["status"] == "completed" and a["result"].endswith(f"wrote hello.txt for task {a['id']}\n")
+    assert (a["attempts"], a["failures"]) == (2, 1)  # the first completion was vetoed by the hook
+    assert any("vetoed by a task_completed hook: lint fails" in json.dumps(e) for e in events(root, a["id"]))
     assert not any(e["event"] == "reported" for e in events(root, a["id"]))
     assert (b["status"], b["error"]) == ("failed", "failed: exit code 3")
     assert "cannot do it: the spec is missing" in b["result"]
     assert tasks["after-b"]["status"] == "cancelled"
+    # past its timeout: its process group killed, the task failed saying so
+    assert (c["status"], c["error"]) == ("failed", "timed out after 1s; SIGTERM ended it")
 
 
 def test_a_worktree_plan_commits_and_merges_the_agent_clis_work(tmp_path):
