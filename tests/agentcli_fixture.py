@@ -11,6 +11,7 @@ writes `hello.txt` in its working directory with what its inbox said, and ends i
     exit        print a last line and exit 0 without telling MCP
     fail        print why and exit 3
     hang        as mcp, then on attempt 1 write `$REPORT_DIR/hanging` and wait forever (a kill test)
+    stall       write `$REPORT_DIR/hanging` first and wait forever, having told nobody anything
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ async def main() -> int:
     report_dir = Path(os.environ["REPORT_DIR"])
     report: dict = {"prompt": prompt, "env": sorted(os.environ), "cwd": os.getcwd(),
                     "token_len": len(os.environ.get("CLI_TOKEN", ""))}
+    if mode == "stall":
+        (report_dir / "hanging").write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
     if mode == "fail":
         print("cannot do it: the spec is missing", flush=True)
         (report_dir / f"{task}-{attempt}.json").write_text(json.dumps(report))

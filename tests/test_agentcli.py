@@ -5,11 +5,13 @@ reads its inbox, messages the lead, creates and claims a task, writes a file and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import gitutil  # noqa: F401  (its fixture: no git identity but the test's own)
@@ -60,11 +62,15 @@ def report(reports: Path, task: int, attempt: int = 1) -> dict:
     return json.loads((reports / f"{task}-{attempt}.json").read_text())
 
 
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    """The state root (``proj``) and, outside it, where the agent writes what it saw (``reports``)."""
+    for name in ("proj", "reports"):
+        (tmp_path / name).mkdir()
+    return tmp_path / "proj", tmp_path / "reports"
+
+
 def test_an_agent_cli_claims_messages_writes_and_completes_over_mcp_through_team_run(tmp_path):
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    root = tmp_path / "proj"
-    root.mkdir()
+    root, reports = folders(tmp_path)
     (root / "plan.yaml").write_text(f"""\
 name: cli
 team:
@@ -120,10 +126,7 @@ team:
 
 
 def test_exit_0_without_mcp_completes_with_the_output_tail_exit_3_fails_and_a_timeout_kills_it(tmp_path):
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    root = tmp_path / "proj"
-    root.mkdir()
+    root, reports = folders(tmp_path)
     (root / "plan.yaml").write_text(f"""\
 name: ends
 team:
@@ -179,34 +182,38 @@ team:
     assert completions(repo, write["id"]) == 1
 
 
-def test_a_lead_killed_after_the_agent_reported_reruns_it_and_completes_it_exactly_once(tmp_path):
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    root = tmp_path / "proj"
-    root.mkdir()
+@contextlib.contextmanager
+def hanging(tmp_path: Path, mode: str) -> Iterator[tuple[subprocess.Popen, Path, Path]]:
+    """`team run` of one task for codex, whose agent (``mode`` hang or stall) hangs: yields the lead
+    process once it does, with the state root and the reports folder; the lead is killed at the end."""
+    root, reports = folders(tmp_path)
     (root / "plan.yaml").write_text(f"""\
-name: crash
+name: hang
 team:
-{member("codex", reports, "hang")}tasks:
+{member("codex", reports, mode)}tasks:
   - {{id: write, assignee: codex, prompt: Write hello.txt.}}
 """)
     lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=root,
-                            env=team_env(root, CLI_TOKEN=TOKEN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            env=team_env(root, CLI_TOKEN=TOKEN), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         wait_until(lambda: (reports / "hanging").exists() or lead.poll() is not None, timeout=60,
-                   what="the agent to report its task completed and hang")
-        assert lead.poll() is None, lead.stderr.read().decode() if lead.stderr else ""
+                   what="the agent to hang")
+        assert lead.poll() is None, lead.communicate()
+        yield lead, root, reports
+    finally:
+        if lead.poll() is None:
+            lead.kill()
+        lead.communicate()
+
+
+def test_a_lead_killed_after_the_agent_reported_reruns_it_and_completes_it_exactly_once(tmp_path):
+    with hanging(tmp_path, "hang") as (lead, root, reports):
         task = tasks_by_name(root)["write"]
         assert (task["status"], task["reported"]["status"]) == ("in_progress", "completed")  # reported, not recorded
         assert running(f"{AGENT}\0{reports}") and running(f"{root}\0--as\0codex")  # what must go with the lead
         lead.send_signal(signal.SIGKILL)
         lead.wait()
-    finally:
-        if lead.poll() is None:
-            lead.kill()
-            lead.wait()
-        assert lead.stderr is not None
-        lead.stderr.close()
     hung = int((reports / "hanging").read_text())
     # its job server takes the agent down with the lead, and the `team mcp` it started goes with it
     wait_until(lambda: not running(f"{AGENT}\0{reports}") and not running(f"{root}\0--as\0codex"), timeout=60,
@@ -221,34 +228,15 @@ team:
 
 
 def test_team_shutdown_stops_an_agent_clis_process_and_its_attempt_fails(tmp_path):
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "plan.yaml").write_text(f"""\
-name: stop
-team:
-{member("codex", reports, "hang")}tasks:
-  - {{id: write, assignee: codex, prompt: Write hello.txt.}}
-""")
-    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=root,
-                            env=team_env(root, CLI_TOKEN=TOKEN), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        wait_until(lambda: (reports / "hanging").exists() or lead.poll() is not None, timeout=60,
-                   what="the agent to hang")
+    with hanging(tmp_path, "stall") as (lead, root, reports):
         s = run_team(root, "shutdown", "codex")
         assert s.returncode == 0, s.stdout + s.stderr
         assert s.stdout.startswith("codex (an agent CLI, kind command) was shut down: its process for task #1 "
                                    "was stopped")
         out, err = lead.communicate(timeout=60)
-    finally:
-        if lead.poll() is None:
-            lead.kill()
-            lead.communicate()
-    # it had reported the task completed before it hung: that report stands, the process is gone
-    assert lead.returncode == 0, out + err
-    assert tasks_by_name(root)["write"]["status"] == "completed"
+    assert lead.returncode == 1, out + err
+    task = tasks_by_name(root)["write"]
+    assert task["status"] == "failed" and "killed" in task["error"], task
     assert running(f"{AGENT}\0{reports}") == []
     assert next(m for m in Team(root).members() if m.name == "codex").status == "shutdown"
 

@@ -5,12 +5,13 @@ shell hooks, and for MCP tools a real MCP server made with the official SDK."""
 
 from __future__ import annotations
 
-import json
+import subprocess
 import sys
 from pathlib import Path
 
 import util
 from conftest import run_team
+from test_hooks import hook_log, payloads
 from util import tasks_by_name
 
 from orchestrator.core.hooks import HooksConfig, ToolCall
@@ -26,21 +27,17 @@ KEEP = 'f=$(mktemp -p {dir} "call.XXXXXX"); cat > "$f"; mv "$f" "$f.json"'
 GUARD = 'echo "rm is not allowed here: move files to trash/ instead" >&2; exit 2'
 
 
-def llm_env(srv: ScriptedServer, **extra: str) -> dict[str, str]:
-    return util.llm_env(srv.base_url, KEY, **extra)
-
-
-def hook_log(root: Path) -> list[dict]:
-    path = root / ".team" / "hooks.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def payloads(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)]
-
-
 def tool_results(body: dict) -> dict[str, str]:
     return {m["tool_call_id"]: m["content"] for m in body["messages"] if m.get("role") == "tool"}
+
+
+def run_script(root: Path, script: dict) -> subprocess.CompletedProcess:
+    """`team run plan.yaml` against the scripted model server; every step of ``script`` used."""
+    with ScriptedServer(script) as srv:
+        r = run_team(root, "run", "plan.yaml", **util.llm_env(srv.base_url, KEY))
+        assert r.returncode == 0, r.stdout + r.stderr
+        srv.assert_complete()
+    return r
 
 
 def test_a_tool_call_hook_refuses_rm_the_model_reads_why_and_other_calls_go_through(tmp_path):
@@ -79,10 +76,7 @@ tasks:
                           tool_call("bash", {"command": f"echo {KEY} > echoed.txt; cat echoed.txt"}, id="c-echo")]),
         after,
     ]}
-    with ScriptedServer(script) as srv:
-        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
-        assert r.returncode == 0, r.stdout + r.stderr
-        srv.assert_complete()
+    run_script(tmp_path, script)
     # the refused command never ran; the others did
     assert (tmp_path / "precious" / "data.txt").read_text() == "keep me\n"
     assert (tmp_path / "echoed.txt").exists()
@@ -140,10 +134,7 @@ tasks:
                           tool_call("fx__peek", {"key": "k"}, id="c-peek")]),
         after,
     ]}
-    with ScriptedServer(script) as srv:
-        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
-        assert r.returncode == 0, r.stdout + r.stderr
-        srv.assert_complete()
+    run_script(tmp_path, script)
     seen = payloads(got)
     assert [(p["tool"]["name"], p["tool"]["server"], p["tool"]["arguments"]) for p in seen] == \
         [("fx__peek", "fx", {"key": "k"})]
@@ -179,10 +170,7 @@ tasks:
                           tool_call("bash", {"command": "touch made.txt"}, id="c-t")]),
         after,
     ]}
-    with ScriptedServer(script) as srv:
-        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
-        assert r.returncode == 0, r.stdout + r.stderr
-        srv.assert_complete()
+    r = run_script(tmp_path, script)
     assert not (tmp_path / "out.txt").exists() and not (tmp_path / "made.txt").exists()
     assert "hook: hook `exit 3` (tool_call, task #1) exited 3" in r.stderr
     assert "hook: hook `sleep 300` (tool_call, task #1) timed out" in r.stderr
