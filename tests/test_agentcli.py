@@ -258,3 +258,51 @@ def test_bad_command_members_are_refused_with_the_plans_line(tmp_path):
     r = run_team(tmp_path, "run", "plan.yaml")
     assert r.returncode == 2 and "plan.yaml:5: tasks[0].run: codex is a kind: command member" in r.stderr
     assert not (tmp_path / ".tasks").exists() and not (tmp_path / ".team").exists()
+
+
+def test_an_llm_teammate_and_agent_clis_share_one_graph_and_shutdown_reaches_a_cli_through_the_runtime(tmp_path):
+    from orchestrator.llm.script import Reply, tool_call
+    from orchestrator.llm.scripted import ScriptedServer
+
+    root, reports = folders(tmp_path)
+    (root / "plan.yaml").write_text(f"""\
+name: mixed
+team:
+  - {{name: alice, role: coder}}
+{member("codex", reports)}  - name: stuck
+    kind: command
+    command: {sys.executable} {AGENT} {reports}
+    env: {{REPORT_DIR: '{reports}/stuck', MODE: stall}}
+tasks:
+  - {{id: tell, assignee: alice, prompt: Tell codex the word.}}
+  - {{id: write, needs: [tell], assignee: codex, prompt: Write hello.txt with the word alice sent you.}}
+  - {{id: wait, assignee: stuck, prompt: Wait.}}
+""")
+    (reports / "stuck").mkdir()
+    script = {"alice": [Reply(tool_calls=[tool_call("send_message", {"to": "codex", "content": "the word is mango"}),
+                                          tool_call("task_update", {"task": 1, "status": "completed",
+                                                                    "result": "told codex"})])]}
+    with ScriptedServer(script) as srv:
+        env = team_env(root, OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY=KEY, TEAM_MODEL="gpt-4o-mini")
+        lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: ((reports / "stuck" / "hanging").exists() and (reports / "2-1.json").exists())
+                       or lead.poll() is not None, timeout=60, what="codex to finish and stuck to hang")
+            assert lead.poll() is None, lead.communicate()
+            s = run_team(root, "shutdown", "stuck")  # the LLM teammates' runtime serves the control channel
+            assert s.returncode == 0, s.stdout + s.stderr
+            assert s.stdout.startswith("stuck (an agent CLI, kind command) was shut down")
+            out, err = lead.communicate(timeout=60)
+        finally:
+            if lead.poll() is None:
+                lead.kill()
+                lead.communicate()
+        srv.assert_complete()
+    assert lead.returncode == 1, out + err  # stuck's task failed: it was shut down
+    tasks = tasks_by_name(root)
+    assert [tasks[t]["status"] for t in ("tell", "write", "wait")] == ["completed", "completed", "failed"]
+    assert "alice: the word is mango" in (root / "hello.txt").read_text()
+    kinds = {m.name: m.kind for m in Team(root).members()}
+    assert kinds == {"alice": "llm", "codex": "command", "stuck": "command"}
+    assert running(f"{AGENT}\0{reports}") == []
