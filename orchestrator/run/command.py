@@ -147,7 +147,6 @@ def cli_prompt(task: Task, member: str, team: str, workspace: Path, mcp_config: 
 
 def ended(out: Outcome, task: Task | None, epoch: int) -> Outcome:
     """The attempt's outcome from the process's end and what the agent reported (module docstring)."""
-    out = dataclasses.replace(out, fields={**(out.fields or {}), **CLEARED})
     reported = task.reported if task is not None and task.status == Status.in_progress else None
     if not reported or reported.get("epoch") != epoch:
         return out
@@ -221,12 +220,11 @@ class CommandExecutor:
         with self._lock:
             self._shut.discard(name)
         self.team.update(name, status="working", task=task.id)
-        run = dataclasses.replace(a, task=task.model_copy(update={"owner": name}))
         try:
             prompt = files.prompt(task.id)
             command = mcp_command_line(self.ctx.root, name)
             workspace = Path(task.cwd) if task.cwd else (self.ctx.workspace or self.ctx.root)
-            atomic_write(prompt, cli_prompt(run.task, name, self.ctx.plan, workspace, files.mcp_config, command),
+            atomic_write(prompt, cli_prompt(task, name, self.ctx.plan, workspace, files.mcp_config, command),
                          durable=False)
         except OSError as e:
             self._end(name, a, Outcome(task.id, a.epoch, "failed", error=f"cannot start: {e}"))
