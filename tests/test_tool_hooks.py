@@ -222,3 +222,28 @@ def test_matchers_take_tool_globs_patterns_and_mcp_names(tmp_path):
     verdict = hooks.tool_call(ToolCall("read_file", {"path": "a"}, "read", subjects=("a",)), teammate="alice")
     assert not verdict.vetoed and hooks.runs == []  # no hook matched: none ran
     hooks.close()
+
+
+def test_team_chat_lead_calls_pass_the_tool_call_hooks_of_team_hooks_yaml(tmp_path):
+    from orchestrator.chat.session import ChatSession
+    from orchestrator.llm.client import LLMClient
+    from orchestrator.llm.types import LLMConfig
+
+    (tmp_path / ".team").mkdir()
+    (tmp_path / ".team" / "hooks.yaml").write_text(f"tool_call:\n  - run: '{GUARD}'\n    match: \"bash(rm *)\"\n")
+    (tmp_path / "keep.txt").write_text("kept\n")
+
+    def after(body: dict) -> Reply:
+        results = tool_results(body)
+        assert "rm is not allowed here" in results["c-rm"] and "exit code: 0" in results["c-touch"]
+        return Reply(content="made one file, removed none")
+
+    script = {"lead": [Reply(tool_calls=[tool_call("bash", {"command": "rm keep.txt"}, id="c-rm"),
+                                         tool_call("bash", {"command": "touch made.txt"}, id="c-touch")]),
+                       after]}
+    with ScriptedServer(script) as srv:
+        model = LLMClient(LLMConfig(model="gpt-4o-mini", base_url=srv.base_url, api_key="k-local", max_retries=0))
+        with ChatSession(tmp_path, model_for=lambda role: model, heartbeat_every=0.05) as s:
+            assert s.handle("tidy up").result.status == "completed"
+        srv.assert_complete()
+    assert (tmp_path / "keep.txt").read_text() == "kept\n" and (tmp_path / "made.txt").exists()
