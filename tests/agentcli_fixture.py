@@ -2,9 +2,10 @@
 CLI does with the team, through the official MCP SDK's client and nothing of `team`'s own code.
 
 It reads its prompt from stdin, connects to the server `TEAM_MCP_CONFIG` names (the `mcpServers`
-format), lists the tools, reads its inbox, sends the lead a message, creates a task and claims it,
-writes `hello.txt` in its working directory with what its inbox said, and ends its task. What it saw
-(the prompt, the tools, its environment's names, the inbox) goes to `$REPORT_DIR/<task>-<attempt>.json`.
+format), lists the tools, reads its inbox, sends the lead a message, creates a task for itself and
+claims it, writes `hello.txt` in its working directory with what its inbox said, and ends its task.
+What it saw (the prompt, the tools, its environment's names, the inbox) goes to
+`$REPORT_DIR/<task>-<attempt>.json`.
 
 `MODE` (its environment) says how it ends its task:
     mcp         task_update(status="completed") over MCP, then exit 0 (the default)
@@ -52,7 +53,9 @@ async def main() -> int:
         inbox = text(await s.call_tool("inbox_read", {}))
         report["inbox"] = inbox
         await s.call_tool("message_send", {"to": "lead", "text": f"working on #{task}"})
-        made = json.loads(text(await s.call_tool("task_create", {"subject": f"notes for #{task}"})))
+        # assigned to itself as it is made, so no idle teammate's autonomous claim takes it first
+        made = json.loads(text(await s.call_tool("task_create", {"subject": f"notes for #{task}",
+                                                                 "owner": os.environ["TEAM_AGENT"]})))
         claimed = await s.call_tool("task_claim", {"task": made["id"]})
         report["claimed"] = json.loads(text(claimed))["owner"]
         await s.call_tool("task_update", {"task": made["id"], "status": "completed", "result": "notes taken"})
