@@ -55,6 +55,8 @@ hooks:
     - run: '{GUARD}'
       match: "bash(rm *)"
     - run: '{KEEP.format(dir=got)}'
+    - run: 'env > {tmp_path}/hook-env.txt'
+      match: read_file
 tasks:
   - id: clean
     assignee: alice
@@ -83,7 +85,10 @@ tasks:
     assert tasks_by_name(tmp_path)["clean"]["status"] == "completed"
     # the guard ran for the rm only (its matcher), the keeper for every call up to the refusal
     log = [(x["command"][:4], x["status"]) for x in hook_log(tmp_path) if x["event"] == "tool_call"]
-    assert log == [("echo", "veto"), ("f=$(", "ok"), ("f=$(", "ok"), ("f=$(", "ok")]
+    assert log == [("echo", "veto"), ("f=$(", "ok"), ("env ", "ok"), ("f=$(", "ok"), ("f=$(", "ok")]
+    # hooks run with the allow-listed environment: no key of the lead's
+    env = dict(x.split("=", 1) for x in (tmp_path / "hook-env.txt").read_text().splitlines() if "=" in x)
+    assert env["TEAM_HOOK_EVENT"] == "tool_call" and "OPENAI_API_KEY" not in env
     seen = payloads(got)
     assert [p["tool"]["name"] for p in seen] == ["read_file", "bash", "task_update"]
     read = seen[0]
