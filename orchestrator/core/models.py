@@ -43,7 +43,8 @@ class Task(BaseModel):
     owner: str = Field("", description="Member or lead holding the task; empty when unowned.")
 
     name: str | None = Field(None, description="Slug usable wherever an id is (unique).")
-    kind: Literal["manual", "shell", "agent"] = Field("manual", description="How the task is executed.")
+    kind: Literal["manual", "shell", "agent", "command"] = Field(
+        "manual", description="How the task is executed (command: by an agent CLI teammate, run/command.py).")
     command: str | None = Field(None, description="Shell command of a shell task.")
     prompt: str | None = Field(None, description="Prompt of an agent task.")
     plan: str | None = Field(None, description="Name of the plan that created this task.")
@@ -91,6 +92,11 @@ class Task(BaseModel):
     lost_retries: int = Field(3, description="Attempts lost with a cluster node that are re-run (use no retry).")
     lost: int = Field(0, description="Attempts lost with a cluster node (infrastructure losses, backend ray).")
     node: str | None = Field(None, description="The cluster node the current/last attempt ran on (backend ray).")
+    cli_member: str | None = Field(None, description="The agent CLI teammate (kind: command) running the current "
+                                                     "attempt: its own completed/failed update of the task is kept "
+                                                     "in `reported`, and the run records it when its process ends.")
+    reported: dict[str, Any] | None = Field(None, description="The end an agent CLI reported for its attempt "
+                                                              "(status, result, epoch, by, at), not recorded yet.")
 
     @property
     def ref(self) -> str:
@@ -127,6 +133,12 @@ class Event(BaseModel):
     to_status: str | None = Field(None, alias="to", description="Status after.")
 
 
+MemberKind = Literal["llm", "external", "command"]
+"""What a roster member is: ``llm`` (the default, and every seed entry), a teammate thread of the lead
+running its own agent loop; ``external``, an MCP client that joined as ``team mcp --as NAME``;
+``command``, an agent CLI a run starts for each task assigned to it (run/command.py)."""
+
+
 class Member(BaseModel):
     """One roster entry in ``.team/config.json``."""
 
@@ -135,6 +147,8 @@ class Member(BaseModel):
     name: str
     role: str = "coder"
     status: Literal["working", "idle", "shutdown"] = "idle"
+    kind: MemberKind = Field("llm", description="llm: a teammate the lead runs; external: an MCP client; "
+                                                "command: an agent CLI a run starts per task.")
     pid: int | None = Field(None, description="Process hosting the member's thread.")
     heartbeat: float | None = Field(None, description="Unix time of the last heartbeat.")
     task: int | None = Field(None, description="Task the member is working on.")

@@ -743,6 +743,7 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
 
     first: dict[str, int] = {}
     members = {m.name for m in plan.team}
+    clis = {m.name for m in plan.command_members()}
     is_dir: dict[Path, bool] = {}  # one stat per distinct directory, not per task
     prefix = len(plan.name) + 1  # (of a task's store name)
     default_cwd = plan.defaults.cwd
@@ -759,6 +760,10 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
             err(("tasks", i), f"task {t.id!r} has neither run nor prompt; add `run: COMMAND` or `prompt: TEXT`")
         if t.assignee is not None and plan.team and t.assignee not in members:
             err(("tasks", i, "assignee"), f"{t.assignee!r} is not in `team:` ({', '.join(sorted(members))})")
+        elif t.run is not None and t.assignee in clis:
+            err(("tasks", i, "run"), f"{t.assignee} is a kind: command member, which gets its tasks as a prompt on "
+                                     f"stdin: write task {t.id!r} as `prompt:`, or run it as a plain shell task "
+                                     "without `assignee:`")
         cwd = lp.task_cwd(t) if t.cwd or default_cwd else lp.base
         if cwd not in is_dir:
             is_dir[cwd] = cwd.is_dir()

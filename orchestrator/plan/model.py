@@ -1,7 +1,8 @@
 """The ``plan.yaml`` format: pydantic models (``extra="forbid"``) and the JSON Schema.
 
 ``Plan`` holds ``defaults`` (``Defaults``), ``team`` (``TeamMember``) and
-``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``), ``mcp_servers``
+``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``; a ``prompt`` assigned to a
+``kind: command`` member is that agent CLI's, kind ``command``), ``mcp_servers``
 (core/mcpspec.py: MCP servers whose tools teammates use), and whether
 agents' shell commands run in the OS sandbox (``sandbox``, core/sandbox.py:
 ``off`` is an explicit opt-out), its ``hooks`` (core/hooks.py, docs/hooks.md)
@@ -25,7 +26,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..core.budget import Budget
 from ..core.hooks import HooksConfig
@@ -108,7 +109,8 @@ class Defaults(_Strict):
 
 
 class TeamMember(_Strict):
-    """A named teammate for agent tasks."""
+    """A named teammate for agent tasks: an LLM teammate the lead runs (``kind: llm``), or any agent CLI
+    the run starts for each of its tasks (``kind: command``, run/command.py, docs/agents.md)."""
 
     name: str = Field(pattern=NAME_RE.pattern, description="Teammate name (a slug).")
     role: str = Field("coder", description="Role, e.g. coder, tester, reviewer.")
@@ -116,6 +118,34 @@ class TeamMember(_Strict):
     model: str | None = Field(None, description="Model for this teammate (else its role's, the plan's, --model).")
     budget: Budget | None = Field(None, description="Tokens and/or dollars this teammate may spend in the run "
                                                     "(else its role's).")
+    # -- kind: command (an agent CLI as a teammate); grouped here -------------------------------------
+    kind: Literal["llm", "command"] = Field("llm", description="llm: a teammate thread the lead runs; command: an "
+                                                               "agent CLI the run starts for each task assigned to it.")
+    command: str | None = Field(None, min_length=1, description="kind: command: the shell command line run in the "
+                                                                "task's workspace, the task's prompt on stdin.")
+    env: dict[str, str] = Field(default_factory=dict, description="kind: command: extra environment of its process "
+                                                                  "($NAME from yours when it starts); nothing else "
+                                                                  "of yours reaches it.")
+
+    _env = field_validator("env", mode="before")(_env_values)
+    _env_name = field_validator("env")(_env_names)
+
+    @model_validator(mode="after")
+    def _kind_keys(self) -> TeamMember:
+        if self.kind == "command":
+            if self.command is None:
+                raise ValueError(f"{self.name} is kind: command: give the `command:` it runs, e.g. "
+                                 "command: codex exec --full-auto")
+            own: list[str] = [k for k in ("model", "budget", "plan_mode") if k in self.model_fields_set]
+            if own:
+                raise ValueError(f"{self.name} is kind: command: {', '.join(own)} belong to LLM teammates (the "
+                                 "agent CLI picks its own model); remove them")
+        else:
+            own = [k for k in ("command", "env") if k in self.model_fields_set]
+            if own:
+                raise ValueError(f"{', '.join(own)} are for kind: command members (an agent CLI the run starts); "
+                                 f"add `kind: command` to {self.name}, or remove them")
+        return self
 
 
 class PlanTask(_Strict):
@@ -157,9 +187,15 @@ class PlanTask(_Strict):
             return list(dict.fromkeys(value))
         return value
 
+    _command_member: bool = PrivateAttr(False)
+    """Its assignee is a ``kind: command`` member (set by ``Plan``): the run starts that agent CLI."""
+
     @property
     def kind(self) -> str:
-        return "agent" if self.prompt is not None else "shell"
+        """shell (``run``), agent (``prompt``, an LLM teammate), or command (``prompt`` for an agent CLI)."""
+        if self.prompt is None:
+            return "shell"
+        return "command" if self._command_member else "agent"
 
 
 def _on_off(value: Any) -> Any:
@@ -207,6 +243,17 @@ class Plan(_Strict):
             if not name.strip():
                 raise ValueError("a model name under `models:` must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _command_tasks(self) -> Plan:
+        """A ``prompt`` task assigned to a ``kind: command`` member is that agent CLI's (kind ``command``)."""
+        clis = {m.name for m in self.team if m.kind == "command"}
+        for t in self.tasks:
+            t._command_member = t.assignee in clis
+        return self
+
+    def command_members(self) -> list[TeamMember]:
+        return [m for m in self.team if m.kind == "command"]
 
     @field_validator("mcp_servers")
     @classmethod

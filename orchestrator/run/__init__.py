@@ -10,6 +10,8 @@
     shell.py      ShellExecutor: shell tasks as background jobs
     agents.py     AgentExecutor: agent tasks on teammates
     teammodels.py each teammate's model checked before a run: a price under a dollar budget, its key set
+    command.py    CommandExecutor: a kind: command member's tasks, each run by its agent CLI (a job) with
+                  the team's MCP server offered to it
     ray_backend.py  RayExecutor: shell tasks on a Ray cluster (--backend ray; imports ray lazily),
                   workspaces shipped through the object store, outputs and commits brought back
     ray_remote.py what runs on a cluster node for one attempt (workspace in, command, work out)

@@ -82,7 +82,7 @@ from ..llm.types import LLMConfig
 from ..roles.roles import Role
 from ..runtime.approvals import approval_line
 from ..runtime.budgets import Spend
-from ..runtime.runtime import MemberSettings, TeamRuntime
+from ..runtime.runtime import MemberSettings, OtherMembers, TeamRuntime
 from ..team.requests import Request
 from .executor import DoneCallback, ExecutorContext, Outcome
 
@@ -113,7 +113,8 @@ class AgentExecutor:
     kind = "agent"
     inline_start = False  # placing an attempt on a teammate may spawn one: not inside the store's commit
 
-    def __init__(self, ctx: ExecutorContext):
+    def __init__(self, ctx: ExecutorContext, others: OtherMembers | None = None):
+        """``others``: the run's agent CLI members (run/command.py), whom ``team shutdown`` may name."""
         self.endpoints = Endpoints(ctx.model_specs)
         self.config = run_config(ctx.model, ctx.model_specs)
         self._closed = False
@@ -127,7 +128,7 @@ class AgentExecutor:
                                    autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox,
                                    hooks=ctx.hooks, spend=self.spend, members=members,
                                    on_approval=self._approval, priced=self._priced,
-                                   mcp_servers=ctx.mcp_servers)
+                                   mcp_servers=ctx.mcp_servers, others=others)
         try:
             for name, role in ctx.team:
                 self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)

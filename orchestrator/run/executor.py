@@ -14,7 +14,8 @@ the caller's thread, and ``reap_orphans`` kills what a dead lead left
 running before anything runs again.
 
 The executors: ``shell.ShellExecutor`` (``kind: shell``, background jobs),
-``agents.AgentExecutor`` (``kind: agent``, LLM teammates), ``sync.SyncExecutor``
+``agents.AgentExecutor`` (``kind: agent``, LLM teammates), ``command.CommandExecutor``
+(``kind: command``, agent CLIs as teammates, as jobs of the shell executor), ``sync.SyncExecutor``
 (in-process, synchronous: the scheduler's policy in tests), and
 ``isolation``'s wrapper that runs either in a git worktree, and ``Rooted``
 around them all, which makes a task's stored ``cwd`` absolute. ``runner``
@@ -36,6 +37,7 @@ from ..core.modelspec import ModelSpec
 from ..core.paths import at_root
 from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
+from ..plan.model import TeamMember
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from .stop import RunStop
@@ -129,6 +131,7 @@ class ExecutorContext:
     spend: Spend | None = None  # usage against budgets: the plan's `budget:`, `--ask` (runtime/budgets.py)
     mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)
     model_specs: dict[str, ModelSpec] = field(default_factory=dict)  # the plan's `models:` (llm/endpoints.py)
+    command_members: list[TeamMember] = field(default_factory=list)  # the plan's agent CLIs (kind: command)
 
 
 class Wrapper:

@@ -94,6 +94,7 @@ from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
 from . import rewire
+from .command import CommandExecutor
 from .executor import Executor, ExecutorContext, Rooted
 from .hooked import Hooked
 from .isolation import Isolation
@@ -158,6 +159,9 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     kinds = kinds_of(lp)
     preflight(lp, kinds, backend)  # every refusal that needs no state comes before any state
     hook_config = run_hooks(root, lp.plan.hooks)  # a bad .team/hooks.yaml is refused here: nothing written
+    if backend.name == "ray" and hook_config.tool_call and "agent" in kinds:  # a guard that would not run
+        raise PlanError(f"{lp.path}: hooks.tool_call: teammates on Ray nodes do not run tool_call hooks yet, and a "
+                        "guard must not be skipped silently: run this plan with --backend local")
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
     wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written
@@ -210,13 +214,14 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
     spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note, ledger=Ledger(root),
                   run_id=new_run_id())
     ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model, workspace=workspace,
-                          team=[(m.name, m.role) for m in lp.plan.team],
+                          team=[(m.name, m.role) for m in lp.plan.team if m.kind == "llm"],
                           plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
                           store=store,  # one store object: the scheduler's pipeline serves the teammates too
                           sandbox=sandbox, stop=stop, hooks=hooks, spend=spend,
                           models={m.name: m.model for m in lp.plan.team if m.model},
                           budgets={m.name: m.budget for m in lp.plan.team if m.budget},
-                          mcp_servers=list(lp.plan.mcp_servers), model_specs=dict(lp.plan.models))
+                          mcp_servers=list(lp.plan.mcp_servers), model_specs=dict(lp.plan.models),
+                          command_members=lp.plan.command_members())
     execs = build_executors(set(kinds), ctx, backend)
     iso: Isolation | None = None
     try:
@@ -364,6 +369,9 @@ def ray_problems(lp: LoadedPlan) -> list[str]:
         out.append(f"{lp.path}:{lp.lines.get(('mcp_servers',), 1)}: mcp_servers: teammates on Ray nodes cannot "
                    f"reach MCP servers yet ({', '.join(agents)} are agent tasks): run this plan with --backend local")
     for i, m in enumerate(lp.plan.team):
+        if m.kind == "command":
+            out.append(f"{lp.path}:{lp.lines.get(('team', i), 1)}: team[{i}].kind: {m.name} is an agent CLI (kind: "
+                       f"command), which runs on the lead's machine only for now: run this plan with --backend local")
         if m.plan_mode:
             out.append(f"{lp.path}:{lp.lines.get(('team', i), 1)}: team[{i}].plan_mode: {m.name} would start in "
                        f"plan mode, which teammates on Ray nodes cannot do yet: run this plan with --backend local")
@@ -463,20 +471,26 @@ def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | No
     tasks' teammates on its nodes (ray_agents.py)."""
     built: dict[str, Executor] = {}
     ray_shell = None  # the shell executor on the cluster, which agent tasks' executor shares workspaces with
+    clis: CommandExecutor | None = None
+    hooked = ctx.hooks.wants("task_completed")
     try:
-        if "shell" in kinds:
+        local_shell = None  # jobs of this machine: shell tasks', and agent CLIs' (kind: command)
+        if "shell" in kinds or "command" in kinds:
             shell: Executor
-            if backend is not None and backend.name == "ray":
+            if backend is not None and backend.name == "ray" and "shell" in kinds:
                 from .ray_backend import (
                     RayExecutor,  # imports ray: only runs on a cluster pay for it
                 )
 
                 shell = ray_shell = RayExecutor(ctx, backend.address)
             else:
-                shell = ShellExecutor(ctx)
+                shell = local_shell = ShellExecutor(ctx)
             # a shell task's completion passes the task_completed hooks first (agents' teammates ask themselves)
-            built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
-                else shell
+            if "shell" in kinds:
+                built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if hooked else shell
+        if "command" in kinds and local_shell is not None:  # (refused on ray before: runner.ray_problems)
+            clis = CommandExecutor(ctx, local_shell, ctx.command_members)
+            built["command"] = Hooked(clis, ctx.hooks, on_crash=ctx.stop.fail) if hooked else clis
         if "agent" in kinds and backend is not None and backend.name == "ray":
             from .ray_agents import RayAgentExecutor  # teammates as actors on the cluster's nodes
 
@@ -489,7 +503,9 @@ def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | No
                 AgentExecutor,  # imports openai: only plans with agent tasks pay for it
             )
 
-            built["agent"] = AgentExecutor(ctx)
+            built["agent"] = AgentExecutor(ctx, others=clis)  # its control channel reaches the agent CLIs too
+        if clis is not None and "agent" not in built:
+            clis.serve_control()  # `team shutdown NAME` of an agent CLI, with no teammate runtime to ask
     except BaseException:
         for ex in built.values():
             ex.close()

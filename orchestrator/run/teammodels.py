@@ -51,6 +51,8 @@ def candidates(lp: LoadedPlan) -> Iterator[Candidate]:
     plan = lp.plan
     members = {m.name for m in plan.team}
     for i, m in enumerate(plan.team):
+        if m.kind != "llm":
+            continue  # an agent CLI (kind: command) brings its own model and pays for it itself
         yield Candidate(m.name, m.role, ("team", i), m.model, m.budget)
     seen: set[tuple[str, str]] = set()
     for i, t in enumerate(plan.tasks):
