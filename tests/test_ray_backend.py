@@ -151,7 +151,6 @@ KEY = "sk-ray-agents-secret-5e1d"
 PAIR = """\
 name: pair
 workers: 2
-defaults: {outputs: []}
 team:
   - {name: alice, role: coder}
   - {name: bob, role: tester}
