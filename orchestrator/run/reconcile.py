@@ -144,10 +144,11 @@ def _take_out(store: TaskStore, tasks: list[Task], wt: Worktrees, todo: list[int
         if t.isolation != "worktree":
             continue
         gone = wt.discard(slug(t))
-        if gone is not None and gone.commits:
+        if gone is not None and (gone.commits or gone.failed):
+            what = (f"{plural(gone.unmerged, 'commit')} not merged" if gone.commits
+                    else f"{plural(gone.failed, 'commit')} of a failed attempt")
             out.notes.append(f"dropped the kept branch {gone.branch} of {_label(t)} at {gone.tip[:10]} "
-                             f"({plural(gone.unmerged, 'commit')} not merged; `git branch {gone.branch} {gone.tip}` "
-                             f"brings it back)")
+                             f"({what}; `git branch {gone.branch} {gone.tip}` brings it back)")
     return todo
 
 
@@ -227,15 +228,22 @@ def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> dict[int, s
     task again, or the task fails for uncommitted work there), for the tasks of ``tasks`` (as the
     store has them before ``materialise``: the note says what they were) that are to run. One note a
     task: the caller keeps ``materialise`` quiet about them. Counted is the task's own work: the
-    commits integration lacks, not the integration commits a resolution merged into the branch."""
+    commits integration lacks, not the integration commits a resolution merged into the branch.
+    The commits a failed attempt made itself are not merged: the task runs again, and the note
+    says how to keep a copy of them."""
     notes = {}
     for t in tasks:
         if t.status == Status.completed or t.isolation != "worktree" or t.redo or t.landed:
             continue
         kept = wt.kept(slug(t))
-        if kept is None or not kept.commits:
+        if kept is None or not (kept.commits or kept.failed):
             continue
         was = f"{_label(t)} {WAS.get(t.status, 'is to run')}"
+        if not kept.commits:
+            notes[t.id] = (f"{was}: running it again; the {plural(kept.failed, 'commit')} its failed attempt left on "
+                           f"{kept.branch} ({kept.tip[:10]}) {'is' if kept.failed == 1 else 'are'} not merged "
+                           f"(`git branch {slug(t)}-failed {kept.tip[:10]}` keeps a copy)")
+            continue
         if kept.dirty:
             notes[t.id] = (f"{was}: its branch {kept.branch} holds {plural(kept.unmerged, 'commit')} not on "
                            f"{wt.integration} and uncommitted work in {wt.path(slug(t))}: the task fails until you "

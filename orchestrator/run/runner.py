@@ -423,8 +423,10 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
     if wt is not None:
         for task in wt.task_branches():
             kept = wt.kept(task)
-            if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.unmerged, 'commit')} not merged; "
+            if kept is not None and (kept.commits or kept.failed):
+                what = (f"{plural(kept.unmerged, 'commit')} not merged" if kept.commits
+                        else f"{plural(kept.failed, 'commit')} of a failed attempt")
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({what}; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)
