@@ -40,8 +40,8 @@ commit is found by its trailer is "up-to-date" too. ``prepare`` likewise
 reuses a healthy worktree, and rebuilds a half-created one (``git worktree
 add`` killed mid-checkout leaves it ``locked initializing``) or a stray dir;
 a ``.removing-<task>`` marker makes an interrupted removal finish next time.
-Leftovers nobody will come back for (``team doctor``) are found and removed by orphans.py,
-through this class's public methods.
+Leftovers nobody will come back for are found by orphans.py (``team doctor``), through this
+class's public methods; only a person removes them.
 
 Kept work. When a task branch is made, its fork point is recorded
 (``.fork-<task>``); the commits after it are the task's own (``kept``). Such
@@ -559,7 +559,7 @@ class Worktrees:
                 self.git("branch", "-D", self.integration, fd=fd)
             self._base_path().unlink(missing_ok=True)
 
-    # -- the lock and repairs (orphans.py uses locked, task_names, setup_integration, remove_task) --
+    # -- the lock and repairs (orphans.py uses locked and task_names) --
     @contextmanager
     def locked(self, timeout: float | None = None) -> Iterator[int]:
         """Hold the plan's flock (its fd, for git children to inherit); ``UserError`` on timeout."""

@@ -90,6 +90,7 @@ from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
 from . import rewire
+from .keptwork import REMOVED
 
 CHUNKS = (32, 64, 128, 256, 512, 1024)
 """Tasks per chunk, in turn; the last size repeats. The first is small: the run starts once it is durable."""
@@ -257,7 +258,7 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
     for old in existing:
         if old.plan_task not in wanted:
             if old.status not in (Status.completed, Status.cancelled):
-                store.cancel(old.id, "removed from the plan", actor=owner)
+                store.cancel(old.id, REMOVED, actor=owner)
             continue
         t = plan_tasks[old.plan_task]
         fields: dict[str, Any] = {}
