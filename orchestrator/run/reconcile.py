@@ -94,7 +94,7 @@ def reconcile(store: TaskStore, tasks: list[Task], wt: Worktrees | None, *, redo
                         f"yourself (`git revert`), or start over with `{rerun} --fresh`")
     if why:
         todo = downstream(tasks, why)
-        _refuse_unsafe(wt, tasks, todo, rerun)
+        refuse_unsafe(wt, tasks, todo, rerun)
         for tid, text in sorted(why.items()):
             extra = [by_id[i] for i in downstream(tasks, [tid]) if i != tid and i not in why]
             if text:
@@ -152,8 +152,9 @@ def _take_out(store: TaskStore, tasks: list[Task], wt: Worktrees, todo: list[int
     return todo
 
 
-def _refuse_unsafe(wt: Worktrees | None, tasks: list[Task], todo: list[int], rerun: str) -> None:
-    """Refuse a redo, before anything changed, when it would lose kept work or bring a dropped merge back."""
+def refuse_unsafe(wt: Worktrees | None, tasks: list[Task], todo: list[int], rerun: str) -> None:
+    """Refuse a redo of ``todo`` (ids of ``tasks``), before anything changed, when it would lose kept work or
+    bring a dropped merge back. Also called by materialise before a changed ``needs:`` flags anything."""
     if wt is None:
         return
     by_id = {t.id: t for t in tasks}
@@ -211,7 +212,7 @@ def request_redo(store: TaskStore, tasks: list[Task], wt: Worktrees | None, redo
                         f"yourself (`git revert`), or start over with `{rerun} --fresh`")
     todo = downstream(tasks, [t.id for t in asked])
     by_id = {t.id: t for t in tasks}
-    _refuse_unsafe(wt, tasks, todo, rerun)
+    refuse_unsafe(wt, tasks, todo, rerun)
     store.reopen(todo, actor=owner, reason="--redo " + ", ".join(slug(t) for t in asked), redo=True)
     extra = [by_id[i] for i in todo if i not in {t.id for t in asked}]
     notes.append(f"--redo: running {_names(asked)} again" + (f", and what needs it: {_names(extra)}" if extra else "")

@@ -101,7 +101,7 @@ from .isolation import Isolation
 from .keptwork import refuse_unsaved
 from .land import remember_plan_file
 from .materialise import materialise, prepare, remove_record, tasks_of
-from .reconcile import kept_work_notes, reconcile, request_redo
+from .reconcile import kept_work_notes, reconcile, refuse_unsafe, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 from .standing import missing_merges
@@ -246,8 +246,10 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                                rerun) if wt is not None else {}
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
         witness = rewire.ByTime() if wt is None else rewire.ByHistory(wt)  # what completed work saw (changed needs)
-        prep = (prepare if wt is None else materialise)(store, lp, note=note, quiet=kept, witness=witness,
-                                                        rerun=rerun)
+        before = tasks_of(store, lp.plan.name)  # a redo changed needs make is refused as reconcile would
+        prep = (prepare if wt is None else materialise)(
+            store, lp, note=note, quiet=kept, witness=witness, rerun=rerun,
+            refuse=lambda todo: refuse_unsafe(wt, before, todo, rerun))  # (before anything is written)
         agreed = reconcile(store, prep.tasks, wt, redo=[*asked.ids, *prep.redo], rerun=rerun)
         for text in agreed.notes:
             note(text)
