@@ -174,6 +174,11 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
         if agents and (said := sandbox.note()) is not None:
             note(said)
+        if lp.plan.command_members():  # a budget that does not see the agent CLIs' spend
+            from .teammodels import spend_warnings
+
+            for text in spend_warnings(lp):
+                note(text)
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
         workspace = (lp.base / cwd).resolve() if cwd else lp.base
