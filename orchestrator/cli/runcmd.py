@@ -55,18 +55,19 @@ def check_cmd(
     root (--root, $TEAM_ROOT or the current directory): every task must run inside it.
     With `backend: ray`, that every shell task brings its work back (outputs: or a worktree).
     With agent tasks, that each teammate's model has a price when a dollar budget covers it,
-    and that a key variable named under `models:` is set."""
+    and that a key variable named under `models:` is set. A `budget:` with agent CLI members
+    (kind: command) is warned about: their own spend is not counted against it."""
     from ..core.errors import PlanError
     from ..plan.load import load_plan
     from ..run.runner import ray_problems
-    from ..run.teammodels import mcp_problems, model_problems
+    from ..run.teammodels import mcp_problems, model_problems, spend_warnings
 
     lp = load_plan(plan_file, model=model)
     if lp.plan.backend == "ray" and (problems := ray_problems(lp)):
         raise PlanError("\n".join(problems))
     if problems := model_problems(lp) + mcp_problems(lp):  # an unpriced model under a dollar budget, a variable not set
         raise PlanError("\n".join(problems))
-    for w in isolation_check(lp, root_of(root, ctx)):
+    for w in isolation_check(lp, root_of(root, ctx)) + spend_warnings(lp):
         err(w)
     out(f"{plan_file}: ok ({plural(len(lp.plan.tasks), 'task')})")
 

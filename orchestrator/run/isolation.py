@@ -23,8 +23,11 @@ worktree lock), off the scheduler's thread; prepares run on another.
   turn, then merges; ``emit`` reports ``merge_queued`` (with how many are
   ``ahead``) and ``merging``. The attempt keeps its worker slot until its
   merge landed (the scheduler hears of it only then).
-* A failed attempt keeps its worktree and branch (the task records both). A
-  merge conflict fails the task with ``MergeConflict``'s message (the files,
+* A failed attempt keeps its worktree and branch (the task records both). What
+  it committed itself is not its result: ``Worktrees.failed_attempt`` records
+  that before the failure is reported, the failure says so, and the next
+  attempt starts afresh (a commit made on top by hand makes it work to merge
+  again). A merge conflict fails the task with ``MergeConflict``'s message (the files,
   the commands to resolve it) plus how to drop the work (``--redo``); the
   branch and worktree are kept.
 * Kept work is never dropped here. Per attempt (resumed or retried):
@@ -183,6 +186,12 @@ class Isolation:
     def _finish(self, a: _Attempt, out: Outcome, resumed: bool) -> None:
         slug = slug_of(a.task)
         if not out.ok:
+            left = self.wt.failed_attempt(slug)  # before the failure is recorded: its commits are no result
+            if left is not None and left.failed:
+                out = dataclasses.replace(out, error=(
+                    f"{out.describe()}\nthe {plural(left.failed, 'commit')} it made on {left.branch} "
+                    f"({left.tip[:10]}) {'is' if left.failed == 1 else 'are'} not merged: the next attempt starts "
+                    f"afresh (`git branch {slug}-failed {left.tip[:10]}` keeps a copy)"))
             a.done(dataclasses.replace(out, fields={**(out.fields or {}), **self._kept(a.task)}))
             return
         self.emit({"event": "merging", "task": a.task.id, "name": slug})

@@ -101,7 +101,7 @@ from .isolation import Isolation
 from .keptwork import refuse_unsaved
 from .land import remember_plan_file
 from .materialise import materialise, prepare, remove_record, tasks_of
-from .reconcile import kept_work_notes, reconcile, request_redo
+from .reconcile import kept_work_notes, reconcile, refuse_unsafe, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 from .standing import missing_merges
@@ -174,6 +174,11 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
         if agents and (said := sandbox.note()) is not None:
             note(said)
+        if lp.plan.command_members():  # a budget that does not see the agent CLIs' spend
+            from .teammodels import spend_warnings
+
+            for text in spend_warnings(lp):
+                note(text)
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
         workspace = (lp.base / cwd).resolve() if cwd else lp.base
@@ -246,8 +251,10 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                                rerun) if wt is not None else {}
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
         witness = rewire.ByTime() if wt is None else rewire.ByHistory(wt)  # what completed work saw (changed needs)
-        prep = (prepare if wt is None else materialise)(store, lp, note=note, quiet=kept, witness=witness,
-                                                        rerun=rerun)
+        before = tasks_of(store, lp.plan.name)  # a redo changed needs make is refused as reconcile would
+        prep = (prepare if wt is None else materialise)(
+            store, lp, note=note, quiet=kept, witness=witness, rerun=rerun,
+            refuse=lambda todo: refuse_unsafe(wt, before, todo, rerun))  # (before anything is written)
         agreed = reconcile(store, prep.tasks, wt, redo=[*asked.ids, *prep.redo], rerun=rerun)
         for text in agreed.notes:
             note(text)
@@ -423,8 +430,10 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
     if wt is not None:
         for task in wt.task_branches():
             kept = wt.kept(task)
-            if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.unmerged, 'commit')} not merged; "
+            if kept is not None and (kept.commits or kept.failed):
+                what = (f"{plural(kept.unmerged, 'commit')} not merged" if kept.commits
+                        else f"{plural(kept.failed, 'commit')} of a failed attempt")
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({what}; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)

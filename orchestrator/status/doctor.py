@@ -355,11 +355,11 @@ def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     from ..git.agentwt import GROUP, AgentWorktrees
     from ..git.orphans import find_orphans
     from ..git.worktrees import Worktrees
+    from ..run.keptwork import comes_back
 
     out = []
     for plan_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-        live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task
-                and t.status in (Status.pending, Status.in_progress, Status.failed)}
+        live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task and comes_back(t)}
         if plan_dir.name == GROUP:  # the agents' worktrees: the live ones of their index
             try:
                 live = {e.name for e in AgentWorktrees(ctx.root).entries() if e.live}
