@@ -7,71 +7,20 @@ concurrent clients claiming the same tasks on one store each win a task at most 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import re
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-from conftest import REPO, run_team, team_env
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from conftest import run_team
+from mcp import ClientSession
+from mcpkit import call, http_server, http_session, ok, stdio_session
 
 from orchestrator.team.roster import Team
 
 TOOLS = {"task_create", "task_update", "task_get", "task_list", "task_blocked", "task_critical", "task_claim",
          "message_send", "message_broadcast", "inbox_read", "team_status"}
-
-
-def _stdio_params(root: Path, caller: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "orchestrator", "--root", str(root), "mcp", "--as", caller],
-                                 env={"PYTHONPATH": str(REPO)}, cwd=str(root))
-
-
-@contextlib.asynccontextmanager
-async def stdio_session(root: Path, caller: str = "claude") -> AsyncIterator[ClientSession]:
-    """A session with a fresh ``team mcp`` process over its stdin/stdout."""
-    async with stdio_client(_stdio_params(root, caller)) as (r, w), ClientSession(r, w) as s:
-        await s.initialize()
-        yield s
-
-
-@contextlib.contextmanager
-def http_server(root: Path, caller: str = "claude"):
-    """``team mcp --http --port 0`` in a subprocess; yields its URL (read from its stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "mcp", "--http", "--port", "0", "--as", caller],
-                            cwd=root, env=team_env(root), stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        m = re.search(r"(http://127\.0\.0\.1:\d+/mcp)", line)
-        assert m, f"no URL in {line!r}"
-        yield m.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-@contextlib.asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (r, w), ClientSession(r, w) as s:
-        await s.initialize()
-        yield s
-
-
-async def call(s: ClientSession, tool: str, /, **args) -> tuple[str, bool]:
-    res = await s.call_tool(tool, args)
-    return "".join(c.text for c in res.content if c.type == "text"), bool(res.is_error)
-
-
-async def ok(s: ClientSession, tool: str, /, **args) -> str:
-    text, err = await call(s, tool, **args)
-    assert not err, f"{tool}({args}) failed: {text}"
-    return text
 
 
 async def every_tool(s: ClientSession, root: Path) -> None:
@@ -105,13 +54,19 @@ async def every_tool(s: ClientSession, root: Path) -> None:
     Team(root).add("alice", "coder")
     assert "sent" in await ok(s, "message_send", to="lead", text="design is done")
     assert "design is done" in await ok(s, "inbox_read", name="lead", peek=True)
-    assert "design is done" in await ok(s, "inbox_read", name="lead")
-    assert "no unread messages" in await ok(s, "inbox_read", name="lead")
+    assert "design is done" in await ok(s, "inbox_read", name="lead", peek=True)  # peek consumes nothing
+    assert run_team(root, "send", "claude", "thanks for the design").returncode == 0
+    mine = await ok(s, "inbox_read")  # its own inbox by default: the client is a member
+    assert "lead: thanks for the design" in mine and mine.endswith("none left unread")
+    assert "no unread messages for claude" in await ok(s, "inbox_read")
     assert await ok(s, "message_broadcast", text="hello all") == "broadcast to alice"
-    assert "hello all" in await ok(s, "inbox_read", name="alice")
+    assert "hello all" in await ok(s, "inbox_read", name="alice", peek=True)
     status = await ok(s, "team_status")
     assert "tasks: 2 pending · 1 completed (1 ready)" in status and "alice" in status
-    assert status == run_team(root, "status").stdout.strip()  # the same text as `team status`
+    same = functools.partial(re.sub, r"heartbeat \S+ ago", "heartbeat … ago")  # seconds go by between the two
+    assert same(status) == same(run_team(root, "status").stdout.strip())  # the same text as `team status`
+    line = next(x for x in status.splitlines() if x.split()[:1] == ["claude"])
+    assert line.split()[:5] == ["claude", "coder", "idle", "external", "-"]  # a member while it is connected
 
 
 async def errors(s: ClientSession, root: Path) -> None:
@@ -134,7 +89,7 @@ async def errors(s: ClientSession, root: Path) -> None:
     text, err = await call(s, "task_claim", task="two")
     assert err and text.startswith("ConflictError: ")
     await ok(s, "task_claim", task="one")
-    text, err = await call(s, "task_claim", task="one", owner="other")
+    text, err = await call(s, "task_claim", task="one")
     assert err and text == "ConflictError: task #1 is in_progress, not pending"
     text, err = await call(s, "message_send", to="nobody", text="hi")
     assert err and "nobody" in text
@@ -238,7 +193,7 @@ def test_concurrent_http_sessions_on_one_server_claim_each_task_once(tmp_path):
             for owner in won:
                 tg.start_soon(client, url, owner)
 
-    with http_server(tmp_path) as url:
+    with http_server(tmp_path, "lead") as url:  # one server, claiming for three owners: the lead's right
         anyio.run(main, url)
     _check_claims(tmp_path, won)
 

@@ -20,8 +20,11 @@ def mcp_cmd(
     ctx: typer.Context,
     http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")] = False,
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port for --http (0: a free one).")] = 8765,
-    caller: Annotated[str, typer.Option("--as", help="Who the client is: the actor of its changes, its default "
-                                                     "claimant, sender and inbox.")] = "mcp",
+    caller: Annotated[str, typer.Option("--as", help="Who the client is: a team member (kind external) with an "
+                                                     "inbox, the actor of its changes; `lead` for the lead's "
+                                                     "reach.")] = "mcp",
+    role: Annotated[str | None, typer.Option("--role", help="The role whose permissions the client acts with "
+                                                           "(default: its roster role, else coder).")] = None,
     describe: Annotated[bool, typer.Option("--describe", help="Print the tool list and its token cost, then exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --describe: the tool list as the client gets it.")] = False,
     root: RootOpt = None,
@@ -43,9 +46,9 @@ def mcp_cmd(
         host, bound = sock.getsockname()[:2]
         err(f"team mcp: serving {state} on http://{host}:{bound}/mcp (streamable HTTP); Ctrl-C stops")
         sys.stderr.flush()
-        server.serve_http(state, caller, sock)
+        server.serve_http(state, caller, sock, role)
         return
-    server.serve_stdio(state, caller)
+    server.serve_stdio(state, caller, role)
 
 
 def register(app: typer.Typer) -> None:

@@ -123,6 +123,13 @@ class Event(BaseModel):
     to_status: str | None = Field(None, alias="to", description="Status after.")
 
 
+MemberKind = Literal["llm", "external"]
+"""What a roster member is: ``llm``, a teammate thread of the lead running its own agent loop (a roster
+entry without ``kind`` is one, as the seed's are); ``external``, an MCP client that joined as
+``team mcp --as NAME`` (docs/mcp.md): a member with an inbox that no lead ever starts."""
+MEMBER_KINDS: tuple[str, ...] = ("llm", "external")
+
+
 class Member(BaseModel):
     """One roster entry in ``.team/config.json``."""
 
@@ -131,6 +138,7 @@ class Member(BaseModel):
     name: str
     role: str = "coder"
     status: Literal["working", "idle", "shutdown"] = "idle"
+    kind: MemberKind = Field("llm", description="llm: a teammate the lead runs; external: an MCP client (team mcp --as).")
     pid: int | None = Field(None, description="Process hosting the member's thread.")
     heartbeat: float | None = Field(None, description="Unix time of the last heartbeat.")
     task: int | None = Field(None, description="Task the member is working on.")

@@ -215,6 +215,7 @@ class TeamRuntime:
         if name == LEAD:
             raise UserError("'lead' is the lead's own name; pick another teammate name")
         with self._lock:
+            self.team.check_startable(name)  # an MCP client on the roster is never started as a teammate
             mate = self.mates.get(name)
             if mate is not None and mate.alive:
                 if mate.role.name != role:

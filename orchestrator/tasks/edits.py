@@ -23,7 +23,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..core.errors import ConflictError, CycleError, InvalidName, UnknownRef, UserError
@@ -69,7 +69,7 @@ class TaskEdits:
 
     # ------------------------------------------------------------------ create
     @staticmethod
-    def _check_owner(owner: str | None) -> None:
+    def check_owner(owner: str | None) -> None:
         if owner and not NAME_RE.match(owner):
             raise InvalidName(
                 f"invalid owner {owner!r}: use a member name (letters, digits, '.', '_' or '-'), or '' for none"
@@ -205,7 +205,7 @@ class TaskEdits:
                     deps.append(self.files.resolve(dep))
             name = spec.get("name")
             self._check_name(name, index, taken)
-            self._check_owner(spec.get("owner"))
+            self.check_owner(spec.get("owner"))
             if name is not None:
                 if name in seen_names:
                     raise UserError(f"a task named {name!r} appears twice; names must be unique")
@@ -304,15 +304,21 @@ class TaskEdits:
         add_blocked_by: Iterable[int | str] = (),
         remove_blocked_by: Iterable[int | str] = (),
         actor: str = "cli",
+        guard: Callable[[Task], None] | None = None,
         **fields: Any,
     ) -> Task:
-        """Change a task by hand (or by a tool). Dependency edits are checked."""
+        """Change a task by hand (or by a tool). Dependency edits are checked.
+
+        ``guard``: called with the task as it is under the lock, before anything changes; what it
+        raises refuses the update (``team mcp``'s permissions: nothing is written)."""
         if "subject" in fields:
             _check_subject(fields["subject"])
         new_status = parse_status(status) if status is not None else None
-        self._check_owner(owner)
+        self.check_owner(owner)
         with self.files.locked_on(ref):
             task = self.files.get(ref)
+            if guard is not None:
+                guard(task)
             before = task.status
             add = [self.files.resolve(r) for r in add_blocked_by]
             remove = {self._resolve_dep_to_remove(task, r) for r in remove_blocked_by}
