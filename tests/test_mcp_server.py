@@ -220,3 +220,71 @@ def test_bad_caller_name_and_taken_port_are_one_line_errors(team):
         s.listen(1)
         r = team("mcp", "--http", "--port", str(s.getsockname()[1]))
     assert r.returncode == 2 and "UserError: cannot listen on 127.0.0.1" in r.stderr and "Traceback" not in r.stderr
+
+
+def _next_cursor(page: str) -> int | None:
+    m = re.search(r"next page: \w+\((?:.*, )?cursor=(\d+)\)$", page)
+    return int(m.group(1)) if m else None
+
+
+def test_reads_come_in_pages_that_state_the_total_and_the_next_call(tmp_path):
+    from orchestrator.mcpserver.paging import MAX_CHARS
+    from orchestrator.tasks.store import TaskStore
+    from orchestrator.team.inbox import Bus
+
+    root = tmp_path
+    long = "port the handler to the new client and keep its retries, " * 3
+    # 300 tasks, each waiting on the one before (a chain: every task but the first is blocked)
+    TaskStore(root).create_many([{"subject": f"{i:03d} {long}", "blockedBy": [("new", i - 1)] if i else []}
+                                 for i in range(300)])
+
+    async def main():
+        async with stdio_session(root, "ann") as s:
+            first = await ok(s, "task_list")
+            assert len(first) <= MAX_CHARS + 200
+            lines = first.splitlines()
+            assert re.fullmatch(r"— (\d+) of 300 tasks \(#1–#\1\); next page: task_list\(cursor=\1\)", lines[-1])
+            await ok(s, "task_create", subject="late")  # made between two pages: on a later page, none shifts
+            seen, page = [], first
+            while True:
+                seen += [int(m) for m in re.findall(r"^\[ \] #(\d+):", page, re.M)]
+                cursor = _next_cursor(page)
+                if cursor is None:
+                    break
+                page = await ok(s, "task_list", cursor=cursor)
+            assert page.splitlines()[-1].startswith("— ") and "next page" not in page
+            assert seen == list(range(1, 302))  # every task once, in order, the late one last
+            # filters are repeated in the next call
+            small = await ok(s, "task_list", blocked=True, limit=10)
+            assert small.splitlines()[-1] == ("— 10 of 299 matching tasks (301 in all) (#2–#11); next page: "
+                                              "task_list(blocked=true, cursor=11)")
+            # blocked chains: a page of them, then the next
+            chains = await ok(s, "task_blocked", limit=3)
+            assert re.findall(r"^#(\d+) ", chains, re.M) == ["1", "2", "3"] and _next_cursor(chains) == 3
+            more = await ok(s, "task_blocked", limit=3, cursor=3)
+            assert re.findall(r"^#(\d+) ", more, re.M) == ["4", "5", "6"]
+            # the critical path and its waves, paged the same way
+            crit = json.loads(await ok(s, "task_critical", limit=50))
+            assert (crit["path"], crit["path_length"], crit["wave_count"]) == (list(range(1, 51)), 300, 300)
+            assert crit["waves"] == [[1, 301], *([i] for i in range(2, 50))]  # 50 ids: the late task runs at once
+            assert crit["next"] == "task_critical(limit=50, cursor=49)"
+            rest = json.loads(await ok(s, "task_critical", limit=50, cursor=49))
+            assert rest["first_wave"] == 50 and rest["waves"][0] == [50]
+            # an inbox: consumed a page at a time, the rest left unread
+            bus = Bus(root)
+            for i in range(45):
+                bus.send("ann", f"note {i}", sender="lead")
+            peeked = await ok(s, "inbox_read", peek=True, limit=10, cursor=40)
+            assert re.findall(r"note (\d+)", peeked) == ["40", "41", "42", "43", "44"]
+            read = await ok(s, "inbox_read")
+            assert re.findall(r"note (\d+)", read) == [str(i) for i in range(20)]
+            assert read.endswith("— 20 messages read; 25 more unread: call inbox_read again")
+            read = await ok(s, "inbox_read", limit=30)
+            assert read.endswith("— 25 messages read; none left unread")
+            # one task: long text is cut, saying where the rest is
+            big = json.loads(await ok(s, "task_create", subject="big", description="x" * 50_000))
+            got = json.loads(await ok(s, "task_get", task=big["id"]))
+            assert len(got["description"]) < 4_200 and got["description"].endswith(
+                f"more characters); `team task show {big['id']}` has it all")
+
+    anyio.run(main)

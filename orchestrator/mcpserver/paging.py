@@ -48,21 +48,23 @@ class Page:
     more: bool
 
 
-def take(entries: Sequence[tuple[int, str]], *, after: int | None, limit: int,
+def take(keys: Sequence[int], text: Callable[[int], str], *, after: int | None, limit: int,
          budget: int = MAX_CHARS) -> Page:
-    """The entries (``(key, text)`` in key order) after key ``after``: at most ``limit`` of them and
-    ``budget`` characters (the first is always shown, clipped to the budget)."""
-    rest = [e for e in entries if after is None or e[0] > after]
+    """The entries with ``keys`` (ascending) after key ``after``: at most ``limit`` of them and
+    ``budget`` characters (the first is always shown, clipped to the budget). ``text`` renders
+    one entry; only the entries looked at are rendered, so a page costs what it shows."""
+    rest = [k for k in keys if after is None or k > after]
     shown: list[tuple[int, str]] = []
     used = 0
-    for key, text in rest[:limit]:
-        if shown and used + len(text) + 1 > budget:
+    for key in rest[:limit]:
+        entry = text(key)
+        if shown and used + len(entry) + 1 > budget:
             break
         if not shown:
-            text = clip(text, budget)
-        shown.append((key, text))
-        used += len(text) + 1
-    return Page(shown, len(entries), len(shown) < len(rest))
+            entry = clip(entry, budget)
+        shown.append((key, entry))
+        used += len(entry) + 1
+    return Page(shown, len(keys), len(shown) < len(rest))
 
 
 def footer(page: Page, what: str, again: Callable[[int], str], *, mark: str = "#") -> str:

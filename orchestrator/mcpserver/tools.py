@@ -171,7 +171,7 @@ def task_list(c: Caller, status: str | None, owner: str | None, ready: bool, blo
         return "\n".join([f"no tasks match ({len(tasks)} in total)" if tasks else EMPTY, *warnings])
     filtered = want is not None or owner is not None or ready or blocked
     what = f"matching tasks ({len(tasks)} in all)" if filtered else "tasks"
-    page = paging.take([(t.id, render.list_line(t, by_id)) for t in sorted(shown, key=lambda t: t.id)],
+    page = paging.take(sorted(t.id for t in shown), lambda tid: render.list_line(by_id[tid], by_id),
                        after=cursor, limit=limit)
     again = paging.call("task_list", status=status, owner=owner, ready=ready, blocked=blocked)
     return "\n".join([paging.render(page, what, again), *warnings])
@@ -185,7 +185,9 @@ def task_blocked(c: Caller, task: int | str | None, limit: int, cursor: int | No
         if tid is not None:
             return render.not_blocked(c.store.read(tid))
         return "no blocked tasks: every pending task is ready" if tasks else EMPTY
-    page = paging.take([(ch.id, render.render_chains([ch], tasks)) for ch in chains], after=cursor, limit=limit)
+    by_chain = {ch.id: ch for ch in chains}
+    page = paging.take(sorted(by_chain), lambda tid: render.render_chains([by_chain[tid]], tasks),
+                       after=cursor, limit=limit)
     return paging.render(page, "blocked tasks", paging.call("task_blocked", task=task))
 
 
@@ -225,12 +227,13 @@ def inbox_read(c: Caller, name: str | None, peek: bool, limit: int, cursor: int 
         unread = c.bus.peek(who)
         if not unread:
             return f"no unread messages for {who}"
-        entries = [(i, _message(m, who)) for i, m in enumerate(unread, 1)]
-        page = paging.take(entries, after=cursor, limit=limit)
+        page = paging.take(range(1, len(unread) + 1), lambda i: _message(unread[i - 1], who), after=cursor,
+                           limit=limit)
         return paging.render(page, f"unread messages of {who} (peek: none consumed)",
                              paging.call("inbox_read", name=name, peek=True), mark="")
     with c.bus.fetch(who, limit=limit) as batch:
-        page = paging.take([(i, _message(m, who)) for i, m in enumerate(batch.messages, 1)], after=None, limit=limit)
+        got = batch.messages
+        page = paging.take(range(1, len(got) + 1), lambda i: _message(got[i - 1], who), after=None, limit=limit)
         if len(page.shown) == len(batch.messages):
             batch.ack()
     if not batch.messages:
