@@ -270,3 +270,50 @@ def test_the_lead_spawns_and_shuts_down_teammates_of_a_running_lead_over_mcp(tmp
         srv.assert_complete()
     assert proc.returncode == 0, out + err
     assert members(root)["bob"]["status"] == "shutdown"
+
+
+# -- item 8: annotations --------------------------------------------------------------------
+PLAN_MODE_PLAN = """\
+name: planning
+mcp_servers:
+  - name: team
+    command: {team}
+    args: [mcp, --root, {root}, --as, pam-tools]
+team:
+  - {{name: pam, role: coder, plan_mode: true}}
+tasks:
+  - {{id: survey, assignee: pam, prompt: Survey the open work and plan.}}
+"""
+
+
+def test_a_plan_mode_teammate_uses_team_mcps_reads_and_is_refused_its_writes(tmp_path):
+    from orchestrator.llm.script import tool_call
+
+    root = tmp_path
+    (root / "plan.yaml").write_text(PLAN_MODE_PLAN.format(team=Path(sys.executable).parent / "team", root=root))
+
+    async def annotated():
+        async with stdio_session(root, "claude") as s:
+            return {t.name: t.annotations for t in (await s.list_tools()).tools}
+
+    hints = anyio.run(annotated)
+    reads = {n for n, a in hints.items() if a.read_only_hint}
+    assert reads == {"task_get", "task_list", "task_blocked", "task_critical", "team_status"}
+    assert hints["task_update"].idempotent_hint and not hints["task_update"].read_only_hint
+
+    def report(body: dict) -> Reply:
+        results = [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+        return Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed",
+                                                           "result": "\n---\n".join(results)})])
+
+    script = {"pam": [Reply(tool_calls=[tool_call("team__task_list", {})]),
+                      Reply(tool_calls=[tool_call("team__task_create", {"subject": "sneaky"})]),
+                      report]}
+    with ScriptedServer(script) as srv:
+        r = run_team(root, "run", "plan.yaml", **util.llm_env(srv.base_url, KEY))
+        srv.assert_complete()
+    assert r.returncode == 0, r.stdout + r.stderr
+    listed, created = task(root, 1)["result"].split("\n---\n")
+    assert "[>] #1: survey: Survey the open work and plan. (pam)" in listed  # the read went through
+    assert "plan mode: team__task_create" in created and "not allowed" in created
+    assert not any("sneaky" in f.read_text() for f in (root / ".tasks").glob("task_*.json"))
