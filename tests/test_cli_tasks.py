@@ -238,3 +238,18 @@ def test_the_state_root_comes_from_the_command_then_team_root_then_the_environme
     assert run_team(b, "task", "list", "--root", str(a)).stdout == "[ ] #1: in a\n"
     assert run_team(a, "--root", str(a), "task", "list", "--root", str(b)).stdout == "[ ] #1: in b\n"
     assert run_team(b, "task", "list").stdout == "[ ] #1: in b\n"
+
+
+def test_a_nonsense_estimate_is_refused_and_nothing_is_written(team):
+    """A negative, zero, NaN, infinite or absurd estimate weighed the critical path with nonsense
+    (issue 27 item 6); both command-line parsers and `task update` refuse it, naming the bound."""
+    assert team("task", "create", "keep").returncode == 0
+    for value in ("-5", "0", "nan", "inf", "1e300", "2592001"):
+        for args in (("task", "create", "x", "--estimate", value), ("task", "create", "x", f"--estimate={value}"),
+                     ("task", "update", "1", "--estimate", value)):
+            r = team(*args)
+            assert r.returncode == 2 and r.stderr.startswith("UserError: invalid estimate "), (args, r.stderr)
+            assert "above 0 and at most 2,592,000 (30 days)" in r.stderr and "Traceback" not in r.stderr
+    tasks = json.loads(team("task", "list", "--json").stdout)
+    assert [(t["subject"], t.get("estimate")) for t in tasks] == [("keep", None)]
+    assert team("task", "update", "1", "--estimate", "90").returncode == 0

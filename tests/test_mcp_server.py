@@ -76,6 +76,7 @@ async def errors(s: ClientSession, root: Path) -> None:
         ("task_get", {"task": 99}, ["task", "show", "99"]),
         ("task_update", {"task": "one", "add_blocked_by": ["two"]}, ["task", "update", "one", "--add-blocked-by", "two"]),
         ("task_create", {"subject": "x", "name": "bad name/"}, ["task", "create", "x", "--name", "bad name/"]),
+        ("task_create", {"subject": "x", "estimate": -5}, ["task", "create", "x", "--estimate=-5"]),
         ("task_update", {"task": "one", "status": "completed", "owner": "bad/owner"},
          ["task", "update", "one", "--status", "completed", "--owner", "bad/owner"]),
     ]

@@ -23,6 +23,7 @@ Rules:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -49,6 +50,22 @@ def _check_subject(subject: object) -> None:
     if bad:
         raise UserError(f'the subject "{shown(subject)}" holds control characters ({", ".join(bad)}); '
                         "remove them")
+
+
+MAX_ESTIMATE = 30 * 86_400.0
+"""The largest ``estimate`` (seconds) a task may have: 30 days, the bound a plan's ``estimate`` has."""
+
+
+def check_estimate(value: object) -> None:
+    """An estimate is a number of seconds above 0 and at most ``MAX_ESTIMATE`` (None: none);
+    anything else (negative, zero, NaN, infinite, 1e300) would weigh the critical path with
+    nonsense, so it is refused naming the bound."""
+    if value is None:
+        return
+    if (not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+            or not 0 < value <= MAX_ESTIMATE):
+        raise UserError(f"invalid estimate {value!r}: give the expected seconds, a number above 0 and at most "
+                        f"{MAX_ESTIMATE:,.0f} (30 days)")
 
 
 def _latest_names(entries: list[dict[str, Any]]) -> dict[str, int]:
@@ -118,6 +135,7 @@ class TaskEdits:
             return []
         for spec in specs:  # before the lock: a refused create leaves nothing behind, not even .tasks/
             _check_subject(spec.get("subject"))
+            check_estimate(spec.get("estimate"))
         with self.files.locked():
             first = self.files.next_id()
             tasks = self._create_locked(specs, [first + i for i in range(len(specs))], actor, {})
@@ -313,6 +331,7 @@ class TaskEdits:
         raises refuses the update (``team mcp``'s permissions: nothing is written)."""
         if "subject" in fields:
             _check_subject(fields["subject"])
+        check_estimate(fields.get("estimate"))
         new_status = parse_status(status) if status is not None else None
         self.check_owner(owner)
         with self.files.locked_on(ref):
