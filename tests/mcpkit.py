@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 def _stdio_params(root: Path, caller: str) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "orchestrator", "--root", str(root), "mcp", "--as", caller],
+                                 args=["-m", "orchestrator", "--root", str(root), "mcp", "--init", "--as", caller],
                                  env={"PYTHONPATH": str(REPO)}, cwd=str(root))
 
 

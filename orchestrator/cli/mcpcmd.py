@@ -2,7 +2,8 @@
 
 Over stdio by default (what Claude Code, Codex and Cursor start from their MCP config);
 ``--http`` serves streamable HTTP on 127.0.0.1 instead; ``--describe`` prints the tool list and
-its token cost and exits. The MCP SDK is imported only when the command runs, so
+its token cost and exits. A ``--root`` must hold a store already (a mistyped path is refused,
+naming the one probably meant: core/paths.py ``check_root``); ``--init`` starts one there. The MCP SDK is imported only when the command runs, so
 ``team task list`` never pays for it.
 """
 
@@ -25,6 +26,8 @@ def mcp_cmd(
                                                      "reach.")] = "mcp",
     role: Annotated[str | None, typer.Option("--role", help="The role whose permissions the client acts with "
                                                            "(default: its roster role, else coder).")] = None,
+    init: Annotated[bool, typer.Option("--init", help="Start a new project's state in --root if it has none "
+                                                     "(else a --root without .tasks/ or .team/ is refused).")] = False,
     describe: Annotated[bool, typer.Option("--describe", help="Print the tool list and its token cost, then exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --describe: the tool list as the client gets it.")] = False,
     root: RootOpt = None,
@@ -33,7 +36,9 @@ def mcp_cmd(
     from ..mcpserver import describe as desc
     from ..mcpserver import server
 
-    state = root_of(root, ctx)
+    state = root_of(root, ctx, creates=init or describe)  # --describe reads nothing
+    if init:
+        (state / ".tasks").mkdir(parents=True, exist_ok=True)
     if describe:
         d = desc.describe(state, caller)
         if as_json:
