@@ -26,6 +26,7 @@ from conftest import run_team, team_env
 from mcpkit import call, http_server, http_session, ok, stdio_session
 from util import wait_until
 
+from orchestrator import Root
 from orchestrator.llm.script import Reply
 from orchestrator.llm.scripted import ScriptedServer
 from orchestrator.team.requests import Requests
@@ -74,6 +75,8 @@ def test_an_mcp_client_is_an_external_member_with_its_own_inbox(tmp_path):
     # the client went away: still a member, offline, and its inbox keeps what is sent meanwhile
     gone = wait_until(lambda: (m := members(root)["claude"])["liveness"] == "offline" and m, 30, what="offline")
     assert "no `team mcp --as claude` is running" in gone["reason"]
+    (api,) = [m for m in Root(root).status().members if m.name == "claude"]  # the Python API says the same
+    assert (api.kind, api.liveness, api.model) == ("external", "offline", None)
     assert run_team(root, "send", "claude", "while you were away").returncode == 0
 
     async def second_session():
