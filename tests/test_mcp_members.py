@@ -64,6 +64,8 @@ def test_an_mcp_client_is_an_external_member_with_its_own_inbox(tmp_path):
             got = await ok(s, "inbox_read")  # no name: its own inbox
             assert "lead: please review #1" in got and got.endswith("none left unread")
             assert "sent" in await ok(s, "message_send", to="lead", text="on it")
+            await ok(s, "task_create", subject="review #1")
+            await ok(s, "task_claim", task=1)
             return members(root)["claude"], run_team(root, "status").stdout
 
     while_served, status = anyio.run(first_session)
@@ -78,6 +80,9 @@ def test_an_mcp_client_is_an_external_member_with_its_own_inbox(tmp_path):
     (api,) = [m for m in Root(root).status().members if m.name == "claude"]  # the Python API says the same
     assert (api.kind, api.liveness, api.model) == ("external", "offline", None)
     assert run_team(root, "send", "claude", "while you were away").returncode == 0
+    doctor = run_team(root, "doctor")  # its claim is a person's: it stays while the client is away
+    assert doctor.returncode == 0 and "dead-owner" not in doctor.stdout, doctor.stdout
+    assert task(root, 1)["owner"] == "claude"
 
     async def second_session():
         async with stdio_session(root, "claude") as s:
