@@ -31,7 +31,7 @@ def run_cmd(
     root: RootOpt = None,
 ) -> None:
     """Run a plan: every unblocked task in parallel, resumable after a crash."""
-    exit_with(run_plan_file(root_of(root, ctx), plan_file, workers=workers, keep_going=keep_going, fresh=fresh,
+    exit_with(run_plan_file(root_of(root, ctx, creates=True), plan_file, workers=workers, keep_going=keep_going, fresh=fresh,
                         redo=redo, include_uncommitted=include_uncommitted, dry_run=dry_run, model=model, ask=ask,
                         board=board, backend=backend, address=address, json_out=json_out))
 
@@ -67,7 +67,7 @@ def check_cmd(
         raise PlanError("\n".join(problems))
     if problems := model_problems(lp) + mcp_problems(lp):  # an unpriced model under a dollar budget, a variable not set
         raise PlanError("\n".join(problems))
-    for w in isolation_check(lp, root_of(root, ctx)) + spend_warnings(lp):
+    for w in isolation_check(lp, root_of(root, ctx, creates=True)) + spend_warnings(lp):  # a plan check needs no store
         err(w)
     out(f"{plan_file}: ok ({plural(len(lp.plan.tasks), 'task')})")
 

@@ -8,6 +8,7 @@
     │   ├── CycleError             a dependency that would close a cycle
     │   ├── InvalidName            a name with a path separator or other bad characters
     │   ├── PlanError              plan.yaml is invalid (file:line: field: problem)
+    │   ├── NotAllowed             the actor's permissions, or a hook's veto, refuse the change
     │   └── SandboxUnavailable     agent shell commands need a sandbox that cannot be set up here
     ├── StateError                 the state on disk is unusable
     │   ├── CorruptFile            a file under .tasks/ or .team/ does not parse
@@ -63,6 +64,10 @@ class InvalidName(UserError):
 
 class PlanError(UserError):
     """A plan file that failed validation."""
+
+
+class NotAllowed(UserError):
+    """A change the actor may not make (its role's permissions), or one a hook vetoed; nothing was written."""
 
 
 class SandboxUnavailable(UserError):

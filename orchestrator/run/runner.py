@@ -51,7 +51,9 @@ any hook, one ``HookDispatcher`` serves the run: the store tells it about
 created, claimed and failed tasks (``TaskStore.observer``), the teammates
 ask it before a completion or going idle, shell completions pass it first
 (hooked.py), and ``run_finished`` is its last event, after the executors
-closed. Budgets: one ``Spend`` (runtime/budgets.py) with the plan's
+closed; once the work is done the runner calls the executors' ``settlers`` (the agent executor's
+waits for teammates answering a ``teammate_idle`` veto; hooks still refusing make the run
+incomplete). Budgets: one ``Spend`` (runtime/budgets.py) with the plan's
 ``budget:`` and the ``team:`` members' own, writing every model call to the
 ledger of spend (llm/ledger.py) under this run's id (``RunResult.run_id``);
 ``RunResult.spend`` holds each teammate's spend in this run, read back from
@@ -277,6 +279,10 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
         result = scheduler.run()
+        if stop.signum is None and stop.error is None:  # the work is done: what must still happen in the run
+            refused = [line for settle in ctx.settlers for line in settle()]
+            if refused:
+                result.incomplete = "; ".join(refused)
         if iso is not None and wt is not None:
             iso.close()
             result.warnings = iso.warn_junk(lambda slug: _task_id(store, f"{lp.plan.name}.{slug}"))

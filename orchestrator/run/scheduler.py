@@ -179,7 +179,7 @@ class RunResult:
     stopped: str | None = None  # why new starts stopped (fail-fast)
     deadlock: str | None = None
     worktrees: dict[str, Any] | None = None  # isolation: where the result is (worktree.Summary as a dict)
-    incomplete: str | None = None  # isolation: the result branch lacks work the store says is done
+    incomplete: str | None = None  # the result branch lacks work the store says is done; a hook's last word was no
     warnings: list[dict[str, Any]] = field(default_factory=list)  # isolation: tasks that committed build junk
     spend: list[dict[str, Any]] = field(default_factory=list)  # per teammate: usage and budget (runner.spend_rows)
     run_id: str = ""  # this run's id in the ledger of spend (llm/ledger.py): its summary counts its lines

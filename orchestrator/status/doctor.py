@@ -238,9 +238,10 @@ def check_dead_owners(ctx: DoctorContext) -> list[Finding]:
     if not held or lead_info(ctx.root) is not None:
         return []  # a lead runs: its tasks are its own business
     roster = Team(ctx.root)
-    # teammates that ran as threads of a lead (the runtime records their pid), and whether they live
-    alive = {s.name: s.liveness in ("working", "idle") for s in roster.states() if s.pid is not None} \
-        if roster.config.exists() else {}
+    # teammates that ran as threads of a lead (the runtime records their pid), and whether they live;
+    # an MCP client's claim (kind external) is a person's: it stays while the client is offline
+    alive = {s.name: s.liveness in ("working", "idle") for s in roster.states()
+             if s.pid is not None and s.kind == "llm"} if roster.config.exists() else {}
     out = []
     for t in held:
         if t.owner != LEAD and alive.get(t.owner, True):
