@@ -394,7 +394,7 @@ class TaskEdits:
         (returned) instead of set, so the run records it when the agent's process ends, after its work is
         merged (run/command.py); a lead killed meanwhile leaves the attempt to be re-run, never a
         completion without its work. Anyone else's update is applied as usual."""
-        if not self.is_report(task, status, actor):
+        if status is None or not self.is_report(task, status, actor):
             return None
         task.reported = {"status": status.value, "result": task.result, "epoch": task.epoch, "by": actor,
                          "at": round(self.files.clock(), 3)}
