@@ -9,8 +9,10 @@ starts a new one, so it runs last.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -397,12 +399,16 @@ def test_the_plan_schema_has_the_ray_keys():
 CHAOS_TASKS = 42
 
 
-def chaos_plan(n: int = CHAOS_TASKS, sleep: float = 0.6) -> str:
+def chaos_plan(n: int = CHAOS_TASKS, sleep: float = 0.6, external: Path | None = None) -> str:
+    """Each task appends its name to its ledger file in its workspace (an output: fenced, exactly once)
+    and, with ``external``, to a file of its own there, outside any workspace (a command's own effect:
+    at least once)."""
     lines = ["name: chaos", "workers: 3", "defaults:", "  retries: 0", "  lost_retries: 50", "tasks:"]
     for i in range(n):
         needs = f", needs: [t{i - 3:02d}]" if i >= 3 and i % 2 == 0 else ""
-        lines.append(f'  - {{id: t{i:02d}, run: "sleep {sleep}; mkdir -p ledger; echo t{i:02d} >> ledger/t{i:02d}",'
-                     f' outputs: ["ledger/t{i:02d}"]{needs}}}')
+        outside = f"; echo t{i:02d} >> {external}/t{i:02d}" if external else ""
+        lines.append(f'  - {{id: t{i:02d}, run: "sleep {sleep}; mkdir -p ledger; echo t{i:02d} >> ledger/t{i:02d}'
+                     f'{outside}", outputs: ["ledger/t{i:02d}"]{needs}}}')
     return "\n".join(lines) + "\n"
 
 
@@ -435,9 +441,13 @@ def running_on(cluster: LocalCluster, names: list[str]) -> str | None:
     return None
 
 
-def check_exactly_once(root: Path, n: int, *, lead_killed: bool = False) -> list[dict]:
-    """Every task completed exactly once in the store, its ledger line present once, every file parses;
-    an extra attempt only where one was lost with a node or with the lead. Returns the events.
+def check_exactly_once(root: Path, n: int, *, lead_killed: bool = False, external: Path | None = None) -> list[dict]:
+    """What docs/run.md ("What a kill promises") promises, exactly: every task completed exactly once in
+    the store, every file parses; its outputs (the ledger line in its workspace, brought back) present
+    exactly once; an extra attempt only where one was lost with a node or with the lead. With
+    ``external``, the command's own effect outside its workspace is there at least once, and more than
+    once only for a task that was in flight at a kill: at most once per attempt of it that was lost
+    with its node or its lead. Returns the events.
 
     The task files are the store's truth; an event line is appended after its file is durable, so a
     lead SIGKILLed between the two loses the line (tests/test_crash.py checks the same way). With a
@@ -468,6 +478,9 @@ def check_exactly_once(root: Path, n: int, *, lead_killed: bool = False) -> list
             assert len(extra) == t["attempts"] - 1, (slug, t, extra)
         for e in extra:
             assert "lost with node" in e.get("reason", "") or "lead died" in e.get("reason", ""), e
+        if external is not None:
+            lines = (external / slug).read_text().splitlines()
+            assert set(lines) == {slug} and 1 <= len(lines) <= 1 + len(extra) + t.get("lost", 0), (slug, lines, t)
     return events
 
 
@@ -510,8 +523,14 @@ def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
 
 def test_chaos_the_lead_killed_mid_run_and_resumed(cluster, tmp_path):
     """SIGKILL the lead with attempts in flight on the cluster; `team run` again finishes the plan and
-    nothing completes twice (the old attempts died with their driver; their tasks were claimed anew)."""
-    (tmp_path / "plan.yaml").write_text(chaos_plan())
+    nothing completes twice (the old attempts died with their driver; their tasks were claimed anew).
+    Outputs are exactly once (an attempt's come back only if the store recorded it); what a command
+    did outside its workspace is there once, or again for a task in flight at the kill."""
+    external = tmp_path / "external"
+    external.mkdir()
+    tmp_path = tmp_path / "root"
+    tmp_path.mkdir()
+    (tmp_path / "plan.yaml").write_text(chaos_plan(external=external))
     argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
             cluster.address, "--json"]
     first = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=subprocess.DEVNULL,
@@ -526,8 +545,47 @@ def test_chaos_the_lead_killed_mid_run_and_resumed(cluster, tmp_path):
     assert completed(tmp_path) < CHAOS_TASKS
     second = lead(cluster, tmp_path, *argv[3:])
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    check_exactly_once(tmp_path, CHAOS_TASKS, lead_killed=True)
+    check_exactly_once(tmp_path, CHAOS_TASKS, lead_killed=True, external=external)
     assert any(t["attempts"] > 1 for t in tasks_of(tmp_path).values())  # some were in flight at the kill
+
+
+def test_outputs_of_an_attempt_the_store_never_recorded_are_taken_back(cluster, tmp_path):
+    """The lead is SIGKILLed after an attempt's outputs came back into its folder and before the store
+    recorded the attempt (a task_completed hook holds it right there). The next run takes those outputs
+    back before it runs the task again, so an appending command's output holds its line once, not
+    twice (issue 26 item 10: the ledger line written twice), and the dependent sees that."""
+    hold, held = tmp_path / "hold", tmp_path / "held"
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "plan.yaml").write_text(
+        "name: fence\nhooks:\n"
+        f"  task_completed: 'test -e {hold} || exit 0; rm {hold}; echo $$ > {held}.tmp; mv {held}.tmp {held}; "
+        "exec sleep 300'\n"
+        "tasks:\n"
+        "  - {id: a, run: 'mkdir -p ledger && echo a >> ledger/a', outputs: [ledger]}\n"
+        "  - {id: b, run: 'cat ledger/a > seen', outputs: [seen], needs: [a]}\n")
+    hold.touch()
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address]
+    first = cluster.popen(argv, cwd=root, env=team_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(held.exists, 90, "the task_completed hook of a's attempt")
+        assert (root / "ledger" / "a").read_text() == "a\n"  # its outputs are in the folder, its completion not
+        first.kill()
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+        os.kill(int(held.read_text()), signal.SIGKILL)  # the hook the dead lead left
+    assert tasks_of(root)["a"]["status"] != "completed"
+    second = lead(cluster, root, *argv[3:])
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert (root / "ledger" / "a").read_text() == "a\n"
+    assert (root / "seen").read_text() == "a\n"
+    assert "#1: took back the outputs of its attempt at epoch 1 (2 paths): the last lead died before " \
+           "recording it; the task runs again from the folder as it was" in second.stderr
+    tasks = tasks_of(root)
+    assert (tasks["a"]["status"], tasks["a"]["attempts"], tasks["b"]["attempts"]) == ("completed", 2, 1)
+    assert not list((root / ".team" / "ray" / "undo").iterdir())  # every record settled
 
 
 @pytest.mark.chaos

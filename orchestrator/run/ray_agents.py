@@ -74,6 +74,8 @@ from .ray_backend import (
     disconnect,
     first_line,
     git_identity,
+    open_journal,
+    settle_outputs,
 )
 from .ray_remote import AttemptSpec
 from .ray_service import LeadService
@@ -129,6 +131,7 @@ class RayAgentExecutor:
                 ctx.note(f"backend ray: running tasks on {said}")
             self.peer = peer
             self.workspaces = peer.workspaces if peer is not None else Workspaces()
+            self.outputs = peer.outputs if peer is not None else open_journal(ctx)
             self.nodes = peer.nodes if peer is not None else NodeNames(ray)
             self.secrets = Secrets.from_environ()
             self.spend = ctx.spend if ctx.spend is not None else Spend()
@@ -329,6 +332,7 @@ class RayAgentExecutor:
         self._ray.kill(self.service)
         self._landing.put(None)
         self._lander.join(timeout=30)
+        settle_outputs(self.outputs, self.ctx)
         disconnect()
 
     def _say(self, text: str) -> None:
@@ -391,7 +395,7 @@ class RayAgentExecutor:
             error = f"the agent ended with {res.status!r}"
         if status == "completed":
             try:
-                bring_back(task, res.outputs, res.bundle, self.workspaces)
+                bring_back(task, epoch, res.outputs, res.bundle, self.workspaces, self.outputs)
             except (OSError, TeamError, tarfile.TarError) as e:
                 status, error = "failed", f"bringing its work back from node {node} failed: {e}"
         return Outcome(task.id, epoch, status, duration=res.duration, error=error, log=res.log,

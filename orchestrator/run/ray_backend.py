@@ -87,8 +87,10 @@ from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..git.worktrees import worktree_locked
 from ..jobs.records import JobRecord
+from ..tasks.store import TaskStore
 from .executor import DoneCallback, ExecutorContext, Outcome
-from .ray_remote import AttemptResult, AttemptSpec, Workspace, open_tar, run_attempt, warm
+from .ray_outputs import OutputsJournal
+from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt, warm
 
 ARCHIVE_CAP = 512 * 1024 * 1024
 """The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
@@ -278,6 +280,7 @@ class RayExecutor:
         if warming:
             ray.wait(warming, num_returns=len(warming), timeout=WARM_WAIT)
         self.workspaces = Workspaces()
+        self.outputs = open_journal(ctx)
         self.secrets = Secrets.from_environ()
         self.logs = team_dir(ctx.root) / "ray"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -381,6 +384,7 @@ class RayExecutor:
                     self.ctx.note(f"backend ray: cancelling #{flight.task.id}: {type(e).__name__}: {e}")
         self._landing.put(None)
         self._lander.join(timeout=30)
+        settle_outputs(self.outputs, self.ctx)
         disconnect()
 
     # ------------------------------------------------------------------ completions
@@ -449,7 +453,7 @@ class RayExecutor:
         return str(path.relative_to(self.ctx.root)) if path.is_relative_to(self.ctx.root) else str(path)
 
     def _bring_back(self, task: Task, res: AttemptResult) -> None:
-        bring_back(task, res.outputs, res.bundle, self.workspaces)
+        bring_back(task, res.epoch, res.outputs, res.bundle, self.workspaces, self.outputs)
 
     # ------------------------------------------------------------------ nodes
     def node_label(self, node_id: str) -> str:
@@ -582,15 +586,34 @@ class Placement:
                 used[k] = max(0.0, used.get(k, 0.0) - v)
 
 
-def bring_back(task: Task, outputs: bytes | None, bundle: bytes | None, workspaces: Workspaces) -> None:
-    """An attempt's work into the lead's tree: the ``outputs`` files into the task's folder, or the new
-    commits fast-forwarded into its worktree (merged back later by isolation.py)."""
+def open_journal(ctx: ExecutorContext) -> OutputsJournal:
+    """The run's undo records of outputs (ray_outputs.py), settled now: outputs a killed lead brought back
+    for attempts the store never recorded as done are taken back before anything runs again."""
+    journal = OutputsJournal(ctx.root, ctx.store if ctx.store is not None else TaskStore(ctx.root))
+    settle_outputs(journal, ctx, start=True)
+    return journal
+
+
+def settle_outputs(journal: OutputsJournal, ctx: ExecutorContext, *, start: bool = False) -> None:
+    """Take back the outputs of attempts not accepted (at the start: a dead lead's; at the end: a stopped
+    run's, landed but given back), and say so."""
+    for u in journal.settle():
+        if ctx.note is not None:
+            why = "the last lead died before recording it" if start else "the run stopped before recording it"
+            ctx.note(f"backend ray: #{u.task_id}: took back the outputs of its attempt at epoch {u.epoch} "
+                     f"({u.paths} path{'s' if u.paths != 1 else ''}): {why}; the task runs again from the "
+                     f"folder as it was")
+
+
+def bring_back(task: Task, epoch: int, outputs: bytes | None, bundle: bytes | None, workspaces: Workspaces,
+               journal: OutputsJournal) -> None:
+    """An attempt's work into the lead's tree: the ``outputs`` files into the task's folder (behind an
+    undo record: kept only if the attempt is accepted, ray_outputs.py), or the new commits
+    fast-forwarded into its worktree (merged back later by isolation.py)."""
     if outputs:
         folder = Path(task.cwd or ".").resolve()
-        with open_tar(outputs) as tar:
-            if tar.getmembers():
-                tar.extractall(folder, filter="data")
-                workspaces.changed(folder)
+        if journal.bring(task.id, epoch, folder, outputs):
+            workspaces.changed(folder)
     if bundle and task.worktree:
         top = Path(task.worktree)
         with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
