@@ -693,3 +693,55 @@ def test_a_command_killed_on_a_node_that_stays_up_is_reported_failed_with_its_si
     status, code, error = ray_remote._run(["sh", "-c", "kill -9 $$"], tmp_path, {"PATH": "/usr/bin:/bin"},
                                           tmp_path / "log", None)
     assert (status, code, error) == ("failed", -9, None)
+
+
+def ray_worker_running(cluster: LocalCluster, title: bytes) -> int | None:
+    """The pid of the Ray worker process whose title starts with ``title`` (``ray::run_attempt``)."""
+    for pid in cluster.in_namespace():
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(title):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("killed", ["lead", "worker"])
+def test_what_an_attempt_left_running_is_reaped_before_its_task_runs_again(cluster, tmp_path, killed):
+    """Attempt 1's command leaves a process in its group (a `sleep 4321` in the background); then the lead
+    is SIGKILLed (Ray ends its worker, not that process), or the Ray worker running the attempt is (a
+    crash: the attempt is lost and runs again). Attempt 2 looks for that process when it starts: it must
+    be gone, and attempt 1's scratch folder with it (issue 28 items 3 and 5: a `late-1` line written
+    after attempt 2 started). The script spells the number so that pgrep does not find its own shell."""
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "plan.yaml").write_text(
+        "name: reap\ntasks:\n  - id: a\n    outputs: []\n    run: |\n"
+        f"      if [ $TEAM_ATTEMPT = 1 ]; then (exec sleep $((4320 + 1))) & echo $PWD > {ext}/started; wait; fi\n"
+        f"      if pgrep -f 'sleep 432[1]' > /dev/null; then echo alive; else echo gone; fi >> {ext}/seen\n")
+    argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
+            cluster.address]
+    with open(tmp_path / "out.txt", "w") as o, open(tmp_path / "err.txt", "w") as e:
+        first = cluster.popen(argv, cwd=root, env=team_env(root), stdout=o, stderr=e)
+    try:
+        wait_for((ext / "started").exists, 90, "attempt 1's command")
+        if killed == "lead":
+            first.kill()
+            first.wait(timeout=30)
+            run = lead(cluster, root, *argv[3:])
+            code, out = run.returncode, run.stdout + run.stderr
+        else:
+            worker = ray_worker_running(cluster, b"ray::run_attempt")
+            assert worker is not None
+            os.kill(worker, signal.SIGKILL)
+            code = first.wait(timeout=120)
+            out = (tmp_path / "out.txt").read_text() + (tmp_path / "err.txt").read_text()
+    finally:
+        first.kill()
+    assert code == 0, out[-3000:]
+    assert (ext / "seen").read_text() == "gone\n"
+    assert tasks_of(root)["a"]["attempts"] == 2
+    assert not Path((ext / "started").read_text().strip()).parent.exists()  # attempt 1's scratch
+    assert not [p for p in cluster.in_namespace() if Path(f"/proc/{p}/cmdline").read_bytes() == b"sleep\x004321\x00"]

@@ -67,11 +67,13 @@ import io
 import os
 import queue
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -90,7 +92,8 @@ from ..jobs.records import JobRecord
 from ..tasks.store import TaskStore
 from .executor import DoneCallback, ExecutorContext, Outcome
 from .ray_outputs import OutputsJournal
-from .ray_remote import AttemptResult, AttemptSpec, Workspace, run_attempt, warm
+from .ray_reaper import root_key
+from .ray_remote import AttemptResult, AttemptSpec, NodeReport, Workspace, run_attempt, start_check
 
 ARCHIVE_CAP = 512 * 1024 * 1024
 """The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
@@ -272,13 +275,14 @@ class RayExecutor:
         if ctx.note is not None:
             ctx.note(f"backend ray: running tasks on {said}")
         self._remote = ray.remote(run_attempt)
-        # A run is a new Ray job, whose worker processes start on demand (a second or more each): start
-        # one per CPU of the cluster now, and give them up to WARM_WAIT seconds to come up, so the first
-        # attempts (and the scheduler's first turns) do not wait on process start-up one by one.
-        cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
-        warming = [ray.remote(warm).options(num_cpus=1, max_retries=0).remote() for _ in range(min(cpus, 256))]
-        if warming:
-            ray.wait(warming, num_returns=len(warming), timeout=WARM_WAIT)
+        self.run_id = uuid.uuid4().hex[:12]
+        self.root_key = root_key(socket.gethostname(), str(Path(ctx.root).resolve()))
+        self.nodes = NodeNames(ray)
+        try:
+            self.slots = check_nodes(ray, self.nodes, self.root_key, self.run_id, ctx.note)
+        except BaseException:
+            disconnect()
+            raise
         self.workspaces = Workspaces()
         self.outputs = open_journal(ctx)
         self.secrets = Secrets.from_environ()
@@ -287,7 +291,6 @@ class RayExecutor:
         self.ident = git_identity(ctx.root)
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
-        self.nodes = NodeNames(ray)
         self._submitters: dict[tuple[tuple[tuple[str, float], ...], str | None, bool], Any] = {}
         self.placement = Placement(ray)
         self._stop = threading.Event()
@@ -322,7 +325,7 @@ class RayExecutor:
                    TEAM_ATTEMPT=str(task.attempts))
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
                            list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
-                           self.ident)
+                           self.ident, self.root_key, self.run_id)
         node, spill = self.placement.place(need)
         try:
             ref = self._submitter(need, node, spill).remote(spec, ws)
@@ -461,6 +464,65 @@ class RayExecutor:
 
     def _node_of_error(self, e: BaseException) -> str | None:
         return self.nodes.of_error(e)
+
+
+def check_nodes(ray: Any, nodes: NodeNames, root: str, run: str, note: Callable[[str], None] | None) -> int:
+    """The start check (``ray_remote.start_check``) on every live node, before anything runs: one per CPU
+    of the node, pinned to it (the run's worker processes start now, and the first attempts find them
+    ready), answered within ``WARM_WAIT`` seconds. A node that cannot run team's code, or runs another
+    version of it, is refused with its name and the line that installs the lead's; attempts a dead lead
+    of this root left running were killed there (said). Returns the cluster's CPU slots."""
+    from ray import exceptions as rx
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .. import __version__
+
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    check = ray.remote(start_check)
+    refs: dict[Any, str] = {}
+    slots = 0
+    for n in alive:
+        cpus = float(dict(n.get("Resources", {})).get("CPU", 0.0))
+        slots += int(cpus)
+        where = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        for _ in range(max(1, min(int(cpus), 64))):
+            refs[check.options(num_cpus=min(1.0, cpus), max_retries=0, scheduling_strategy=where)
+                 .remote(root, run)] = n["NodeID"]
+    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=WARM_WAIT)
+    problems: dict[str, str] = {}
+    install = f"pip install 'team-orchestrator[ray]=={__version__}'"
+    for ref in ready:
+        node = refs[ref]
+        try:
+            report: NodeReport = ray.get(ref)
+        except rx.RayError as e:
+            if node not in problems:
+                problems[node] = (f"node {nodes.label(node)} cannot run team's code ({_cause(e)}): install the "
+                                  f"lead's version there, {install}, and start the node again")
+            continue
+        if report.version != __version__ and node not in problems:
+            problems[node] = (f"node {nodes.label(node)} runs team {report.version}, the lead {__version__}: "
+                              f"install the lead's version there, {install}, and start the node again")
+        for task, attempt, name, n in report.reaped:
+            if note is not None:
+                note(f"backend ray: node {nodes.label(node)}: killed what attempt {attempt} of #{task}"
+                     f"{f' ({name})' if name else ''} left running ({n} process{'es' if n != 1 else ''}): "
+                     f"its lead died; the task runs again")
+    if problems:
+        raise UserError("--backend ray: " + "; ".join(problems.values()) + " (every node needs the lead's team: "
+                        "docs/scale.md)")
+    silent = sorted({nodes.label(refs[r]) for r in late})
+    if silent and note is not None:
+        note(f"backend ray: node{'s' if len(silent) > 1 else ''} {', '.join(silent)} did not answer the start check "
+             f"within {WARM_WAIT:g}s (busy, or dead and not yet noticed by Ray): attempts may wait there")
+    return slots
+
+
+def _cause(e: BaseException) -> str:
+    """The last line of a Ray error that says what went wrong on the node (``ModuleNotFoundError: ...``)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    found = [line for line in lines if "Error:" in line and not line.startswith("ray.")]
+    return (found or lines or [type(e).__name__])[-1]
 
 
 class NodeNames:
