@@ -302,7 +302,7 @@ def test_the_lead_places_attempts_on_the_nodes_it_knows_have_room(cluster, tmp_p
 
 def test_a_small_workspace_unpacks_again_to_the_same_files(tmp_path):
     from orchestrator.run import ray_remote
-    from orchestrator.run.ray_backend import _archive
+    from orchestrator.run.ray_ship import archive as _archive
 
     src = tmp_path / "src"
     (src / "pkg" / "deep").mkdir(parents=True)
@@ -745,3 +745,113 @@ def test_what_an_attempt_left_running_is_reaped_before_its_task_runs_again(clust
     assert tasks_of(root)["a"]["attempts"] == 2
     assert not Path((ext / "started").read_text().strip()).parent.exists()  # attempt 1's scratch
     assert not [p for p in cluster.in_namespace() if Path(f"/proc/{p}/cmdline").read_bytes() == b"sleep\x004321\x00"]
+
+
+def walkthrough_blocks(machine: str) -> list[list[str]]:
+    """The command blocks of docs/scale.md's walk-through for ``machine`` (``<!-- walkthrough: NAME -->``
+    before a fenced block), each a list of lines."""
+    text = (REPO / "docs" / "scale.md").read_text()
+    blocks = re.findall(r"<!-- walkthrough: (\w+) -->\n```\n(.*?)```", text, re.S)
+    return [[line for line in body.splitlines() if line.strip()] for name, body in blocks if name == machine]
+
+
+WALK_PLAN = """\
+name: walk
+tasks:
+{tasks}
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
+def test_the_walkthrough_of_docs_scale_md_on_three_machines(tmp_path):
+    """docs/scale.md's multi-machine walk-through, run as written on three machines (a head, a worker, the
+    lead's; network, process and /tmp namespaces of their own, a private bridge between them), with token
+    authentication. Before the lead's machine is a node, `team run --address HEAD:6379` says at once what to
+    run there (issue 28 item 2), and a wrong address says nothing answers (item 4); then the run goes as the
+    docs say, a node lost mid-run is re-run elsewhere, and a head lost mid-run stops the run with its
+    summary, exit 1 (item 4)."""
+    from raycluster import Machines
+
+    m = Machines(["head", "w1", "lead"])
+    head, w1, me = m.ip["head"], m.ip["w1"], m.ip["lead"]
+    env = m.env(RAY_AUTH_MODE="token")  # "in every shell that runs `ray` or `team`"
+
+    def on(machine: str, block: list[str], my_ip: str, **kw) -> subprocess.CompletedProcess:
+        script = " && ".join(line.replace("10.0.0.1", head).replace("10.0.0.2", my_ip).replace("10.0.0.9", my_ip)
+                             for line in block)
+        return m.sh(machine, script, env=env, **kw)
+
+    try:
+        (token_block, head_block), (worker_block,), (lead_block,) = (
+            walkthrough_blocks("head"), walkthrough_blocks("worker"), walkthrough_blocks("lead"))
+        r = on("head", token_block, head)
+        assert r.returncode == 0, r.stdout + r.stderr
+        token = m.path("head", "/tmp/home/.ray/auth_token").read_bytes()
+        for machine in ("w1", "lead"):  # "copy that file to the same place on every other machine"
+            m.path(machine, "/tmp/home/.ray").mkdir()
+            m.path(machine, "/tmp/home/.ray/auth_token").write_bytes(token)
+        r = on("head", head_block, head)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = on("w1", worker_block, w1)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        project = m.path("lead", "/tmp/home/project")
+        project.mkdir()
+        tasks = "\n".join(f"  - {{id: t{i}, run: 'sleep 0.5; mkdir -p out; echo t{i} > out/t{i}', outputs: [out/t{i}]}}"
+                          for i in range(6))
+        (project / "plan.yaml").write_text(WALK_PLAN.format(tasks=tasks))
+        # the lead's machine is not a node yet: said at once, with the line to run
+        r = m.sh("lead", f"team run plan.yaml --backend ray --address {head}:6379", env=env, cwd="/tmp/home/project",
+                 timeout=60)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert f"this machine is not a node of the Ray cluster at {head}:6379" in r.stderr
+        assert f"`ray start --address {head}:6379 --num-cpus 0`, then run again with --address auto" in r.stderr
+        r = m.sh("lead", "team run plan.yaml --backend ray --address 10.77.0.99:6379", env=env,
+                 cwd="/tmp/home/project", timeout=60)
+        assert r.returncode == 1 and "ClusterUnreachable: --backend ray: nothing answers at 10.77.0.99:6379" in r.stderr
+        assert not (project / ".tasks").exists()
+
+        r = on("lead", lead_block[:-2], me)  # `ray start` on the lead's machine
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = m.sh("lead", lead_block[-1], env=env, cwd="/tmp/home/project", timeout=150)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        ran = tasks_of(project)
+        assert {t["status"] for t in ran.values()} == {"completed"}
+        assert {t["node"] for t in ran.values()} <= {"head", "w1"}  # the lead's node runs no tasks
+        assert [(project / "out" / f"t{i}").read_text() for i in range(6)] == [f"t{i}\n" for i in range(6)]
+        assert "backend ray: workers 4, the cluster's CPU slots" in r.stderr  # head and w1: 2 CPUs each
+
+        # a node lost mid-run: its attempts run again elsewhere
+        tasks = "\n".join(f"  - {{id: s{i}, run: 'sleep 2; echo s{i} > s{i}', outputs: [s{i}]}}" for i in range(8))
+        (project / "plan.yaml").write_text(WALK_PLAN.format(tasks=tasks).replace("walk", "lose"))
+        with open(tmp_path / "out", "w") as o:
+            run = m.popen("lead", "team run plan.yaml --backend ray --address auto", env=env, cwd="/tmp/home/project",
+                          stdout=o, stderr=subprocess.STDOUT)
+            try:
+                wait_for(lambda: (tmp_path / "out").read_text().count("start #") >= 4, 60, "4 attempts started")
+                m.kill("w1")
+                assert run.wait(timeout=150) == 0, (tmp_path / "out").read_text()[-3000:]
+            finally:
+                run.kill()
+        out = (tmp_path / "out").read_text()
+        assert "lost with node w1; running it again elsewhere" in out, out[-3000:]
+        assert {t["node"] for t in tasks_of(project).values() if t["plan"] == "lose"} == {"head"}
+
+        # the head lost mid-run: said, the summary, exit 1
+        tasks = "\n".join(f"  - {{id: h{i}, run: 'sleep 30', outputs: []}}" for i in range(2))
+        (project / "plan.yaml").write_text(WALK_PLAN.format(tasks=tasks).replace("walk", "headless"))
+        with open(tmp_path / "out2", "w") as o:
+            run = m.popen("lead", "team run plan.yaml --backend ray --address auto", env=env, cwd="/tmp/home/project",
+                          stdout=o, stderr=subprocess.STDOUT)
+            try:
+                wait_for(lambda: (tmp_path / "out2").read_text().count("start #") >= 2, 60, "2 attempts started")
+                m.kill("head")
+                code = run.wait(timeout=60)
+            finally:
+                run.kill()
+        out = (tmp_path / "out2").read_text()
+        assert code == 1, out[-3000:]
+        assert f"backend ray: the Ray cluster's head at {head}:6379 stopped answering: the run stops" in out, out
+        assert "plan headless: 2 failed (of 2)" in out, out[-3000:]
+    finally:
+        m.stop()

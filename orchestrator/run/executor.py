@@ -125,3 +125,4 @@ class ExecutorContext:
     budgets: dict[str, Budget] = field(default_factory=dict)  # a teammate's own budget (the plan's `team:`)
     spend: Spend | None = None  # usage against budgets: the plan's `budget:`, `--ask` (runtime/budgets.py)
     mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)
+    slots: int | None = None  # set by a cluster's executor when built: its CPU slots (the run's default workers)

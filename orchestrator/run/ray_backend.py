@@ -62,9 +62,6 @@ epochs, so nothing completes twice.
 
 from __future__ import annotations
 
-import gzip
-import io
-import os
 import queue
 import shutil
 import socket
@@ -87,79 +84,26 @@ from ..core.fsutil import atomic_write
 from ..core.models import Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
+from ..core.threads import Crash
 from ..git.worktrees import worktree_locked
 from ..jobs.records import JobRecord
 from ..tasks.store import TaskStore
 from .executor import DoneCallback, ExecutorContext, Outcome
+from .ray_connect import connect, disconnect, head_lost
 from .ray_outputs import OutputsJournal
 from .ray_reaper import root_key
-from .ray_remote import AttemptResult, AttemptSpec, NodeReport, Workspace, run_attempt, start_check
+from .ray_remote import AttemptResult, AttemptSpec, NodeReport, run_attempt, start_check
+from .ray_ship import Workspaces, _git_out
 
-ARCHIVE_CAP = 512 * 1024 * 1024
-"""The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
-INLINE_MAX = 64 * 1024
-"""A workspace smaller than this (bytes) goes with each attempt's task instead of through the object
-store: Ray inlines small arguments, while one in the store is a dependency each attempt's node resolves
-(~0.2 ms an attempt here)."""
-COMPRESS_OVER = 8 * 1024 * 1024
-"""A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either)."""
 NODES_EVERY = 1.0
 """Seconds between two reads of the cluster's nodes and their resources (``Placement``): a node that
 joins gets attempts this soon (one read is a request to Ray's control store, a few ms)."""
 SHUN_FOR = 60.0
 """Seconds the lead places nothing on a node an attempt was lost with (Ray lists a dead node as alive
 until its health checks give up on it; the node is dropped from placement then anyway)."""
-WARM_WAIT = 20.0
-"""Seconds the lead waits, at most, for the run's worker processes to start before running tasks."""
-SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
-"""Folders never put into a shipped workspace archive."""
-
-
-def connect(address: str | None) -> str:
-    """Join the cluster at ``address`` (``auto`` or ``HOST:PORT``), or start an embedded local instance
-    bound to 127.0.0.1 when it is None. Returns how the run is connected, for the user."""
-    import logging
-
-    import ray
-
-    global _users
-    if ray.is_initialized():
-        _users += 1
-        return "ray (already connected)"
-    quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="team",
-                                 configure_logging=True)
-    try:
-        if address is None:
-            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, **quiet)
-            _users = 1
-            return "an embedded local Ray instance on 127.0.0.1"
-        host = address.rsplit(":", 1)[0]
-        local = host in ("127.0.0.1", "localhost", "::1")
-        if local:
-            quiet["_node_ip_address"] = "127.0.0.1"
-        ray.init(address=address, **quiet)
-        _users = 1
-        return f"the Ray cluster at {address}"
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        where = "start an embedded Ray instance" if address is None else f"connect to the Ray cluster at {address}"
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise UserError(f"--backend ray: cannot {where}: {first} (start one with `ray start --head`, "
-                        f"see docs/scale.md)") from None
-
-
-_users = 0
-"""Executors of this process using the connection (shell and agent tasks share it); the last to close
-disconnects (``disconnect``)."""
-
-
-def disconnect() -> None:
-    """One user of the connection is done; the last one shuts the driver down."""
-    import ray
-
-    global _users
-    _users = max(0, _users - 1)
-    if _users == 0:
-        ray.shutdown()
+WARM_WAIT = 10.0
+"""Seconds the lead waits, at most, for every node to answer its start check (and the run's worker
+processes to start) before running tasks; a node that died and that Ray still lists takes that long."""
 
 
 @dataclass
@@ -169,95 +113,6 @@ class _Flight:
     done: DoneCallback
     ref: Any  # ray.ObjectRef
     node: str | None = None  # where the lead placed it (None: Ray chose)
-
-
-class Workspaces:
-    """Each workspace a task starts from, made once and shared by its attempts (through the object store,
-    or inline when small).
-
-    A git workspace is keyed by its base commit (a bundle whose HEAD is that commit); an outputs-mode
-    folder by its path and how many times outputs landed in it since (a dependent sees its needs'
-    outputs: the folder is archived again after files came back into it)."""
-
-    def __init__(self) -> None:
-        import ray
-
-        self._ray = ray
-        self._lock = threading.Lock()
-        self._cache: dict[tuple[str, str, int], Any] = {}
-        self._generation: dict[str, int] = {}
-
-    def get(self, task: Task) -> tuple[Any, str]:
-        """``task``'s workspace (an object reference, or the ``Workspace`` itself when it is smaller than
-        ``INLINE_MAX``) and the folder to run in, relative to its top."""
-        if task.worktree:
-            top = Path(task.worktree)
-            base = _git_out(top, "rev-parse", "HEAD")
-            key = ("bundle", base, 0)
-            rel = os.path.relpath(Path(task.cwd or top).resolve(), top.resolve())
-            make: Callable[[], Workspace] = lambda: Workspace("bundle", _bundle(top))  # noqa: E731
-        else:
-            folder = Path(task.cwd or ".").resolve()
-            with self._lock:
-                gen = self._generation.get(str(folder), 0)
-            key, rel = ("archive", str(folder), gen), "."
-            make = lambda: Workspace("archive", _archive(folder))  # noqa: E731
-        with self._lock:
-            ref = self._cache.get(key)
-        if ref is None:
-            ws = make()
-            ref = ws if len(ws.data) < INLINE_MAX else self._ray.put(ws)
-            with self._lock:
-                if key[0] == "archive":  # an older archive of the folder is not needed again
-                    for old in [k for k in self._cache if k[0] == "archive" and k[1] == key[1]]:
-                        del self._cache[old]
-                self._cache.setdefault(key, ref)
-        return ref, rel
-
-    def changed(self, folder: Path) -> None:
-        """Files came back into ``folder``: archives of it, or of a folder holding it, are stale."""
-        folder = folder.resolve()
-        with self._lock:
-            for name in list(self._generation) + [str(folder)]:
-                if folder == Path(name) or Path(name) in folder.parents or folder in Path(name).parents:
-                    self._generation[name] = self._generation.get(name, 0) + 1
-
-
-def _git_out(cwd: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if r.returncode != 0:
-        raise UserError(f"git {' '.join(args)} in {cwd}: {r.stderr.strip()}")
-    return r.stdout.strip()
-
-
-def _bundle(top: Path) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
-        out = Path(tmp) / "base.bundle"
-        _git_out(top, "bundle", "create", "-q", str(out), "HEAD")
-        return out.read_bytes()
-
-
-def _archive(folder: Path) -> bytes:
-    if not folder.is_dir():
-        raise UserError(f"the task's folder {folder} does not exist")
-    buf = io.BytesIO()
-    total = 0
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        nonlocal total
-        if Path(info.name).name in SKIP:
-            return None
-        total += info.size
-        if total > ARCHIVE_CAP:
-            raise UserError(f"{folder} holds more than {ARCHIVE_CAP >> 20} MB to ship to the nodes: run the task "
-                            f"in a smaller folder (`cwd:`), or use isolation: worktree")
-        return info
-
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(folder, arcname=".", filter=keep)
-    if total < COMPRESS_OVER:
-        return buf.getvalue()  # unpacked once per attempt: a small one is not worth inflating each time
-    return gzip.compress(buf.getvalue(), compresslevel=1)
 
 
 class RayExecutor:
@@ -271,7 +126,7 @@ class RayExecutor:
 
         self.ctx = ctx
         self._ray = ray
-        said = connect(address)
+        said, watch = connect(address, ctx.stop.fail)
         if ctx.note is not None:
             ctx.note(f"backend ray: running tasks on {said}")
         self._remote = ray.remote(run_attempt)
@@ -279,11 +134,11 @@ class RayExecutor:
         self.root_key = root_key(socket.gethostname(), str(Path(ctx.root).resolve()))
         self.nodes = NodeNames(ray)
         try:
-            self.slots = check_nodes(ray, self.nodes, self.root_key, self.run_id, ctx.note)
+            ctx.slots = check_nodes(ray, self.nodes, self.root_key, self.run_id, ctx.note)
         except BaseException:
             disconnect()
             raise
-        self.workspaces = Workspaces()
+        self.workspaces = Workspaces(self.run_id)
         self.outputs = open_journal(ctx)
         self.secrets = Secrets.from_environ()
         self.logs = team_dir(ctx.root) / "ray"
@@ -292,10 +147,21 @@ class RayExecutor:
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
         self._submitters: dict[tuple[tuple[tuple[str, float], ...], str | None, bool], Any] = {}
-        self.placement = Placement(ray)
+        self.placement = Placement(ray, ctx.stop.fail, self.nodes)
         self._stop = threading.Event()
         self._landing: queue.SimpleQueue[tuple[int, int, Future[AttemptResult]] | None] = queue.SimpleQueue()
         self._lander = threads.start("team-ray-landing", self._land_loop, on_crash=ctx.stop.fail)
+        if watch is not None:
+            watch.on_lost(self._head_lost)
+
+    def _head_lost(self, text: str) -> None:
+        """The head stopped answering (ray_connect.HeadWatch): every attempt in flight fails with that."""
+        if self.ctx.note is not None:
+            self.ctx.note(f"backend ray: {text}")
+        with self._lock:
+            flights, self._running = list(self._running.values()), {}
+        for f in flights:
+            f.done(Outcome(f.task.id, f.epoch, "failed", error=text, node=f.node and self.nodes.label(f.node)))
 
     # ------------------------------------------------------------------ executor seam
     def reap_orphans(self) -> list[JobRecord]:
@@ -308,6 +174,9 @@ class RayExecutor:
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         if self._stop.is_set():
             done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+            return
+        if (lost := head_lost()) is not None:
+            done(Outcome(task.id, epoch, "failed", error=lost))
             return
         try:
             ws, rel = self.workspaces.get(task)
@@ -379,7 +248,7 @@ class RayExecutor:
             flights = list(self._running.values())
         from ray import exceptions as rx
 
-        for flight in flights:
+        for flight in flights if head_lost() is None else []:  # (a lost head: any Ray call would wait on it)
             try:
                 self._ray.cancel(flight.ref, force=False)
             except (rx.RayError, ConnectionError, ValueError) as e:  # the cluster is gone, its tasks with it
@@ -388,6 +257,9 @@ class RayExecutor:
         self._landing.put(None)
         self._lander.join(timeout=30)
         settle_outputs(self.outputs, self.ctx)
+        if head_lost() is None:
+            self.placement.stop()
+            drop_caches(self._ray, self.run_id)
         disconnect()
 
     # ------------------------------------------------------------------ completions
@@ -477,7 +349,9 @@ def check_nodes(ray: Any, nodes: NodeNames, root: str, run: str, note: Callable[
 
     from .. import __version__
 
-    alive = [n for n in ray.nodes() if n.get("Alive")]
+    every = ray.nodes()
+    nodes.update(every)
+    alive = [n for n in every if n.get("Alive")]
     check = ray.remote(start_check)
     refs: dict[Any, str] = {}
     slots = 0
@@ -490,11 +364,15 @@ def check_nodes(ray: Any, nodes: NodeNames, root: str, run: str, note: Callable[
                  .remote(root, run)] = n["NodeID"]
     ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=WARM_WAIT)
     problems: dict[str, str] = {}
+    gone: set[str] = set()
     install = f"pip install 'team-orchestrator[ray]=={__version__}'"
     for ref in ready:
         node = refs[ref]
         try:
             report: NodeReport = ray.get(ref)
+        except (rx.TaskUnschedulableError, rx.NodeDiedError, rx.WorkerCrashedError, rx.LocalRayletDiedError):
+            gone.add(node)  # a node that died (Ray lists it alive for a while): nothing to check there
+            continue
         except rx.RayError as e:
             if node not in problems:
                 problems[node] = (f"node {nodes.label(node)} cannot run team's code ({_cause(e)}): install the "
@@ -511,11 +389,29 @@ def check_nodes(ray: Any, nodes: NodeNames, root: str, run: str, note: Callable[
     if problems:
         raise UserError("--backend ray: " + "; ".join(problems.values()) + " (every node needs the lead's team: "
                         "docs/scale.md)")
-    silent = sorted({nodes.label(refs[r]) for r in late})
+    silent = sorted({nodes.label(refs[r]) for r in late if refs[r] not in gone})
     if silent and note is not None:
         note(f"backend ray: node{'s' if len(silent) > 1 else ''} {', '.join(silent)} did not answer the start check "
              f"within {WARM_WAIT:g}s (busy, or dead and not yet noticed by Ray): attempts may wait there")
     return slots
+
+
+DROP_WAIT = 10.0
+"""Seconds the lead waits, at most, for the nodes to remove its run's cache when it closes."""
+
+
+def drop_caches(ray: Any, run: str) -> None:
+    """Remove run ``run``'s layer cache on every live node (ray_cache.py); a node that does not answer in
+    ``DROP_WAIT`` seconds leaves it to its machine's watcher."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .ray_cache import drop
+
+    remote = ray.remote(drop)
+    refs = [remote.options(num_cpus=0, max_retries=0,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(run)
+            for n in ray.nodes() if n.get("Alive")]
+    ray.wait(refs, num_returns=len(refs), timeout=DROP_WAIT)
 
 
 def _cause(e: BaseException) -> str:
@@ -527,29 +423,37 @@ def _cause(e: BaseException) -> str:
 
 class NodeNames:
     """How nodes are shown: a node's name (``ray start --node-name``, else its address), with the start of
-    its id when several nodes share that name (several nodes on one machine)."""
+    its id when several live nodes share that name (several nodes on one machine); a node started again
+    under its name is shown by its name (dead nodes do not count).
+
+    Labels come from the nodes as last read (``update``: the start check, then ``Placement``'s reader
+    every second): showing a node never waits on Ray (whose control store may be gone with the head:
+    ray_connect.py). A node not seen yet (joined in the last second) is shown by the start of its id."""
 
     def __init__(self, ray: Any):
         self._ray = ray
         self._lock = threading.Lock()
         self._nodes: dict[str, str] = {}
 
-    def label(self, node_id: str) -> str:
-        with self._lock:
-            known = self._nodes.get(node_id)
-        if known is not None:
-            return known
-        nodes: list[dict[str, Any]] = self._ray.nodes()
+    def update(self, nodes: list[dict[str, Any]]) -> None:
         names: dict[str, int] = {}
         for n in nodes:
-            names[n.get("NodeName") or n.get("NodeManagerAddress", "?")] = \
-                names.get(n.get("NodeName") or n.get("NodeManagerAddress", "?"), 0) + 1
+            if n.get("Alive"):
+                name = n.get("NodeName") or n.get("NodeManagerAddress", "?")
+                names[name] = names.get(name, 0) + 1
         labels = {}
         for n in nodes:
             name = n.get("NodeName") or n.get("NodeManagerAddress", "?")
-            labels[n["NodeID"]] = name if names[name] == 1 else f"{name}/{n['NodeID'][:8]}"
+            labels[str(n["NodeID"])] = name if names.get(name, 0) <= 1 else f"{name}/{n['NodeID'][:8]}"
         with self._lock:
             self._nodes.update(labels)
+
+    def refresh(self) -> None:
+        """Read the nodes now (an executor without ``Placement``'s reader: agent tasks only)."""
+        self.update(self._ray.nodes())
+
+    def label(self, node_id: str) -> str:
+        with self._lock:
             return self._nodes.get(node_id, node_id[:8])
 
     def of_error(self, e: BaseException) -> str | None:
@@ -575,25 +479,51 @@ class Placement:
     skipped (``shun``). The nodes' totals are read again at most every ``NODES_EVERY`` seconds, and at
     once after a node was lost."""
 
-    def __init__(self, ray: Any):
+    def __init__(self, ray: Any, on_crash: Crash | None = None, names: NodeNames | None = None):
         self._ray = ray
+        self._names = names
         self._lock = threading.Lock()
         self._totals: dict[str, dict[str, float]] = {}  # live node id -> its resources
-        self._at = -1e9
         self._placed: dict[str, dict[str, float]] = {}  # node id -> resources of our attempts there
         self._unplaced = 0  # attempts in flight that Ray placed
         self._shunned: dict[str, float] = {}  # node id -> until when nothing is placed there
+        self._poke = threading.Event()
+        self._stopped = threading.Event()
+        self._read()
+        # The nodes are read on a thread of their own: a scheduler that places an attempt never waits on
+        # Ray's control store (which may be slow to answer, or gone with the head: ray_connect.py).
+        self._thread = threads.start("team-ray-nodes", self._reader, on_crash=on_crash)
 
-    def refresh(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._at <= NODES_EVERY:
-            return
+    def _read(self) -> None:
         nodes: list[dict[str, Any]] = self._ray.nodes()
+        if self._names is not None:
+            self._names.update(nodes)
         totals = {str(n["NodeID"]): {k: float(v) for k, v in dict(n.get("Resources", {})).items()}
                   for n in nodes if n.get("Alive")}
+        now = time.monotonic()
         with self._lock:
-            self._totals, self._at = totals, now
+            self._totals = totals
             self._shunned = {n: t for n, t in self._shunned.items() if n in totals and t > now}
+
+    def _reader(self) -> None:
+        while True:
+            self._poke.wait(NODES_EVERY)
+            self._poke.clear()
+            if self._stopped.is_set() or head_lost() is not None:
+                return
+            self._read()
+
+    def stop(self) -> None:
+        """No more reads (the run is closing: the connection goes next)."""
+        self._stopped.set()
+        self._poke.set()
+        self._thread.join(timeout=30)
+
+    def refresh(self, force: bool = False) -> None:
+        """Read the nodes again soon (``force``: now, on the reader's thread); placement uses what was read
+        last, at most ``NODES_EVERY`` seconds ago."""
+        if force:
+            self._poke.set()
 
     def infeasible(self, need: dict[str, float]) -> str:
         """What no live node of the cluster has (``""`` when some node has all of ``need``): such an
@@ -675,7 +605,7 @@ def bring_back(task: Task, epoch: int, outputs: bytes | None, bundle: bytes | No
     if outputs:
         folder = Path(task.cwd or ".").resolve()
         if journal.bring(task.id, epoch, folder, outputs):
-            workspaces.changed(folder)
+            workspaces.changed(folder, outputs)
     if bundle and task.worktree:
         top = Path(task.worktree)
         with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:

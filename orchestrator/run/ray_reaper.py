@@ -6,9 +6,9 @@ the worker processes that ran its attempts, but not the commands they started
 lead's attempt of the same task. Two things end them:
 
 * **The registry.** Each attempt, while its command runs, has a file in
-  ``<scratch>/team-attempts/`` (``scratch_root``: ``$TEAM_SCRATCH``, else
-  ``/dev/shm``, else the temporary folder; one per machine, shared by the
-  nodes on it): the state root it belongs to (a digest of the lead's host and
+  ``<scratch>/team-attempts/<pid namespace>/`` (``scratch_root``:
+  ``$TEAM_SCRATCH``, else ``/dev/shm``, else the temporary folder; one per
+  machine, or container, shared by the nodes on it): the state root it belongs to (a digest of the lead's host and
   root, ``root_key``), the run (``run``: one per lead process), the task and
   attempt, the command's process group (with its leader's start time, so a
   reused pid is never killed), the worker process that waits for it (pid and
@@ -72,10 +72,15 @@ def root_key(host: str, root: str) -> str:
 
 
 def registry(base: str | None) -> Path:
-    """The registry folder under a scratch base (None: the temporary folder)."""
+    """The registry folder under a scratch base (None: the temporary folder), one per PID namespace: its
+    pids mean nothing in another (containers sharing ``/dev/shm``)."""
     import tempfile
 
-    return Path(base or tempfile.gettempdir()) / "team-attempts"
+    try:
+        space = os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    except OSError:
+        space = "0"
+    return Path(base or tempfile.gettempdir()) / "team-attempts" / space
 
 
 def start_time(pid: int) -> int | None:

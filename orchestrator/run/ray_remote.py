@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.environ import task_environment
 from ..jobs.manager import command_argv
@@ -72,11 +73,35 @@ on a node that stays up (the OOM killer) is reported failed, that much later."""
 
 
 @dataclass(frozen=True)
-class Workspace:
-    """What the lead ships for a task's workspace (one object in the store per base, shared by attempts)."""
+class Layer:
+    """One piece of a shipped workspace, named by its content, kept by each node's cache (ray_cache.py)."""
 
-    kind: str  # "archive" (a tar of a folder) | "bundle" (a git bundle, HEAD = the base commit)
-    data: bytes
+    digest: str  # content address: a digest of an archive's bytes, or a git layer's tip and prerequisite
+    data: bytes | None = None  # the bytes themselves (small), else ``ref``
+    ref: Any = None  # ray.ObjectRef of the bytes in the lead's object store: fetched only by a node lacking it
+    prefix: str = ""  # archive layers: the folder, under the workspace's top, its paths are relative to
+    tip: str = ""  # git layers: the commit the bundle brings (its prerequisite: the layer before)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What the lead ships for a task's workspace (made once per base, shared by its attempts).
+
+    ``archive``: a tar of a small folder, in ``data``; ``bundle``: a git bundle of a small repository
+    (``HEAD`` = the base commit); ``layers``: a big folder as archive layers applied in order (the folder
+    as first shipped, then each set of outputs that came back into it); ``git``: a repository as bundle
+    layers (the first one full, each later one thin), the base commit the last layer's ``tip``."""
+
+    kind: str
+    data: bytes = b""
+    layers: tuple[Layer, ...] = ()
+    cache: str = ""  # the node cache the layers are kept in (the lead's run)
+    size: int = 0  # bytes of the workspace (where its scratch goes: ``scratch_root``)
+
+    @property
+    def is_git(self) -> bool:
+        """A repository (its new commits come back), not a folder (its outputs come back)."""
+        return self.kind in ("bundle", "git")
 
 
 @dataclass(frozen=True)
@@ -206,7 +231,11 @@ def _git(*args: str, cwd: Path) -> None:
 
 def unpack(ws: Workspace, scratch: Path) -> Path:
     top = scratch / "ws"
-    if ws.kind == "archive":
+    if ws.kind in ("layers", "git"):
+        from .ray_cache import materialise
+
+        materialise(ws, top)
+    elif ws.kind == "archive":
         top.mkdir()
         unpack_archive(ws.data, top)
     else:
@@ -361,10 +390,10 @@ def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
     """One attempt on this node (see the module docstring)."""
     t0 = time.monotonic()
     node = node_id()
-    scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(len(ws.data))))
+    scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(ws.size or len(ws.data))))
     try:
         top = unpack(ws, scratch)
-        base = head_commit(top) if ws.kind == "bundle" else ""
+        base = head_commit(top) if ws.is_git else ""
         cwd = (top / spec.rel_cwd).resolve()
         cwd.mkdir(parents=True, exist_ok=True)
         env = task_environment(os.environ, spec.env, {"TEAM_ROOT": str(scratch / "root")})
@@ -385,7 +414,7 @@ def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
         result = AttemptResult(spec.task_id, spec.epoch, node, status, code, time.monotonic() - t0, text,
                                error=error)
         if status == "completed":
-            if ws.kind == "archive":
+            if not ws.is_git:
                 result.outputs = outputs_tar(cwd, spec.outputs)
             else:
                 result.bundle = commits_bundle(top, base, spec)

@@ -290,11 +290,11 @@ class RemoteTeammate:
 
     def run(self, spec: AttemptSpec, task: Task, ws: Workspace) -> AgentAttemptResult:
         t0 = time.monotonic()
-        scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(len(ws.data))))
+        scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(ws.size or len(ws.data))))
         try:
             try:
                 top = unpack(ws, scratch)
-                base = head_commit(top) if ws.kind == "bundle" else ""
+                base = head_commit(top) if ws.is_git else ""
                 cwd = (top / spec.rel_cwd).resolve()
                 cwd.mkdir(parents=True, exist_ok=True)
             except (OSError, tarfile.TarError, subprocess.CalledProcessError) as e:
@@ -316,7 +316,7 @@ class RemoteTeammate:
             r = box[0]
             out = self._result(spec, r, t0)
             if r.status == "completed":
-                if ws.kind == "archive":
+                if not ws.is_git:
                     out.outputs = outputs_tar(cwd, spec.outputs)
                 else:
                     out.bundle = commits_bundle(top, base, spec)

@@ -233,7 +233,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                 note(text)
             iso = Isolation(wt, rerun=rerun, emit=emit)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
-        opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
+        opts = RunOptions(workers=workers or default_workers(lp, ctx, note), keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
         scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop, feed=prep.creation)
@@ -255,6 +255,15 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             ex.close()
         if iso is not None:
             iso.close()
+
+
+def default_workers(lp: LoadedPlan, ctx: ExecutorContext, note: Callable[[str], None]) -> int:
+    """The plan's ``workers``; on a cluster, when the plan does not set it, the cluster's CPU slots (said)."""
+    if "workers" in lp.plan.model_fields_set or not ctx.slots:
+        return lp.plan.workers
+    note(f"backend ray: workers {ctx.slots}, the cluster's CPU slots (the plan sets no `workers:`; it or "
+         f"--workers sets how many tasks run at once)")
+    return ctx.slots
 
 
 def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
