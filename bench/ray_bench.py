@@ -38,7 +38,7 @@ tasks. Target: <= 50 ms/task.
 * outputs mode: ``--ship-tasks`` (60) trivial tasks, each bringing back one
   small output file, in an empty folder and in a folder of ``--folder-mb``
   (40) MB of incompressible files;
-* worktree mode: a chain of ``--chain`` (6) dependent worktree tasks (each
+* worktree mode: a chain of ``--chain`` (12) dependent worktree tasks (each
   forks from the integration branch its predecessor merged into, so each has
   a new base commit) in a repository with one commit and in one with
   ``--history-mb`` (30) MB of history (commits replacing a 1 MB random file).
@@ -47,7 +47,7 @@ tasks. Target: <= 50 ms/task.
 DIR (another checkout: the "before" column).
 
 Usage: python bench/ray_bench.py [--tasks 1000] [--cpus 1] [--layers 6] [--width 12] [--ceiling 5000 (0: skip)]
-       [--only a,b,d] [--ship-tasks 60] [--folder-mb 40] [--chain 6] [--history-mb 30] [--code DIR]
+       [--only a,b,d] [--ship-tasks 60] [--folder-mb 40] [--chain 12] [--history-mb 30] [--code DIR]
        [--profile DIR (cProfile stats of each `team run`)] [--events DIR (its `--json` events)]
 """
 
@@ -122,6 +122,11 @@ runpy.run_module("orchestrator", run_name="__main__", alter_sys=True)
 """
 
 
+DURATIONS: dict[str, list[float]] = {}
+"""Each `team run`'s tasks' durations as the nodes measured them (workspace made, command run, work
+packed), by the run's folder name."""
+
+
 def team_run(cluster: LocalCluster, root: Path, plan: str) -> tuple[float, float, dict]:
     """(makespan, process wall, summary) of one `team run --backend ray --json`; the lead's CPU seconds
     (user + system, start-up included) go into ``LEAD_CPU[root.name]``."""
@@ -139,6 +144,7 @@ def team_run(cluster: LocalCluster, root: Path, plan: str) -> tuple[float, float
     if KEEP is not None:
         (KEEP / f"{root.name}.jsonl").write_text(r.stdout)
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    DURATIONS[root.name] = [e["duration"] for e in events if e["event"] == "completed"]
     start = next(e["ts"] for e in events if e["event"] == "run_started")
     end = max(e["ts"] for e in events if e["event"] == "completed")
     return end - start, wall, events[-1]
@@ -232,16 +238,25 @@ def shipping(cluster: LocalCluster, base: Path, args: argparse.Namespace, slots:
     return out
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else 0.0
+
+
 def _report_shipping(ship: dict[str, float], args: argparse.Namespace) -> None:
     print()
-    print("(d) shipping only what changed (makespans)")
+    print("(d) shipping only what changed: makespan; per-task cost = (big - empty) / tasks; and the median")
+    print("    task duration on its node (its workspace made, the command, its work packed), big - empty")
     n, c = args.ship_tasks, args.chain
     per_out = (ship["outputs-big"] - ship["outputs-empty"]) / n * 1000
     per_chain = (ship["chain-big"] - ship["chain-empty"]) / c * 1000
+    med_out = (_median(DURATIONS["ship-big"]) - _median(DURATIONS["ship-empty"])) * 1000
+    med_chain = (_median(DURATIONS["chain-big"]) - _median(DURATIONS["chain-empty"])) * 1000
     print(f"    outputs mode, {n} tasks: empty folder {ship['outputs-empty']:.2f}s · {args.folder_mb} MB folder "
-          f"{ship['outputs-big']:.2f}s · {per_out:+.1f} ms/task (target <= 50)")
+          f"{ship['outputs-big']:.2f}s · {per_out:+.1f} ms/task (target <= 50) · median task {med_out:+.1f} ms")
     print(f"    worktree mode, a chain of {c}: 1-commit repo {ship['chain-empty']:.2f}s · {args.history_mb} MB of "
-          f"history {ship['chain-big']:.2f}s · {per_chain:+.1f} ms/task (target <= 50)")
+          f"history {ship['chain-big']:.2f}s · {per_chain:+.1f} ms/task (target <= 50) · median task "
+          f"{med_chain:+.1f} ms")
 
 
 def lead_ceiling(base: Path, n: int, workers: int) -> float:
@@ -285,7 +300,7 @@ def main() -> None:
     ap.add_argument("--only", default="a,b,c,d", help="which parts to run (a,b,c,d)")
     ap.add_argument("--ship-tasks", type=int, default=60)
     ap.add_argument("--folder-mb", type=int, default=40)
-    ap.add_argument("--chain", type=int, default=6)
+    ap.add_argument("--chain", type=int, default=12)
     ap.add_argument("--history-mb", type=int, default=30)
     ap.add_argument("--code", type=Path, help="import orchestrator from this checkout (lead and nodes)")
     args = ap.parse_args()

@@ -56,6 +56,14 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def _cmdline_has(pid: int, text: str) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -135,7 +143,8 @@ class LocalCluster:
             raise box["error"]  # type: ignore[misc]
         return box["value"]  # type: ignore[return-value]
 
-    def _start(self, name: str, head: bool = False, wait: bool = True) -> subprocess.Popen:
+    def _start(self, name: str, head: bool = False, wait: bool = True,
+               env: dict[str, str] | None = None) -> subprocess.Popen:
         temp = self.base / name
         self.nodes[name] = temp
         argv = [str(BIN / "ray"), "start", "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp),
@@ -145,7 +154,8 @@ class LocalCluster:
             argv += ["--resources", json.dumps(self.resources[name])]
         argv += ["--head", "--port", str(PORT), "--include-dashboard", "false"] if head else \
             ["--address", self.address]
-        p = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        p = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                       env={**self.env, **(env or {})})
         if wait:
             self._wait(p)
         return p
@@ -155,8 +165,23 @@ class LocalCluster:
         if p.returncode != 0:
             raise RuntimeError(f"ray start failed:\n{out.decode(errors='replace')[-3000:]}")
 
-    def add_node(self, name: str) -> None:
-        self._start(name)
+    def add_node(self, name: str, env: dict[str, str] | None = None) -> None:
+        """Start another node (``env``: what its processes get on top of the cluster's)."""
+        self._start(name, env=env)
+
+    def remove_node(self, name: str) -> None:
+        """Stop node ``name`` as ``ray stop`` would, its processes only: SIGTERM (its raylet tells the head
+        it leaves, so the cluster stops listing it at once), then SIGKILL what is left after 10 s."""
+        pids = self.pids(name)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 10
+        while any(os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids) and time.time() < deadline:
+            time.sleep(0.05)
+        self.kill_node(name)
 
     def pids(self, name: str) -> list[int]:
         """Every process of node ``name``: those naming its temp dir, and their descendants."""

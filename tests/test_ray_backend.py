@@ -37,10 +37,19 @@ pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
 @pytest.fixture(scope="module")
 def cluster():
     base = Path(tempfile.mkdtemp(prefix="trc", dir="/tmp"))  # short: Ray's socket paths live under it
-    c = LocalCluster(base, workers=2, resources={"w2": {"gpu": 1}})
+    scratch = Path(tempfile.mkdtemp(prefix="trc-scratch-", dir="/dev/shm"))  # the nodes' TEAM_SCRATCH
+    c = LocalCluster(base, workers=2, resources={"w2": {"gpu": 1}}, env={"TEAM_SCRATCH": str(scratch)})
+    c.scratch = scratch
     yield c
     c.stop()
     shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def left_in_scratch(cluster: LocalCluster) -> list[str]:
+    """What attempts and teammates left in the nodes' scratch (their folders, the layer caches of runs)."""
+    found = [p.name for p in cluster.scratch.glob("team-t*")] + [p.name for p in cluster.scratch.glob("team-mate-*")]
+    return found + [f"team-cache/{p.name}" for p in cluster.scratch.glob("team-cache/*")]
 
 
 def lead(cluster: LocalCluster, root: Path, *args: str, timeout: float = 150, **env: str) -> subprocess.CompletedProcess:
@@ -131,6 +140,7 @@ def test_shell_and_worktree_tasks_run_across_nodes_with_the_local_backends_resul
 
     status = lead(cluster, ray_repo, "status")
     assert status.returncode == 0 and "nodes:" in status.stdout, status.stdout
+    assert not left_in_scratch(cluster)  # scratch folders removed, the run's caches dropped when it closed
 
 
 def test_custom_resources_choose_the_node_and_an_impossible_ask_fails_clearly(cluster, tmp_path):
@@ -138,14 +148,64 @@ def test_custom_resources_choose_the_node_and_an_impossible_ask_fails_clearly(cl
         "name: res\ndefaults: {outputs: []}\ntasks:\n"
         "  - {id: on-gpu, run: 'true', resources: {gpu: 1}, num_cpus: 0.5}\n"
         "  - {id: on-tpu, run: 'true', resources: {tpu: 2}}\n")
-    r = lead(cluster, tmp_path, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address,
-             "--keep-going")
+    r = lead(cluster, tmp_path, "run", "plan.yaml", "--backend", "ray", "--keep-going", RAY_ADDRESS=cluster.address)
     assert r.returncode == 1, r.stdout + r.stderr
+    assert f"backend ray: running tasks on the Ray cluster at {cluster.address} (from RAY_ADDRESS)" in r.stderr
     tasks = tasks_of(tmp_path)
     assert tasks["on-gpu"]["status"] == "completed" and tasks["on-gpu"]["node"] == "w2"
     assert tasks["on-tpu"]["status"] == "failed"
     assert "cannot start: no node of the cluster has CPU: 1, tpu: 2" in tasks["on-tpu"]["error"]
     assert "FAILED #2 on-tpu: cannot start: no node of the cluster has CPU: 1, tpu: 2" in r.stdout
+
+
+def test_a_big_folder_ships_once_as_layers_and_every_task_sees_the_outputs_before_it(cluster, tmp_path):
+    """A folder over ray_ship.INLINE_MAX goes to the nodes as layers (the folder once, then each set of
+    outputs that came back; the newest small ones merged past ray_ship.COMPACT_OVER): a chain of tasks
+    each counts the outputs before it, one overwrites an earlier output and the next sees the new
+    content, the big file arrives whole (issue 28 item 1)."""
+    import hashlib
+
+    big = os.urandom(300 * 1024)
+    (tmp_path / "big.bin").write_bytes(big)
+    lines = ["name: layers", "tasks:"]
+    for i in range(12):
+        needs = f", needs: [w{i - 1}]" if i else ""
+        lines.append(f"  - {{id: w{i}, run: 'mkdir -p out && n=$(ls out | wc -l) && echo $n > out/w{i}', "
+                     f"outputs: [out/w{i}]{needs}}}")
+    lines.append("  - {id: over, run: 'echo again > out/w0', outputs: [out/w0], needs: [w11]}")
+    lines.append("  - {id: check, run: 'cat out/w0 > seen && sha256sum big.bin > sum', outputs: [seen, sum], "
+                 "needs: [over]}")
+    (tmp_path / "plan.yaml").write_text("\n".join(lines) + "\n")
+    r = lead(cluster, tmp_path, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert [(tmp_path / "out" / f"w{i}").read_text().strip() for i in range(1, 12)] == [str(i) for i in range(1, 12)]
+    assert (tmp_path / "seen").read_text() == "again\n"
+    assert (tmp_path / "sum").read_text().split()[0] == hashlib.sha256(big).hexdigest()
+    assert not left_in_scratch(cluster)
+
+
+def test_a_node_with_another_version_of_team_is_refused_by_name(cluster, tmp_path):
+    """A node that imports another version of team (here: a copy whose version says 0.0.1) is named when
+    the run starts, with the line that installs the lead's version there; nothing runs (issue 28 item 5:
+    such a node showed only as attempts "lost with node an unknown node")."""
+    from orchestrator import __version__
+
+    other = tmp_path / "other"
+    shutil.copytree(REPO / "orchestrator", other / "orchestrator", ignore=shutil.ignore_patterns("__pycache__"))
+    init = other / "orchestrator" / "__init__.py"
+    init.write_text(init.read_text().replace(f'__version__ = "{__version__}"', '__version__ = "0.0.1"'))
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "plan.yaml").write_text("name: v\ntasks:\n  - {id: a, run: 'true', outputs: []}\n")
+    cluster.add_node("old", env={"PYTHONPATH": str(other)})
+    try:
+        r = lead(cluster, root, "run", "plan.yaml", "--backend", "ray", "--address", cluster.address)
+    finally:
+        cluster.remove_node("old")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert (f"UserError: --backend ray: node old runs team 0.0.1, the lead {__version__}: install the lead's "
+            f"version there, pip install 'team-orchestrator[ray]=={__version__}', and start the node again") in r.stderr
+    assert "Traceback" not in r.stderr and tasks_of(root) == {}
 
 
 KEY = "sk-ray-agents-secret-5e1d"
@@ -490,7 +550,7 @@ def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
     joins and takes work."""
     (tmp_path / "plan.yaml").write_text(chaos_plan())
     argv = [sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--backend", "ray", "--address",
-            cluster.address]
+            cluster.address, "--json"]
     with open(tmp_path / "out.txt", "w") as o, open(tmp_path / "err.txt", "w") as e:
         # files, not pipes: a pipe nobody reads while the test waits fills up and blocks the lead
         run = cluster.popen(argv, cwd=tmp_path, env=team_env(tmp_path), stdout=o, stderr=e)
@@ -511,9 +571,12 @@ def test_chaos_a_worker_node_killed_mid_run(cluster, tmp_path):
         run.kill()
     out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
     assert run.returncode == 0, out[-3000:] + err[-3000:]
-    assert f"lost with node {victim}; running it again elsewhere" in out, out[-3000:]
-    assert f"\nlost with node {victim}: #" in out  # the summary
+    events = [json.loads(line) for line in out.splitlines()]  # only JSON on stdout, whatever Ray says (item 4)
+    lost = [e for e in events if e["event"] == "lost"]
+    assert lost and {e["node"] for e in lost} == {victim}, lost
+    assert victim in {n for item in events[-1]["lost"] for n in item["nodes"]}  # the summary
     check_exactly_once(tmp_path, CHAOS_TASKS)
+    wait_for(lambda: not left_in_scratch(cluster), 30, "the killed node's attempts' scratch removed")
     tasks = tasks_of(tmp_path)
     assert any(t.get("lost", 0) >= 1 for t in tasks.values())
     assert "w3" in {t["node"] for t in tasks.values()}
@@ -682,6 +745,8 @@ def test_an_agent_attempt_lost_with_its_node_runs_again_on_another(cluster, tmp_
     assert (task["status"], task["result"], task["lost"], task.get("failures", 0)) == (
         "completed", "done on another node", 1, 0)
     assert task["node"] not in (victim, "head") and task["usage"]["calls"] == 1
+    # the lost teammate's scratch folder too (its actor died with the node), and the run's layer caches
+    wait_for(lambda: not left_in_scratch(cluster), 30, "the lost teammate's scratch removed")
 
 
 def test_a_command_killed_on_a_node_that_stays_up_is_reported_failed_with_its_signal(tmp_path, monkeypatch):

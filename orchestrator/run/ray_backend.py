@@ -2,23 +2,25 @@
 
 ``RayExecutor`` is an ``Executor`` (executor.py) like the local shell one: the
 scheduler, its group commit, epochs, retries and recovery are unchanged. Only
-this module (and ``ray_remote``, which runs on the nodes) imports ``ray``, and
-only when a run uses the backend, so no other command pays for it.
+the ``ray_*`` modules import ``ray``, and only when a run uses the backend, so
+no other command pays for it.
 
-Connecting (``connect``): ``--address auto`` joins the cluster this machine
-is a node of, ``--address HOST:PORT`` a given head, and no address starts an
-embedded local Ray instance bound to 127.0.0.1 (no dashboard), for trying the
-backend on a laptop. The driver's own address is 127.0.0.1 when the head is
-on loopback.
-
-A run is a new Ray job, whose worker processes start on demand: the executor
-starts one per CPU of the cluster as soon as it is built (``ray_remote.warm``)
-and waits for them (at most ``WARM_WAIT`` seconds) before the run starts.
+Connecting: ray_connect.py (which cluster; a wrong address, a lead that is
+not a node, a head lost mid-run). The start check (``check_nodes``): one tiny
+task per CPU of every live node, pinned to it, before anything runs: each says
+which version of team the node runs (a node that cannot run team's code, or
+runs another version, is refused by name with the install line), kills what
+attempts of a dead lead of this state root left running there
+(ray_reaper.py), and starts the run's worker processes, so the first
+attempts find them ready (a run is a new Ray job, whose workers start on
+demand); the run waits for them at most ``WARM_WAIT`` seconds. A plan without
+``workers:`` runs with the cluster's CPU slots (``ctx.slots``).
 
 Per attempt (``start``, non-blocking, so it may run inside the store's
 commit): the task's workspace is made once and shared by every attempt that
-starts from it (``Workspaces``: put into the object store, or, under
-``INLINE_MAX``, sent inline with each attempt); the attempt is
+starts from it (ray_ship.py ``Workspaces``: inline when small, else layers put
+into the object store once, which a node fetches only when its cache lacks
+them: ray_cache.py); the attempt is
 submitted as one Ray task (``num_cpus``: the task's, default 1;
 ``resources``: the plan's custom resources such as ``{gpu: 1}``; Ray's own
 retries off: the lead decides what runs again, under a new epoch). Its
@@ -30,7 +32,8 @@ per task and no polling. One landing thread then, in completion order:
 * writes the log under ``.team/ray/`` (scrubbed of the lead's secrets, as
   every file under the root is);
 * brings the work back: the ``outputs`` files into the task's folder (outputs
-  mode), or the returned commits into the task's worktree, fast-forwarded
+  mode; behind an undo record, kept only once the store holds the attempt's
+  completion: ray_outputs.py), or the returned commits into the task's worktree, fast-forwarded
   (``isolation: worktree``; ``isolation.py`` then merges them back as it
   merges local work, conflicts handled as today);
 * hands the ``Outcome`` (with the node it ran on) to the scheduler, whose
@@ -55,9 +58,13 @@ Faults: an attempt whose node died (``NodeDiedError``), whose worker process
 died, or whose object was lost comes back as ``Outcome(lost=True)`` naming
 the node; the scheduler re-runs it elsewhere without using a retry, up to the
 task's ``lost_retries`` (scheduler.py). A dead lead's attempts die with its
-Ray driver (Ray cancels the tasks of a driver that exited); the next lead
-releases their tasks (``materialise``) and claims them again under new
-epochs, so nothing completes twice.
+Ray driver (Ray ends the workers of a driver that exited, and a worker ending
+kills its command's process group; what survives is killed by ray_reaper.py
+before the task runs again); the next lead releases their tasks
+(``materialise``) and claims them again under new epochs, so nothing completes
+twice. The nodes are read on a thread (``Placement``, which also labels them:
+``NodeNames``): placing, starting or landing an attempt never waits on Ray's
+control store.
 """
 
 from __future__ import annotations
@@ -113,6 +120,7 @@ class _Flight:
     done: DoneCallback
     ref: Any  # ray.ObjectRef
     node: str | None = None  # where the lead placed it (None: Ray chose)
+    layers: str = ""  # which layered workspace it starts from (ray_ship.py; "": an inline one)
 
 
 class RayExecutor:
@@ -146,6 +154,7 @@ class RayExecutor:
         self.ident = git_identity(ctx.root)
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
+        self._warm: dict[str, frozenset[str]] = {}  # a layered workspace -> the nodes whose caches hold it
         self._submitters: dict[tuple[tuple[tuple[str, float], ...], str | None, bool], Any] = {}
         self.placement = Placement(ray, ctx.stop.fail, self.nodes)
         self._stop = threading.Event()
@@ -195,14 +204,17 @@ class RayExecutor:
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
                            list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
                            self.ident, self.root_key, self.run_id)
-        node, spill = self.placement.place(need)
+        key = ws.layers[0].digest if ws.layers else ""  # the folder's or repository's first layer names it
+        with self._lock:
+            warm = self._warm.get(key, frozenset())
+        node, spill = self.placement.place(need, warm)
         try:
             ref = self._submitter(need, node, spill).remote(spec, ws)
         except BaseException:
             self.placement.done(node, need)
             raise
         with self._lock:
-            self._running[task.id] = _Flight(task, epoch, done, ref, node)
+            self._running[task.id] = _Flight(task, epoch, done, ref, node, key)
         fut: Future[AttemptResult] = ref.future()
 
         def landed(f: Future[AttemptResult]) -> None:
@@ -295,6 +307,9 @@ class RayExecutor:
         except rx.RayError as e:
             return Outcome(task.id, epoch, "failed", error=f"the cluster could not run it: {first_line(e)}")
         node = self.node_label(res.node_id)
+        if flight.layers:  # the next attempts from that workspace go there first: its cache holds the layers
+            with self._lock:
+                self._warm[flight.layers] = self._warm.get(flight.layers, frozenset()) | {res.node_id}
         if res.task_id != task.id or res.epoch != epoch:
             return Outcome(task.id, epoch, "failed", node=node,
                            error=f"a result for #{res.task_id} epoch {res.epoch} came back for this attempt")
@@ -534,9 +549,10 @@ class Placement:
                 return ""
         return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
 
-    def place(self, need: dict[str, float]) -> tuple[str | None, bool]:
+    def place(self, need: dict[str, float], warm: frozenset[str] = frozenset()) -> tuple[str | None, bool]:
         """Where an attempt asking ``need`` goes (counted as in flight there): ``(node, True)``, a node
-        with room by the lead's count (the attempt may spill elsewhere if it has none after all);
+        with room by the lead's count, one of ``warm`` (whose caches hold the attempt's layers) first
+        (the attempt may spill elsewhere if it has none after all);
         ``(node, False)``, no node has room but one was lost lately: the node with the most room, to
         wait there (Ray still lists a lost node as alive, with its slots free, and would send it
         there); ``(None, True)``: Ray chooses."""
@@ -544,7 +560,7 @@ class Placement:
         with self._lock:
             now = time.monotonic()
             shunned = any(t > now for t in self._shunned.values())
-            best, room, fits = None, -1e18, False
+            best, rank, fits = None, (False, False, -1e18), False
             if not self._unplaced or shunned:
                 for node, total in self._totals.items():
                     if self._shunned.get(node, 0.0) > now or not all(total.get(k, 0.0) >= v for k, v in need.items()):
@@ -552,8 +568,9 @@ class Placement:
                     used = self._placed.get(node, {})
                     left = {k: total.get(k, 0.0) - used.get(k, 0.0) for k in need}
                     ok = all(left[k] >= v - 1e-9 for k, v in need.items())
-                    if (ok, left.get("CPU", 0.0)) > (fits, room):
-                        best, room, fits = node, left.get("CPU", 0.0), ok
+                    mine = (ok, node in warm, left.get("CPU", 0.0))
+                    if mine > rank:
+                        best, rank, fits = node, mine, ok
             if best is None or not (fits and not self._unplaced) and not shunned:
                 self._unplaced += 1
                 return None, True

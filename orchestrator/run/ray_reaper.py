@@ -30,6 +30,10 @@ lead's attempt of the same task. Two things end them:
     Ray's own clean-up, an attempt of a dead lead is gone before its task
     runs again.
 
+  A teammate's actor (ray_teammate.py) registers its scratch folder the same
+  way (no process group: its tools' processes are its own), so a teammate
+  lost with its worker leaves no scratch behind either.
+
   Each attempt also looks, before its command starts, at the entries of its
   own task on its machine (stale, or with their worker gone: a worker that
   crashed, its attempt lost and run again).
@@ -110,7 +114,7 @@ class Entry:
 
     @property
     def filename(self) -> str:
-        return f"{self.root}-{self.run}-t{self.task}-{self.pgid}.json"
+        return f"{self.root}-{self.run}-t{self.task}-{self.pgid or self.worker}.json"
 
 
 def register(folder: Path, entry: Entry) -> Path:
@@ -171,8 +175,11 @@ def reap(folder: Path, *, root: str | None = None, run: str | None = None, task:
 
 
 def kill_attempt(entry: Entry) -> int:
-    """SIGKILL the attempt's process group and what it started outside it; how many processes."""
+    """SIGKILL the attempt's process group and what it started outside it; how many processes. (An entry
+    without a group, ``pgid`` 0, is a teammate's scratch folder: only that goes.)"""
     n = 0
+    if not entry.pgid:
+        return n
     leader = start_time(entry.pgid)
     if leader is None or leader == entry.leader_start:  # else the pid is another process's now: its group is gone
         n += len(_group(entry.pgid))

@@ -57,7 +57,9 @@ INLINE_MAX = 64 * 1024
 """A workspace or layer smaller than this (bytes) goes inline with each attempt instead of through the
 object store: Ray inlines small arguments, while one in the store is fetched by each attempt's node."""
 COMPRESS_OVER = 8 * 1024 * 1024
-"""A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either)."""
+"""A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either), if it compresses."""
+COMPACT_OVER = 8
+"""Small layers (outputs that came back) a folder keeps apart; more are merged into one."""
 ANCESTORS_TRIED = 8
 """Earlier bases looked at (newest first) for the prerequisite of a thin bundle; else a full one."""
 SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
@@ -145,8 +147,37 @@ class Workspaces:
                     prefix = "" if path == folder else os.path.relpath(folder, path)
                     state.layers.append(Layer(layer.digest, layer.data, layer.ref, prefix=prefix))
                     state.size += len(outputs)
+                    if len(state.layers) > 1 + COMPACT_OVER:
+                        state.layers = self._compact(state.layers)
                 elif folder in path.parents:
                     del self._folders[name]
+
+    def _compact(self, layers: list[Layer]) -> list[Layer]:
+        """The newest layers, while small, merged into one (each later file over an earlier one): an
+        attempt copies a few layers, not one per output that ever came back."""
+        keep = len(layers)
+        while keep > 1 and layers[keep - 1].data is not None:
+            keep -= 1
+        small = layers[keep:]  # the newest layers, all small (the order of layers is the order of writes)
+        if len(small) < 2:
+            return layers
+        files: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
+        for x in small:
+            assert x.data is not None
+            with tarfile.open(fileobj=io.BytesIO(x.data)) as tar:
+                for m in tar.getmembers():
+                    f = tar.extractfile(m) if m.isfile() else None
+                    name = os.path.normpath(os.path.join(x.prefix, m.name))
+                    files.pop(name, None)  # re-inserted last: a later version comes after what it overwrites
+                    files[name] = (m, f.read() if f is not None else None)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, (m, content) in files.items():
+                m.name = name
+                tar.addfile(m, io.BytesIO(content) if content is not None else None)
+        data = buf.getvalue()
+        merged = self._layer(hashlib.sha256(data).hexdigest()[:32], data)
+        return [*layers[:keep], merged]
 
     # -------------------------------------------------------------- repositories
     def _git(self, top: Path) -> Workspace:
@@ -222,6 +253,16 @@ def archive(folder: Path) -> bytes:
 
     with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.add(folder, arcname=".", filter=keep)
-    if total < COMPRESS_OVER:
-        return buf.getvalue()  # unpacked once per attempt: a small one is not worth inflating each time
-    return gzip.compress(buf.getvalue(), compresslevel=1)
+    data = buf.getvalue()
+    if total < COMPRESS_OVER or not compressible(data):
+        return data  # a small one is not worth inflating on each node; incompressible data not worth trying
+    return gzip.compress(data, compresslevel=1)
+
+
+def compressible(data: bytes, sample: int = 1 << 20) -> bool:
+    """Whether gzip shrinks ``data`` by a third, judged on a few slices of it (compressing 40 MB of
+    incompressible files took 2 s here, for nothing)."""
+    step = max(1, len(data) // 4)
+    pieces = [data[i:i + sample // 4] for i in range(0, len(data), step)][:4]
+    raw = sum(len(p) for p in pieces)
+    return sum(len(gzip.compress(p, compresslevel=1)) for p in pieces) < raw * 2 / 3

@@ -39,6 +39,7 @@ role is refused on the lead, or the tool says it is not available).
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -66,6 +67,7 @@ from ..runtime.budgets import Spend
 from ..runtime.teammate import Assignment, Teammate, TeamServices
 from ..tools import FileTruth, ToolContext
 from ..tools.coordination import agent_registry
+from . import ray_reaper
 from .ray_remote import (
     AttemptSpec,
     Workspace,
@@ -283,6 +285,12 @@ class RemoteTeammate:
         self.mate = Teammate(spec.name, spec.role, self.model, None, ctx=ctx, services=services)
         self.mate.start()
         self.node = node_id()
+        # its scratch goes with this actor's process, whatever ends it (ray_reaper.py)
+        folder = ray_reaper.registry(scratch_root(0))
+        ray_reaper.ensure_watcher(folder)
+        pid = os.getpid()
+        self.registered = ray_reaper.register(folder, ray_reaper.Entry(
+            "mate", spec.name, 0, 0, spec.name, 0, 0, pid, ray_reaper.start_time(pid) or 0, str(self.scratch), ""))
 
     def ready(self) -> str:
         """The node this teammate runs on."""
@@ -353,3 +361,4 @@ class RemoteTeammate:
             return self.private()
         finally:
             shutil.rmtree(self.scratch, ignore_errors=True)
+            self.registered.unlink(missing_ok=True)
