@@ -437,9 +437,9 @@ def _cause(e: BaseException) -> str:
 
 
 class NodeNames:
-    """How nodes are shown: a node's name (``ray start --node-name``, else its address), with the start of
-    its id when several live nodes share that name (several nodes on one machine); a node started again
-    under its name is shown by its name (dead nodes do not count).
+    """How nodes are shown: a node's name (``ray start --node-name``; a node started again under its name is
+    shown by that name), else its address, with the start of its id when several live nodes share that
+    address (several unnamed nodes on one machine).
 
     Labels come from the nodes as last read (``update``: the start check, then ``Placement``'s reader
     every second): showing a node never waits on Ray (whose control store may be gone with the head:
@@ -451,15 +451,19 @@ class NodeNames:
         self._nodes: dict[str, str] = {}
 
     def update(self, nodes: list[dict[str, Any]]) -> None:
-        names: dict[str, int] = {}
+        addresses: dict[str, int] = {}
         for n in nodes:
             if n.get("Alive"):
-                name = n.get("NodeName") or n.get("NodeManagerAddress", "?")
-                names[name] = names.get(name, 0) + 1
+                address = n.get("NodeManagerAddress", "?")
+                addresses[address] = addresses.get(address, 0) + 1
         labels = {}
         for n in nodes:
-            name = n.get("NodeName") or n.get("NodeManagerAddress", "?")
-            labels[str(n["NodeID"])] = name if names.get(name, 0) <= 1 else f"{name}/{n['NodeID'][:8]}"
+            address = n.get("NodeManagerAddress", "?")
+            name = n.get("NodeName") or address
+            if name != address:  # named by `ray start --node-name`: that name, also after a restart
+                labels[str(n["NodeID"])] = name
+            else:
+                labels[str(n["NodeID"])] = address if addresses.get(address, 0) <= 1 else f"{address}/{n['NodeID'][:8]}"
         with self._lock:
             self._nodes.update(labels)
 

@@ -14,7 +14,8 @@ implement the same Protocols as the local objects, so mypy holds them to it:
     RemoteRoster   Roster                             team.roster.Team
     RemoteClaims   ClaimTracker                       runtime.claims.ClaimLedger (leases renewed there)
 
-What stays on the node, in a scratch folder of the actor (``ray_remote.scratch_root``):
+What stays on the node, in a scratch folder of the actor (``ray_remote.scratch_root``,
+registered with the machine's reaper, ray_reaper.py: removed if the actor dies):
 a state root of its own for the teammate's private files (its transcript, the
 call log, saved tool outputs, its background jobs, which run on the node next
 to the workspace), and each attempt's workspace. A teammate started again
@@ -298,7 +299,8 @@ class RemoteTeammate:
 
     def run(self, spec: AttemptSpec, task: Task, ws: Workspace) -> AgentAttemptResult:
         t0 = time.monotonic()
-        scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(ws.size or len(ws.data))))
+        # inside the teammate's own scratch: whatever ends this actor, the reaper removes both (ray_reaper.py)
+        scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=self.scratch))
         try:
             try:
                 top = unpack(ws, scratch)
