@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -824,6 +825,23 @@ def walkthrough_blocks(machine: str) -> list[list[str]]:
     return [[line for line in body.splitlines() if line.strip()] for name, body in blocks if name == machine]
 
 
+def run_and_kill(m, env: dict[str, str], project: Path, plan: str, victim: str, started: int,
+                 log: Path) -> tuple[int, str]:
+    """``team run --address auto`` of ``plan`` on the lead's machine; machine ``victim`` is killed once
+    ``started`` attempts started. The run's exit code and output."""
+    (project / "plan.yaml").write_text(plan)
+    with open(log, "w") as o:
+        run = m.popen("lead", "team run plan.yaml --backend ray --address auto", env=env, cwd="/tmp/home/project",
+                      stdout=o, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: log.read_text().count("start #") >= started, 60, f"{started} attempts started")
+            m.kill(victim)
+            code = run.wait(timeout=150)
+        finally:
+            run.kill()
+    return code, log.read_text()
+
+
 WALK_PLAN = """\
 name: walk
 tasks:
@@ -843,7 +861,10 @@ def test_the_walkthrough_of_docs_scale_md_on_three_machines(tmp_path):
 
     m = Machines(["head", "w1", "lead"])
     head, w1, me = m.ip["head"], m.ip["w1"], m.ip["lead"]
-    env = m.env(RAY_AUTH_MODE="token")  # "in every shell that runs `ray` or `team`"
+    # "in every shell that runs `ray` or `team`"; and, for the test's speed only, the head's health checks
+    # give a machine that vanished up after ~5 s instead of Ray's ~30 s
+    env = m.env(RAY_AUTH_MODE="token", RAY_health_check_period_ms="1000", RAY_health_check_timeout_ms="1000",
+                RAY_health_check_failure_threshold="5")
 
     def on(machine: str, block: list[str], my_ip: str, **kw) -> subprocess.CompletedProcess:
         script = " && ".join(line.replace("10.0.0.1", head).replace("10.0.0.2", my_ip).replace("10.0.0.9", my_ip)
@@ -861,8 +882,7 @@ def test_the_walkthrough_of_docs_scale_md_on_three_machines(tmp_path):
             m.path(machine, "/tmp/home/.ray/auth_token").write_bytes(token)
         r = on("head", head_block, head)
         assert r.returncode == 0, r.stdout + r.stderr
-        r = on("w1", worker_block, w1)
-        assert r.returncode == 0, r.stdout + r.stderr
+        joining = ThreadPoolExecutor(1).submit(on, "w1", worker_block, w1)  # meanwhile, the lead's machine:
 
         project = m.path("lead", "/tmp/home/project")
         project.mkdir()
@@ -879,6 +899,8 @@ def test_the_walkthrough_of_docs_scale_md_on_three_machines(tmp_path):
                  cwd="/tmp/home/project", timeout=60)
         assert r.returncode == 1 and "ClusterUnreachable: --backend ray: nothing answers at 10.77.0.99:6379" in r.stderr
         assert not (project / ".tasks").exists()
+        r = joining.result()
+        assert r.returncode == 0, r.stdout + r.stderr
 
         r = on("lead", lead_block[:-2], me)  # `ray start` on the lead's machine
         assert r.returncode == 0, r.stdout + r.stderr
@@ -892,33 +914,16 @@ def test_the_walkthrough_of_docs_scale_md_on_three_machines(tmp_path):
 
         # a node lost mid-run: its attempts run again elsewhere
         tasks = "\n".join(f"  - {{id: s{i}, run: 'sleep 2; echo s{i} > s{i}', outputs: [s{i}]}}" for i in range(8))
-        (project / "plan.yaml").write_text(WALK_PLAN.format(tasks=tasks).replace("walk", "lose"))
-        with open(tmp_path / "out", "w") as o:
-            run = m.popen("lead", "team run plan.yaml --backend ray --address auto", env=env, cwd="/tmp/home/project",
-                          stdout=o, stderr=subprocess.STDOUT)
-            try:
-                wait_for(lambda: (tmp_path / "out").read_text().count("start #") >= 4, 60, "4 attempts started")
-                m.kill("w1")
-                assert run.wait(timeout=150) == 0, (tmp_path / "out").read_text()[-3000:]
-            finally:
-                run.kill()
-        out = (tmp_path / "out").read_text()
+        code, out = run_and_kill(m, env, project, WALK_PLAN.format(tasks=tasks).replace("walk", "lose"), "w1", 4,
+                                 tmp_path / "out")
+        assert code == 0, out[-3000:]
         assert "lost with node w1; running it again elsewhere" in out, out[-3000:]
         assert {t["node"] for t in tasks_of(project).values() if t["plan"] == "lose"} == {"head"}
 
         # the head lost mid-run: said, the summary, exit 1
         tasks = "\n".join(f"  - {{id: h{i}, run: 'sleep 30', outputs: []}}" for i in range(2))
-        (project / "plan.yaml").write_text(WALK_PLAN.format(tasks=tasks).replace("walk", "headless"))
-        with open(tmp_path / "out2", "w") as o:
-            run = m.popen("lead", "team run plan.yaml --backend ray --address auto", env=env, cwd="/tmp/home/project",
-                          stdout=o, stderr=subprocess.STDOUT)
-            try:
-                wait_for(lambda: (tmp_path / "out2").read_text().count("start #") >= 2, 60, "2 attempts started")
-                m.kill("head")
-                code = run.wait(timeout=60)
-            finally:
-                run.kill()
-        out = (tmp_path / "out2").read_text()
+        code, out = run_and_kill(m, env, project, WALK_PLAN.format(tasks=tasks).replace("walk", "headless"), "head",
+                                 2, tmp_path / "out2")
         assert code == 1, out[-3000:]
         assert f"backend ray: the Ray cluster's head at {head}:6379 stopped answering: the run stops" in out, out
         assert "plan headless: 2 failed (of 2)" in out, out[-3000:]

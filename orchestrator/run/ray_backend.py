@@ -108,6 +108,8 @@ joins gets attempts this soon (one read is a request to Ray's control store, a f
 SHUN_FOR = 60.0
 """Seconds the lead places nothing on a node an attempt was lost with (Ray lists a dead node as alive
 until its health checks give up on it; the node is dropped from placement then anyway)."""
+SILENT_GRACE = 3.0
+"""Seconds the start check waits for a node that has not answered at all once the others have."""
 WARM_WAIT = 10.0
 """Seconds the lead waits, at most, for every node to answer its start check (and the run's worker
 processes to start) before running tasks; a node that died and that Ray still lists takes that long."""
@@ -377,7 +379,7 @@ def check_nodes(ray: Any, nodes: NodeNames, root: str, run: str, note: Callable[
         for _ in range(max(1, min(int(cpus), 64))):
             refs[check.options(num_cpus=min(1.0, cpus), max_retries=0, scheduling_strategy=where)
                  .remote(root, run)] = n["NodeID"]
-    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=WARM_WAIT)
+    ready, late = _answers(ray, refs)
     problems: dict[str, str] = {}
     gone: set[str] = set()
     install = f"pip install 'team-orchestrator[ray]=={__version__}'"
@@ -409,6 +411,24 @@ def check_nodes(ray: Any, nodes: NodeNames, root: str, run: str, note: Callable[
         note(f"backend ray: node{'s' if len(silent) > 1 else ''} {', '.join(silent)} did not answer the start check "
              f"within {WARM_WAIT:g}s (busy, or dead and not yet noticed by Ray): attempts may wait there")
     return slots
+
+
+def _answers(ray: Any, refs: dict[Any, str]) -> tuple[list[Any], list[Any]]:
+    """The start checks that answered, and those that did not: waited for at most ``WARM_WAIT`` seconds,
+    and no more than ``SILENT_GRACE`` seconds after the last answer for nodes that gave none at all (a
+    node that died, which Ray lists as alive until its health checks give up on it)."""
+    pending, ready = list(refs), []
+    deadline = time.monotonic() + WARM_WAIT
+    last = time.monotonic()
+    while pending and time.monotonic() < deadline:
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.2)
+        if done:
+            ready += done
+            last = time.monotonic()
+        answered = {refs[r] for r in ready}
+        if ready and not {refs[r] for r in pending} & answered and time.monotonic() - last > SILENT_GRACE:
+            break
+    return ready, pending
 
 
 DROP_WAIT = 10.0
