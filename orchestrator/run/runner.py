@@ -155,7 +155,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
     info = {"sandbox": sandbox.state()} if agents else {}
     if backend.name == "ray":  # `team status` says where the lead runs its tasks
-        info["backend"] = f"ray ({backend.address or 'embedded, 127.0.0.1'})"
+        info["backend"] = f"ray ({backend.address or os.environ.get('RAY_ADDRESS') or 'embedded, 127.0.0.1'})"
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
         if agents and (said := sandbox.note()) is not None:
             note(said)
