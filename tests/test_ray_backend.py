@@ -929,3 +929,50 @@ def test_the_walkthrough_of_docs_scale_md_on_three_machines(tmp_path):
         assert "plan headless: 2 failed (of 2)" in out, out[-3000:]
     finally:
         m.stop()
+
+
+def test_the_reaper_kills_a_dead_workers_attempt_and_a_dead_leads_and_keeps_a_live_one(tmp_path):
+    """ray_reaper.reap on real processes: an attempt whose worker is gone is killed and its scratch removed;
+    one of the same state root from another (dead) lead's run too, whatever its worker; one of the current
+    run whose worker lives is left alone. Leftover layer caches unused for long go (ray_cache.drop_idle)."""
+    from orchestrator.run import ray_cache, ray_reaper
+
+    folder = tmp_path / "registry"
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a worker that is gone: its pid is not running
+    me = os.getpid()
+    procs, entries = [], {}
+    for name, run, worker in (("orphan", "run1", gone.pid), ("stale", "old", me), ("live", "run1", me)):
+        p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        procs.append(p)
+        scratch = tmp_path / f"scratch-{name}"
+        scratch.mkdir()
+        entries[name] = (p, scratch)
+        ray_reaper.register(folder, ray_reaper.Entry("root1", run, len(entries), 1, name, p.pid,
+                                                     ray_reaper.start_time(p.pid) or 0, worker,
+                                                     ray_reaper.start_time(worker) or 0, str(scratch), f"{run}.x"))
+    try:
+        reaped = ray_reaper.reap(folder, root="root1", run="run1")
+        assert sorted(r.name for r in reaped) == ["orphan", "stale"]
+        for name in ("orphan", "stale"):
+            p, scratch = entries[name]
+            assert p.wait(timeout=10) == -signal.SIGKILL and not scratch.exists()
+        p, scratch = entries["live"]
+        assert p.poll() is None and scratch.exists()
+        assert [f.name for f in folder.glob("*.json")] == [f"root1-run1-t3-{p.pid}.json"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    caches = tmp_path / "shm"
+    old, new = caches / "team-cache" / "old-run", caches / "team-cache" / "new-run"
+    old.mkdir(parents=True)
+    new.mkdir()
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    env = {**os.environ, "TEAM_SCRATCH": str(caches)}
+    r = subprocess.run([sys.executable, "-c", "from orchestrator.run import ray_cache; ray_cache.drop_idle(3600)"],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not old.exists() and new.exists()
+    assert ray_cache  # imported above: the module the subprocess ran

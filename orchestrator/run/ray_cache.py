@@ -26,7 +26,8 @@ run, shared by the attempts and worker processes of that run on the machine:
 
 The lead removes its run's cache on every node when it closes
 (``drop``); a cache its lead never came back for is removed by the machine's
-watcher (ray_reaper.py) once unused for ``ray_reaper.CACHE_IDLE`` seconds.
+watcher (ray_reaper.py, while attempts run on the machine) once unused for
+``ray_reaper.CACHE_IDLE`` seconds.
 """
 
 from __future__ import annotations

@@ -42,6 +42,10 @@ A worker told to exit while its attempt runs (Ray ends a dead driver's workers
 so) kills the command's group itself on its way out (ray_remote.py); the
 registry is for workers that are SIGKILLed.
 
+The watcher also removes the layer caches of runs (ray_cache.py) unused for
+``CACHE_IDLE`` seconds: a lead that closes removes its own on every node; one
+that died leaves it to this.
+
 Costs per attempt: one small file written and removed in memory (``/dev/shm``),
 a directory listing, and a non-blocking ``flock`` to see the watcher is alive.
 """
@@ -64,6 +68,11 @@ WATCH_EVERY = 0.5
 """Seconds between the watcher's looks at the registry."""
 IDLE_EXIT = 120.0
 """Seconds the registry stays empty before the watcher exits (the next attempt starts another)."""
+CACHE_IDLE = 3600.0
+"""Seconds a run's layer cache on the machine (ray_cache.py) goes unused before the watcher removes it (a
+lead that closes removes its own; this is for a lead that died)."""
+CACHE_EVERY = 60.0
+"""Seconds between the watcher's looks for such caches."""
 CHECK_WATCHER_EVERY = 5.0
 """Seconds a worker process goes without checking that the machine's watcher runs."""
 ENV = "TEAM_RAY_ATTEMPT"
@@ -252,9 +261,15 @@ def watch(folder: Path) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return
+    from .ray_cache import drop_idle
+
     idle_since = time.monotonic()
+    caches_at = 0.0
     while True:
         reap(folder)
+        if time.monotonic() - caches_at > CACHE_EVERY:
+            drop_idle(CACHE_IDLE)
+            caches_at = time.monotonic()
         busy = any(n.endswith(".json") and not n.startswith(".") for n in os.listdir(folder))
         if busy:
             idle_since = time.monotonic()
