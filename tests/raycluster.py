@@ -245,7 +245,8 @@ class Machines:
     """Several machines on this host, for a real multi-machine cluster (tests of docs/scale.md's walk-through).
 
     Each machine is a network, PID and mount namespace of its own (``unshare --net --pid --fork
-    --mount-proc``), with its own ``/tmp`` (a tmpfs), ``HOME=/tmp/home``, loopback, and one interface on
+    --mount-proc``), with its own ``/tmp`` and ``/dev/shm`` (tmpfs: gone with the machine),
+    ``HOME=/tmp/home``, loopback, and one interface on
     a bridge in a namespace of its own (``SUBNET``.N/24: nothing leaves the bridge). A process on one
     machine sees only that machine's processes (Ray finds "the nodes of this machine" by listing them)
     and reaches the others by their address; the rest of the filesystem (this repository, its venv) is
@@ -260,7 +261,7 @@ class Machines:
         try:
             self.switch = self._namespace("ip link add br0 type bridge && ip link set br0 up && ip link set lo up")
             for i, name in enumerate(names):
-                self.init[name] = self._namespace("ip link set lo up && mount -t tmpfs tmpfs /tmp && "
+                self.init[name] = self._namespace("ip link set lo up && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && "
                                                   "mkdir /tmp/home")
                 ip = f"{SUBNET}.{i + 1}"
                 self._ip_in(self.switch, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0",
