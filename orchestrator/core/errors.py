@@ -18,6 +18,7 @@
     ├── LeadRunning                another lead holds the state root
     ├── ModelError                 the LLM service failed after retries (exit 1)
     ├── WorkFailed                 work ran and failed (exit 1)
+    ├── ClusterUnreachable         the Ray cluster named does not answer (exit 1)
     ├── ThreadDied                 a thread the process depends on died of an exception (exit 1)
     └── JobServerDied              team run's job server process died under it (exit 1)
 
@@ -137,6 +138,12 @@ class ModelError(TeamError):
 
 class WorkFailed(TeamError):
     """Work ran and failed."""
+
+    exit_code = 1
+
+
+class ClusterUnreachable(TeamError):
+    """The Ray cluster a run was pointed at does not answer (a wrong address, a head that is down)."""
 
     exit_code = 1
 

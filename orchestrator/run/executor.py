@@ -140,6 +140,7 @@ class ExecutorContext:
     model_specs: dict[str, ModelSpec] = field(default_factory=dict)  # the plan's `models:` (llm/endpoints.py)
     command_members: list[TeamMember] = field(default_factory=list)  # the plan's agent CLIs (kind: command)
     settlers: list[Settle] = field(default_factory=list)  # what the run waits for once its work is done (below)
+    slots: int | None = None  # set by a cluster's executor when built: its CPU slots (the run's default workers)
 
 
 class Wrapper:

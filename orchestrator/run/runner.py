@@ -172,7 +172,7 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
     info = {"sandbox": sandbox.state()} if agents else {}
     if backend.name == "ray":  # `team status` says where the lead runs its tasks
-        info["backend"] = f"ray ({backend.address or 'embedded, 127.0.0.1'})"
+        info["backend"] = f"ray ({backend.address or os.environ.get('RAY_ADDRESS') or 'embedded, 127.0.0.1'})"
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
         if agents and (said := sandbox.note()) is not None:
             note(said)
@@ -271,7 +271,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                     note(text)
             iso = Isolation(wt, rerun=rerun, emit=emit)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
-        opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
+        opts = RunOptions(workers=workers or default_workers(lp, ctx, note), keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
         rooted: dict[str, Executor] = {kind: Rooted(ex, root) for kind, ex in execs.items()}  # stored cwds made absolute
@@ -310,6 +310,15 @@ def _task_id(store: TaskStore, name: str) -> int | None:
         return store.resolve(name)
     except UnknownRef:
         return None
+
+
+def default_workers(lp: LoadedPlan, ctx: ExecutorContext, note: Callable[[str], None]) -> int:
+    """The plan's ``workers``; on a cluster, when the plan does not set it, the cluster's CPU slots (said)."""
+    if "workers" in lp.plan.model_fields_set or not ctx.slots:
+        return lp.plan.workers
+    note(f"backend ray: workers {ctx.slots}, the cluster's CPU slots (the plan sets no `workers:`; it or "
+         f"--workers sets how many tasks run at once)")
+    return ctx.slots
 
 
 def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
