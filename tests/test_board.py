@@ -433,5 +433,5 @@ def test_cancel_from_the_board_stops_a_running_task_of_a_run(tmp_path):
             run.kill()
             run.wait()
     assert TaskStore(tmp_path).read(1).status == Status.cancelled
-    assert "stale completion of #1" in run.stdout.read()
+    assert "skip  #1 wait: cancelled by another process while attempt 1 ran" in run.stdout.read()
     assert [(j.task, j.status) for j in JobManager(tmp_path).list()] == [(1, "killed")]
