@@ -3,7 +3,7 @@
 Layout for a user repository at ``<root>`` and a plan ``<plan>``::
 
     team/<plan>/integration               branch: the plan's result, forked from HEAD
-    <root>/.team/worktrees/<plan>/_integration   its worktree; every merge happens here
+    <root>/.team/worktrees/<plan>/_integration   its worktree, only with a git older than 2.38
     team/<plan>/<task>                    branch of one task, forked from integration
     <root>/.team/worktrees/<plan>/<task>  its worktree, where the task runs
     <root>/.team/worktrees/<plan>/.lock   flock serialising prepare/merge/cleanup
@@ -21,17 +21,26 @@ The scheduler calls, around each task::
     wt.commit(slug, "subject")    # git add -A; no-op when clean
     wt.merge(slug)                # -> MergeResult, or raises MergeConflict
 
-``merge`` runs ``git merge --no-ff`` in the integration worktree under the
-lock, so merges land one at a time in completion order. Each merge commit
+``merge`` merges under the lock, so merges land one at a time in completion
+order: in memory with git ≥ 2.38 (merge.py: ``merge-tree --write-tree``,
+``commit-tree``, then one ref transaction moving the branch by compare-and-set
+and deleting the task's branch; ``in_memory``, asked of git once per object),
+else ``git merge --no-ff`` in the integration worktree. Each merge commit
 carries a ``Team-Task: <slug>`` trailer. On success the task's worktree *and
 branch* are deleted (the merge commit's second parent keeps the history), so a
 surviving ``team/<plan>/<task>`` branch always means work not merged yet. On a
-conflict the merge is aborted, the branch and worktree are kept and
-``MergeConflict`` lists the files.
+conflict nothing is merged (in a checkout, the merge is aborted), the branch
+and worktree are kept and ``MergeConflict`` lists the files. In memory, the
+integration branch must not be checked out anywhere (the refs would move under
+that checkout): refused once per object, as git itself refused it while the
+integration worktree held the branch.
 
 Crash safety. Git children started under the lock inherit the lock's file
 descriptor, so if the lead is SIGKILLed mid-merge the orphaned ``git merge``
-keeps the lock until it exits and nobody races it. Whoever takes the lock next
+keeps the lock until it exits and nobody races it. A merge in memory writes only
+objects before its ref transaction, so it leaves nothing to repair but, when
+killed after the transaction, the task's worktree without its branch (removed
+by the next ``merge`` or ``drop_merged``). Whoever takes the lock next
 repairs what a dead holder left: stale ``*.lock`` files of the integration
 worktree and of the integration branch (``reset`` also those of the task branches), a ``MERGE_HEAD`` (``git merge --abort``), a half-written tree
 (``reset --hard`` + ``clean``). A task branch that is already an ancestor of
@@ -75,6 +84,7 @@ from ..core import procs
 from ..core.errors import InvalidName, UserError, WorkFailed
 from ..core.fsutil import LockTimeout, atomic_write, file_lock
 from ..core.text import plural
+from . import merge as tree_merge
 from .command import Git, GitError
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -213,7 +223,9 @@ def drop_unheld(lock: Path) -> bool:
 class Worktrees:
     """Worktrees and branches of one plan in the git repository holding ``root``."""
 
-    def __init__(self, root: str | os.PathLike, plan: str):
+    def __init__(self, root: str | os.PathLike, plan: str, in_memory: bool | None = None):
+        """``in_memory``: merge with ``git merge-tree`` (merge.py), no integration worktree; by default
+        when git is 2.38 or later (asked once, here), else in the integration worktree as before."""
         self.plan = check_slug(plan, "plan name")
         self.root = Path(root).absolute()
         self.git = Git(self.root)
@@ -229,6 +241,8 @@ class Worktrees:
         self.base_dir = self.root / ".team" / "worktrees" / self.plan
         self.integration = f"team/{self.plan}/{INTEGRATION}"
         self.integration_dir = self.base_dir / "_integration"
+        self.in_memory = tree_merge.supported(self.git) if in_memory is None else in_memory
+        self._checked_out_nowhere = False
 
     # -- names ----------------------------------------------------------------
     def branch(self, task: str) -> str:
@@ -374,6 +388,8 @@ class Worktrees:
             tip = self.git.rev(branch)
             if tip is None:
                 if task in self.merged_tasks():
+                    if (path / ".git").is_file():  # an in-memory merge deletes the branch first: a kill left this
+                        self.remove_task(task, fd)
                     return MergeResult(task, branch, "up-to-date", None, recovered)
                 raise UserError(f"task '{task}' has no branch {branch} to merge; call prepare() first")
             if self.git.dirty(path):
@@ -381,19 +397,36 @@ class Worktrees:
             commit = None
             if not self.git.is_ancestor(tip, self.integration):
                 msg = f"team: merge {task} into {self.plan}\n\n{TRAILER}: {task}\n"
-                proc = self.git("merge", "--no-ff", "--no-edit", "-m", msg, tip,
-                                 cwd=self.integration_dir, check=False, fd=fd)
-                if proc.returncode:
-                    files = self.git("diff", "--name-only", "--diff-filter=U",
-                                      cwd=self.integration_dir, fd=fd).stdout.split()
-                    self._recover_integration(fd)
-                    if files:
-                        raise MergeConflict(task, branch, self.integration, files, path)
-                    raise GitError(["merge", branch], self.integration_dir, proc.returncode,
-                                   proc.stderr + proc.stdout)
-                commit = self.git.rev(self.integration)
+                commit = (self._merge_in_memory if self.in_memory else self._merge_in_checkout)(task, tip, msg, fd)
             self.remove_task(task, fd)
         return MergeResult(task, branch, "merged" if commit else "up-to-date", commit, recovered)
+
+    def _merge_in_memory(self, task: str, tip: str, message: str, fd: int) -> str:
+        """merge.py: the merge commit made and the branch moved (compare-and-set) with the task's
+        branch deleted in the same ref transaction; ``MergeConflict`` changes nothing."""
+        old = self.git.rev(self.integration)
+        assert old is not None  # setup_integration made it
+        branch = self.branch(task)
+        new = tree_merge.TreeMerge(self.git).merge(f"refs/heads/{self.integration}", old, tip, message,
+                                                   drop=f"refs/heads/{branch}", fd=fd)
+        if isinstance(new, tree_merge.Conflict):
+            raise MergeConflict(task, branch, self.integration, new.files, self.path(task))
+        return new
+
+    def _merge_in_checkout(self, task: str, tip: str, message: str, fd: int) -> str | None:
+        """``git merge --no-ff`` in the integration worktree (a git older than 2.38)."""
+        branch = self.branch(task)
+        proc = self.git("merge", "--no-ff", "--no-edit", "-m", message, tip,
+                        cwd=self.integration_dir, check=False, fd=fd)
+        if proc.returncode:
+            files = self.git("diff", "--name-only", "--diff-filter=U",
+                             cwd=self.integration_dir, fd=fd).stdout.split()
+            self._recover_integration(fd)
+            if files:
+                raise MergeConflict(task, branch, self.integration, files, self.path(task))
+            raise GitError(["merge", branch], self.integration_dir, proc.returncode,
+                           proc.stderr + proc.stdout)
+        return self.git.rev(self.integration)
 
     def finish(self, task: str, message: str) -> MergeResult:
         """``commit`` then ``merge``."""
@@ -438,7 +471,10 @@ class Worktrees:
         with self.locked() as fd:
             self._finish_removal(task, fd)
             tip = self.git.rev(self.branch(task))
-            if tip is None or not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
+            if tip is None:  # an in-memory merge deleted the branch with the merge: its worktree was clean
+                if not (self.path(task) / ".git").is_file():
+                    return False
+            elif not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
                 return False
             self.remove_task(task, fd)
             return True
@@ -535,8 +571,41 @@ class Worktrees:
         notes = [f"removed stale {name}" for name in self._clear_ref_locks(integration_only=True)]
         if self.git.rev(self.integration) is None:
             self._create_integration(fd, snapshot=False)
+        if self.in_memory:  # merges need no checkout: one an older team or git left goes
+            if self.integration_dir.exists() or self.integration_dir.is_symlink():
+                self.drop_worktree(self.integration_dir, fd)
+            if not self._checked_out_nowhere:
+                self._refuse_checked_out()
+            return notes
         self._ensure_checkout(self.integration_dir, self.integration, None, fd)
         return notes + self._recover_integration(fd)
+
+    def merge_note(self) -> str | None:
+        """What to say once, at a run's start, when merges cannot happen in memory (git < 2.38)."""
+        if self.in_memory:
+            return None
+        have = ".".join(map(str, tree_merge.version(self.git))) or "of unknown version"
+        return (f"git {have} cannot merge without a checkout (`git merge-tree --write-tree` needs git "
+                f"{'.'.join(map(str, tree_merge.MIN_VERSION))}): the plan's merges happen in the worktree "
+                f"{self.integration_dir}, one at a time, as before (slower)")
+
+    def _refuse_checked_out(self) -> None:
+        """Merges move the integration branch with ``update-ref``: under a checkout of it (yours) the
+        files would stay behind and look like changes undoing the plan. Asked once per object; git
+        refused such a checkout itself while the integration worktree held the branch."""
+        ref = f"refs/heads/{self.integration}"
+        for where, info in self.git.worktrees().items():
+            if info.get("branch") == ref:
+                raise UserError(f"{self.integration} is checked out in {where}: the plan's merges would move it "
+                                f"under that checkout; check out another branch there (`git switch -`), then "
+                                f"run again")
+        self._checked_out_nowhere = True
+
+    def follow_integration(self, fd: int) -> None:
+        """After the integration branch moved by ``update-ref`` (a rebuild): its worktree, when merges
+        use one, follows it."""
+        if self.integration_dir.is_dir():
+            self.git("reset", "-q", "--hard", "HEAD", cwd=self.integration_dir, fd=fd)
 
     def _clear_ref_locks(self, *, integration_only: bool = False) -> list[str]:
         """Remove ``*.lock`` files a git killed mid-write left under the plan's refs (``git branch -D``

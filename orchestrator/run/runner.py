@@ -214,6 +214,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                  f"(commit {_landed(store, lp)[:10]}): nothing to run (--fresh starts over)")
             wt = None
         if wt is not None:
+            if (older_git := wt.merge_note()) is not None:
+                note(older_git)
             _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
         asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
         for text in asked.notes:
