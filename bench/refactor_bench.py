@@ -28,7 +28,17 @@ isolation overhead per task: (worktree − none) / tasks.
 ``git archive main | tar -x -C /tmp/base``), alternating with this one round
 by round, so both see the same minutes of a shared machine.
 
-Usage: python bench/refactor_bench.py [--repeat 3] [--workers 4] [--compare CHECKOUT]
+``--commit-cost`` measures instead what committing one task's work costs in
+a worktree of a repository of 5,000 files (issue 29, item d): the task edits
+5 files, adds one and leaves ignored build output; between tasks the worktree
+is reset as the pool resets it. Each way of committing exactly what the task
+changed is timed, alternating, median of 20: ``add -A`` over the whole tree
+then ``write-tree`` (what git/pool.py does), the same with
+``core.untrackedCache``, ``status`` then ``update-index`` of the paths it
+lists, and the old path (``add -A``, ``diff --cached``, ``commit``).
+
+Usage: python bench/refactor_bench.py [--repeat 3] [--workers 4] [--jobs groups,files,true] [--compare CHECKOUT]
+       python bench/refactor_bench.py --commit-cost
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from _proc import as_installed
@@ -202,6 +213,80 @@ def team_run(code: Path, template: Path, where: Path, job: str, tasks: list[tupl
     return wall, tree
 
 
+def commit_cost(scratch: Path, files: int = 5000, rounds: int = 20) -> None:
+    """Item d: the ways to commit a task's work in a worktree of ``files`` files (module docstring)."""
+    repo = scratch / "big"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for d in range(files // 50):
+        (repo / f"src/d{d}").mkdir(parents=True)
+        for f in range(50):
+            (repo / f"src/d{d}/f{f}.py").write_text(f"x = {d * 50 + f}\n" * 20)
+    (repo / ".gitignore").write_text("build/\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    work = scratch / "big-wt"
+    git(repo, "worktree", "add", "-q", "--detach", str(work), base)
+    off = ("-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false")
+    on = ("-c", "core.fsmonitor=false", "-c", "core.untrackedCache=true")
+
+    def g(*args: str, cfg: tuple[str, ...] = off, stdin: str | None = None) -> str:
+        proc = subprocess.run(["git", "-C", str(work), *cfg, *args], capture_output=True, text=True, input=stdin,
+                              env={**os.environ, **IDENTITY})
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"bench: git {' '.join(args)}: {proc.stderr}")
+        return proc.stdout
+
+    def add_all(cfg: tuple[str, ...]) -> str:
+        g("add", "-A", cfg=cfg)
+        tree = g("write-tree", cfg=cfg).strip()
+        g("rev-parse", "HEAD", "HEAD^{tree}", cfg=cfg)
+        return tree
+
+    def by_status() -> str:
+        out = g("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        paths = [e[3:] for e in out.split("\0") if len(e) > 3]
+        g("update-index", "--add", "--remove", "-z", "--stdin", stdin="\0".join(paths) + "\0")
+        tree = g("write-tree").strip()
+        g("rev-parse", "HEAD", "HEAD^{tree}")
+        return tree
+
+    def old_path() -> str:
+        g("add", "-A")
+        g("diff", "--cached", "--quiet")
+        g("commit", "-q", "--no-verify", "-m", "task")
+        return g("rev-parse", "HEAD^{tree}").strip()
+
+    ways: dict[str, Callable[[], str]] = {"add -A + write-tree (pool.py)": lambda: add_all(off),
+            "  the same, core.untrackedCache": lambda: add_all(on),
+            "status + update-index + write-tree": by_status,
+            "add -A + diff + commit (before)": old_path}
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    for r in range(rounds):
+        for name, way in (list(ways.items()) if r % 2 == 0 else list(ways.items())[::-1]):
+            g("checkout", "-q", "-f", "--detach", base)
+            g("clean", "-q", "-ffdx")
+            for i in range(5):
+                with open(work / f"src/d{r % (files // 50)}/f{i}.py", "a") as f:
+                    f.write(f"y = {r}\n")
+            (work / f"src/new{r}.py").write_text("new = 1\n")
+            (work / "build").mkdir(exist_ok=True)
+            (work / "build/out.o").write_text("o")
+            t0 = time.perf_counter()
+            tree = way()
+            times[name].append((time.perf_counter() - t0) * 1000)
+            changed = sorted(g("diff", "--name-only", base, tree).split())
+            want = sorted([f"src/d{r % (files // 50)}/f{i}.py" for i in range(5)] + [f"src/new{r}.py"])
+            if changed != want:
+                raise SystemExit(f"bench: {name} committed {changed}, not {want}")
+    print(f"\ncommitting one task's work in a worktree of {files:,} files (5 edited, 1 added, ignored build output); "
+          f"ms, median (min–max) of {rounds}")
+    for name, xs in times.items():
+        print(f"{name:38} {statistics.median(xs):7.1f} ({min(xs):.1f}–{max(xs):.1f})")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
 def fmt(xs: list[float]) -> str:
     return f"{statistics.median(xs):6.2f} ({min(xs):.2f}–{max(xs):.2f})"
 
@@ -210,14 +295,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="rounds (each runs every job of every code once)")
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--jobs", default="groups,files,true", help="which jobs (comma-separated)")
     ap.add_argument("--compare", metavar="CHECKOUT", type=Path,
                     help="also run another checkout's code (an export of main), alternating round by round")
+    ap.add_argument("--commit-cost", action="store_true", help="measure what a task's commit costs (item d) instead")
     args = ap.parse_args()
+    if args.commit_cost:
+        with tempfile.TemporaryDirectory(prefix="refactor-bench-") as tmp:
+            commit_cost(Path(tmp))
+        return
     if not Path(RUFF).exists():
         raise SystemExit(f"bench: no ruff next to {sys.executable} (make install puts the dev extras there)")
     codes = [("this", REPO)] + ([("base", args.compare.resolve())] if args.compare else [])
     t_all = time.perf_counter()
-    all_jobs = jobs()
+    all_jobs = {k: v for k, v in jobs().items() if k in args.jobs.split(",")}
     walls: dict[tuple[str, str, str], list[float]] = {}
     serials: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="refactor-bench-") as tmp:
@@ -227,7 +318,7 @@ def main() -> None:
         trees: dict[str, str] = {}
         one_pass = serial(template, scratch / "serial-one-pass", [("all", codemod(sum(modules(), [])))])[0]
         for r in range(args.repeat):
-            for job in ("groups", "files"):
+            for job in [j for j in ("groups", "files") if j in all_jobs]:
                 wall, trees[job] = serial(template, scratch / f"serial-{job}-{r}", all_jobs[job])
                 serials.setdefault(job, []).append(wall)
             for label, code in (codes if r % 2 == 0 else codes[::-1]):
@@ -249,6 +340,8 @@ def main() -> None:
     print("-" * len(head))
     for job, label_n in (("groups", f"{GROUPS} tasks, one a package"), ("files", f"{FILES} tasks, one a file"),
                          ("true", f"{GROUPS} tasks of true")):
+        if job not in all_jobs:
+            continue
         n = len(all_jobs[job])
         for label, _ in codes:
             wt, none = walls[(label, job, "worktree")], walls[(label, job, "none")]
@@ -259,7 +352,7 @@ def main() -> None:
             print(f"{label_n:24} {label:5} {ser if ser else 0:7.2f} {fmt(wt):>19} {fmt(none):>19} {ratio} {nratio} "
                   f"{statistics.median(over):7.0f} ({min(over):.0f}–{max(over):.0f})")
     print("targets: overhead of true tasks ≤ 40 ms/task · 13 packages ≤ 1.3× serial · 50 files ≤ 2× serial")
-    print(f"serial runs: packages {fmt(serials['groups'])} s, files {fmt(serials['files'])} s, one pass over all "
+    print(" · ".join(f"serial {job} {fmt(xs)} s" for job, xs in serials.items()) + f" · one pass over all "
           f"files {one_pass:.2f} s · load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs · bench took {time.perf_counter() - t_all:.0f} s")
 

@@ -394,6 +394,31 @@ def test_in_memory_merge_drops_an_old_integration_worktree_and_finishes_what_a_k
     assert wt.drop_merged("a") and not wt.path("a").exists()  # what a resumed run does (isolation.py)
 
 
+def test_an_in_memory_merge_removes_the_ref_locks_a_killed_merge_left_but_not_a_live_one(tmp_path):
+    """The merge's ref transaction locks integration, the task's branch and (to delete the branch)
+    packed-refs: killed inside it, it left those locks and every later merge failed ("Unable to create
+    '.git/packed-refs.lock': File exists"; the pool's kill test, seed 802125). A stale one goes; one a
+    live git holds open stays, and git says so."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.txt": "b\n"})
+    wt = Worktrees(repo, "lk", in_memory=True)
+    write_and_commit(wt, "a", {"a.txt": "A\n"})
+    write_and_commit(wt, "b", {"b.txt": "B\n"})
+    packed = repo / ".git/packed-refs.lock"
+    branch_lock = repo / ".git/refs/heads/team/lk/a.lock"
+    for lock in (packed, branch_lock):
+        lock.write_text("")
+        os.utime(lock, (time.time() - 10, time.time() - 10))  # left by a git killed a while ago
+    assert wt.merge("a").status == "merged"
+    assert not packed.exists() and not branch_lock.exists()
+    with open(packed, "w"):  # a live git's (the user's `git fetch --prune`, say)
+        os.utime(packed, (time.time() - 10, time.time() - 10))
+        with pytest.raises(GitError, match="packed-refs.lock"):
+            wt.merge("b")
+        assert packed.exists()
+    packed.unlink()
+    assert wt.merge("b").status == "merged" and wt.merged_tasks() == ["a", "b"]
+
+
 def test_prepare_repairs_half_created_worktrees(tmp_path):
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.txt": "b\n"})
     wt = Worktrees(repo, "fix")

@@ -29,7 +29,9 @@ worktree, as before, and ``team run`` says so once.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .command import Git, GitError
 
@@ -37,6 +39,9 @@ MIN_VERSION = (2, 38)
 """``git merge-tree --write-tree`` appeared in git 2.38."""
 
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+_LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+STALE_LOCKS = 4
+"""Tries of a ref transaction that met a lock a killed git left (each try removes one)."""
 
 
 def version(git: Git) -> tuple[int, ...]:
@@ -63,10 +68,17 @@ class RefMoved(GitError):
 
 
 class TreeMerge:
-    """Merge commits into a branch with no checkout (see the module docstring)."""
+    """Merge commits into a branch with no checkout (see the module docstring).
 
-    def __init__(self, git: Git):
+    ``unlock(path)``: remove a git lock file if no process holds it (a killed git's), True if it did.
+    The ref transaction locks the refs it changes and, to delete a branch, ``packed-refs``: a merge
+    killed inside it leaves those locks, and every later merge would fail on them ("Unable to create
+    '.../packed-refs.lock': File exists"). When git names such a lock and ``unlock`` removes it, the
+    transaction is tried again; a lock a live git holds is left to it (git says so)."""
+
+    def __init__(self, git: Git, unlock: Callable[[Path], bool] = lambda path: False):
         self.git = git
+        self.unlock = unlock
 
     def tree(self, ours: str, theirs: str, fd: int | None = None) -> str | Conflict:
         """The tree of merging ``theirs`` into ``ours``, or the conflict."""
@@ -92,7 +104,11 @@ class TreeMerge:
         lines = [f"update {ref} {new} {old}"]
         if drop is not None:
             lines.append(f"delete {drop[0]} {drop[1]}")
-        proc = self.git("update-ref", "--stdin", input="\n".join(lines) + "\n", check=False, fd=fd)
+        for _ in range(STALE_LOCKS):
+            proc = self.git("update-ref", "--stdin", input="\n".join(lines) + "\n", check=False, fd=fd)
+            lock = _LOCKED.search(proc.stderr) if proc.returncode else None
+            if lock is None or not self.unlock(Path(lock.group(1))):
+                break
         if proc.returncode:
             cls = RefMoved if "but expected" in proc.stderr or "is at" in proc.stderr else GitError
             raise cls(["update-ref", "--stdin", *lines], self.git.cwd, proc.returncode, proc.stderr)

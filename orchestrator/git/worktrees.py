@@ -353,7 +353,7 @@ class Worktrees:
         branch, path = self.branch(task), self.path(task)
         with self.locked() as fd:
             self.setup_integration(fd)
-            self._finish_removal(task, fd)
+            self.finish_removal(task, fd)
             tip = self.git.rev(self.integration)
             if self.git.rev(branch) is not None:
                 stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
@@ -384,7 +384,7 @@ class Worktrees:
         """Merge the task's branch into integration (serialised); see the module docstring."""
         branch, path = self.branch(task), self.path(task)
         with self.locked() as fd:
-            recovered = tuple(self.setup_integration(fd) + self._finish_removal(task, fd))
+            recovered = tuple(self.setup_integration(fd) + self.finish_removal(task, fd))
             tip = self.git.rev(branch)
             if tip is None:
                 if task in self.merged_tasks():
@@ -407,7 +407,7 @@ class Worktrees:
         old = self.git.rev(self.integration)
         assert old is not None  # setup_integration made it
         branch = self.branch(task)
-        new = tree_merge.TreeMerge(self.git).merge(f"refs/heads/{self.integration}", old, tip, message,
+        new = tree_merge.TreeMerge(self.git, unlock=self.unlock_stale).merge(f"refs/heads/{self.integration}", old, tip, message,
                                                    drop=f"refs/heads/{branch}", fd=fd)
         if isinstance(new, tree_merge.Conflict):
             raise MergeConflict(task, branch, self.integration, new.files, self.path(task))
@@ -469,7 +469,7 @@ class Worktrees:
         """Delete the task's branch and worktree when everything on the branch is on integration
         (a lead killed between a merge and the removal that follows it); whether it did."""
         with self.locked() as fd:
-            self._finish_removal(task, fd)
+            self.finish_removal(task, fd)
             tip = self.git.rev(self.branch(task))
             if tip is None:  # an in-memory merge deleted the branch with the merge: its worktree was clean
                 if not (self.path(task) / ".git").is_file():
@@ -648,6 +648,14 @@ class Worktrees:
             return False  # a live git's: git waits for it, or says so
         return drop_unheld(lock)
 
+    def unlock_stale(self, lock: Path) -> bool:
+        """Remove a lock file of this repository a killed git left (merge.py's ``unlock``): the shared
+        ``packed-refs.lock`` only when stale (``_clear_packed_refs_lock``), any other one of ours when
+        no process holds it. True if it was removed."""
+        if lock.resolve() == (self.common_dir / "packed-refs.lock").resolve():
+            return self._clear_packed_refs_lock()
+        return lock.resolve().is_relative_to(self.common_dir) and drop_unheld(lock)
+
     def _recover_integration(self, fd: int) -> list[str]:
         notes: list[str] = []
         wt = self.integration_dir
@@ -668,22 +676,31 @@ class Worktrees:
         return notes
 
     def _ensure_checkout(self, path: Path, branch: str, base: str | None, fd: int) -> None:
-        info = self.git.worktrees().get(path.resolve())
+        wts = self.git.worktrees()
+        info = wts.get(path.resolve())
         healthy = (info is not None and info.get("branch") == f"refs/heads/{branch}"
                    and "locked" not in info and (path / ".git").is_file())
         if healthy:
             return
-        self.drop_worktree(path, fd)
+        self.drop_worktree(path, fd, wts)
         if self.git.rev(branch) is None:
             if base is not None and path.parent == self.base_dir:  # a task branch: remember where it forked
-                self.base_dir.mkdir(parents=True, exist_ok=True)
-                atomic_write(self._fork_path(path.name), base + "\n")
+                self.record_fork(path.name, base)
             self.git("branch", branch, *([base] if base else []), fd=fd)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.git("worktree", "add", "-q", str(path), branch, fd=fd)
 
     def _fork_path(self, task: str) -> Path:
         return self.base_dir / f".fork-{task}"
+
+    def record_fork(self, task: str, sha: str) -> None:
+        """Remember the integration commit the task's branch forks from (before the branch is made)."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._fork_path(task), sha + "\n")
+
+    def forget_fork(self, task: str) -> None:
+        """The task's branch is gone (merged): so is its fork point."""
+        self._fork_path(task).unlink(missing_ok=True)
 
     def fork(self, task: str) -> str | None:
         """The integration commit the task's branch was forked from (recorded when it was made)."""
@@ -700,9 +717,10 @@ class Worktrees:
         self.git("worktree", "add", "-f", "-q", "--detach", str(path), commit, fd=fd)
         return path
 
-    def drop_worktree(self, path: Path, fd: int) -> None:
-        """Remove the worktree (or a stray directory or file) at ``path``; missing is fine."""
-        if path.resolve() in self.git.worktrees():
+    def drop_worktree(self, path: Path, fd: int, wts: dict[Path, dict[str, str]] | None = None) -> None:
+        """Remove the worktree (or a stray directory or file) at ``path``; missing is fine. ``wts``: git's
+        listing, when the caller read it under the same flock."""
+        if path.resolve() in (self.git.worktrees() if wts is None else wts):
             self.git("worktree", "remove", "-f", "-f", str(path), fd=fd)
         if path.is_dir() and not path.is_symlink():  # a directory git does not know: ours
             shutil.rmtree(path)
@@ -716,13 +734,14 @@ class Worktrees:
         self.drop_worktree(self.path(task), fd)
         if self.git.rev(self.branch(task)) is not None:
             self.git("branch", "-D", self.branch(task), fd=fd)
-        self._fork_path(task).unlink(missing_ok=True)
+        self.forget_fork(task)
         marker.unlink()
 
     def _removing(self, task: str) -> Path:
         return self.base_dir / f".removing-{task}"
 
-    def _finish_removal(self, task: str, fd: int) -> list[str]:
+    def finish_removal(self, task: str, fd: int) -> list[str]:
+        """Finish a removal of the task's worktree and branch a kill cut short (its marker is there)."""
         if self._removing(task).exists():
             self.remove_task(task, fd)
             return [f"finished removing task {task}'s worktree"]
