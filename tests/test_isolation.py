@@ -216,6 +216,34 @@ def test_an_older_git_merges_in_the_integration_worktree_and_the_run_says_so_onc
     assert not (repo / ".team/worktrees/old/_integration").exists()  # released at the end, as before
 
 
+def test_a_run_removes_the_ref_locks_a_killed_git_left_before_it_deletes_a_branch(tmp_path):
+    """A merge's ref transaction and a branch deletion take packed-refs.lock; a git killed holding it
+    (and its branch's lock) made the next run's `git branch -D` of a merged task's branch fail (the
+    pool's kill test, seed 891896). The run removes them at its start when stale."""
+    plan = ("name: lk\nworkers: 2\nisolation: worktree\ntasks:\n"
+            "  - id: a\n    run: echo a > a.txt\n  - id: b\n    run: echo b > b.txt\n")
+    repo = make_repo(tmp_path / "repo", {"README": "r\n"}, plan)
+    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    merge = Worktrees(repo, "lk").merges()["a"]
+    # what a lead killed after merging `a` leaves: its branch, its completion not recorded, and the locks
+    # of a git killed while deleting that branch
+    git(repo, "branch", "team/lk/a", f"{merge}^2")
+    path = next(p for p in (repo / ".tasks").glob("task_*.json") if json.loads(p.read_text())["plan_task"] == "a")
+    task = json.loads(path.read_text())
+    task.update(status="pending", owner="")
+    task.pop("merge_commit")
+    path.write_text(json.dumps(task))
+    locks = [repo / ".git/packed-refs.lock", repo / ".git/refs/heads/team/lk/a.lock"]
+    for lock in locks:
+        lock.write_text("")
+        os.utime(lock, (time.time() - 10, time.time() - 10))
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [lock.exists() for lock in locks] == [False, False]
+    assert branches(repo) == ["main", "team/lk/integration"]
+    assert tasks(repo)["a"]["merge_commit"] == merge and tasks(repo)["a"]["status"] == "completed"
+
+
 def test_no_git_repository_is_a_clear_error_before_any_state(tmp_path):
     (tmp_path / "plan.yaml").write_text("name: nogit\nisolation: worktree\ntasks:\n  - id: t\n    run: 'true'\n")
     r = run_team(tmp_path, "run", "plan.yaml")

@@ -277,14 +277,21 @@ class Worktrees:
         files included, ignored ones not), made through a scratch index: the user's
         index and files are not touched. ``Start.uncommitted`` lists what was left
         out (or snapshotted) when the branch was made now.
+
+        A run starts here, so the ref locks a killed run's git left are removed first: those of
+        the plan's branches no process holds, and a stale ``packed-refs.lock`` (a merge's ref
+        transaction and a branch deletion take it; left there, every later deletion fails).
         """
         with self.locked() as fd:
             self._exclude()
+            repairs = [f"removed stale {lock}" for lock in self._clear_ref_locks(unheld=True)]
+            if self._clear_packed_refs_lock():
+                repairs.append("removed stale packed-refs.lock")
             created = self.git.rev(self.integration) is None
             uncommitted = self.uncommitted() if created else []
             if created:
                 self._create_integration(fd, include_uncommitted and bool(uncommitted))
-            repairs = self.setup_integration(fd)
+            repairs += self.setup_integration(fd)
             return Start(created, self.base(), uncommitted, repairs)
 
     def uncommitted(self) -> list[str]:
@@ -607,14 +614,15 @@ class Worktrees:
         if self.integration_dir.is_dir():
             self.git("reset", "-q", "--hard", "HEAD", cwd=self.integration_dir, fd=fd)
 
-    def _clear_ref_locks(self, *, integration_only: bool = False) -> list[str]:
+    def _clear_ref_locks(self, *, integration_only: bool = False, unheld: bool = False) -> list[str]:
         """Remove ``*.lock`` files a git killed mid-write left under the plan's refs (``git branch -D``
         of a killed ``team land``): each would refuse every later write of its ref ("cannot lock
         ref"). The caller holds the plan's flock. The integration branch is written only under it
         (merges, its creation, ``reset``), so its lock is stale whenever we hold the flock. A task's
         branch is also written by the task's own commits, which run in parallel without the flock
         (``commit``): its lock is cleared only by ``reset``, which drops every branch of the plan
-        when none of its tasks runs (``--fresh`` before the run starts, ``team land`` after it)."""
+        when none of its tasks runs (``--fresh`` before the run starts, ``team land`` after it), and, at a
+        run's start (``unheld``), those no process holds open."""
         heads = self.common_dir / "refs" / "heads"
         if integration_only:
             locks = [heads / f"{self.integration}.lock"]
@@ -623,7 +631,7 @@ class Worktrees:
             locks = sorted(top.rglob("*.lock")) if top.is_dir() else []
         removed = []
         for lock in locks:
-            if lock.exists():
+            if lock.exists() and (not unheld or drop_unheld(lock)):
                 lock.unlink(missing_ok=True)
                 removed.append(str(lock.relative_to(heads)))
         return removed
