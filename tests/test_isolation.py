@@ -219,7 +219,8 @@ def test_an_older_git_merges_in_the_integration_worktree_and_the_run_says_so_onc
 def test_a_run_removes_the_ref_locks_a_killed_git_left_before_it_deletes_a_branch(tmp_path):
     """A merge's ref transaction and a branch deletion take packed-refs.lock; a git killed holding it
     (and its branch's lock) made the next run's `git branch -D` of a merged task's branch fail (the
-    pool's kill test, seed 891896). The run removes them at its start when stale."""
+    pool's kill test, seed 891896). The run removes them at its start when stale, and the temporary
+    file of a .fork-* write a kill cut short (seed 627155: it stayed in the plan's folder)."""
     plan = ("name: lk\nworkers: 2\nisolation: worktree\ntasks:\n"
             "  - id: a\n    run: echo a > a.txt\n  - id: b\n    run: echo b > b.txt\n")
     repo = make_repo(tmp_path / "repo", {"README": "r\n"}, plan)
@@ -233,13 +234,14 @@ def test_a_run_removes_the_ref_locks_a_killed_git_left_before_it_deletes_a_branc
     task.update(status="pending", owner="")
     task.pop("merge_commit")
     path.write_text(json.dumps(task))
-    locks = [repo / ".git/packed-refs.lock", repo / ".git/refs/heads/team/lk/a.lock"]
+    locks = [repo / ".git/packed-refs.lock", repo / ".git/refs/heads/team/lk/a.lock",
+             repo / ".team/worktrees/lk/.tmp-k1ll3d.part"]  # and a write of .fork-a cut short
     for lock in locks:
         lock.write_text("")
         os.utime(lock, (time.time() - 10, time.time() - 10))
     r = run_team(repo, "run", "plan.yaml")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert [lock.exists() for lock in locks] == [False, False]
+    assert [lock.exists() for lock in locks] == [False, False, False]
     assert branches(repo) == ["main", "team/lk/integration"]
     assert tasks(repo)["a"]["merge_commit"] == merge and tasks(repo)["a"]["status"] == "completed"
 

@@ -70,16 +70,19 @@ guards it between the run's threads.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import WorkFailed
+from ..core.errors import TeamError, WorkFailed
 from ..core.text import plural
 from .merge import Conflict, TreeMerge
 from .worktrees import TRAILER, Kept, MergeConflict, MergeResult, Worktrees, drop_unheld
+
+log = logging.getLogger("orchestrator.pool")
 
 PREFIX = "_pool-"
 LOCK_WAIT = 30.0
@@ -116,16 +119,43 @@ class WorktreePool:
         self.git = wt.git
         self._free: list[Path] = []
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a free one came, or a promised one will not
+        self._promised = 0  # worktrees ``warm`` is still making
+        self._warmer: threading.Thread | None = None
         self._adopted = False
         self._serial = 0
         self._ready = False  # setup_integration done for this run
+
+    def warm(self, count: int) -> None:
+        """Make ``count`` free worktrees ahead of the first tasks, in the background, while the run is still
+        starting (a run's first tasks would each make one, then wait for its files). ``prepare`` waits for
+        them rather than making more."""
+        if count <= 0 or self._warmer is not None:
+            return
+        with self._lock:
+            self._promised = count
+        self._warmer = threading.Thread(target=self._warm, args=(count,), name="team-wt-warm", daemon=True)
+        self._warmer.start()
 
     # ---------------------------------------------------------------- a task's turn
     def prepare(self, task: str, kept: Kept | None) -> Lease:
         """The task's worktree at ``wt.path(task)``, detached at the integration tip, as fresh as a new one.
         ``kept``: ``wt.kept(task)`` as the caller found it; a branch without commits of its own goes (an
         attempt cut short, or failed), one with commits is refused (kept work: merge it, never reset it)."""
-        wt, path = self.wt, self.wt.path(task)
+        path = self.wt.path(task)
+        with self._changed:  # outside the flock (warm needs it to add what it promised): one is this task's
+            self._changed.wait_for(lambda: bool(self._free) or not self._promised)
+            reserved = self._free.pop() if self._free else None
+        try:
+            return self._prepare(task, kept, path, reserved)
+        finally:
+            if reserved is not None and reserved.is_dir():  # not used (it stayed where it was): free again
+                with self._changed:
+                    self._free.append(reserved)
+                    self._changed.notify_all()
+
+    def _prepare(self, task: str, kept: Kept | None, path: Path, reserved: Path | None) -> Lease:
+        wt = self.wt
         with wt.locked() as fd:
             if not self._ready:
                 wt.setup_integration(fd)
@@ -145,7 +175,7 @@ class WorktreePool:
                         and (path / ".git").is_file())
             if not in_place:
                 wt.drop_worktree(path, fd, wts)
-                if not self._take(path, wts, fd):
+                if not self._take(path, wts, fd, reserved):
                     path.parent.mkdir(parents=True, exist_ok=True)
                     self.git("worktree", "add", "-f", "-q", "--no-checkout", "--detach", str(path), fork, fd=fd)
         # in the task's own worktree, in parallel with the others: no list of worktrees changes here
@@ -207,6 +237,8 @@ class WorktreePool:
 
     def drain(self) -> list[Path]:
         """Remove every free worktree (the run's end), and the entries of any a kill left half moved."""
+        if self._warmer is not None:
+            self._warmer.join()
         with self.wt.locked() as fd, self._lock:
             slots = sorted(set(self._free) | set(self.wt.base_dir.glob(f"{PREFIX}*")))
             self._free.clear()
@@ -240,32 +272,82 @@ class WorktreePool:
         return bool(locks)
 
     # ---------------------------------------------------------------- the free list
-    def _take(self, path: Path, wts: dict[Path, dict[str, str]], fd: int) -> bool:
-        """Move a free worktree to ``path`` (nothing is there; the caller holds the flock); False if none."""
+    def _take(self, path: Path, wts: dict[Path, dict[str, str]], fd: int, slot: Path | None) -> bool:
+        """Move a free worktree (``slot``, reserved, else any) to ``path`` (nothing is there; the caller
+        holds the flock); False if none."""
         while True:
             with self._lock:
                 if not self._adopted:
                     self._adopt(wts, fd)
-                slot = self._free.pop() if self._free else None
+                if slot is None:
+                    slot = self._free.pop() if self._free else None
             if slot is None:
                 return False
             # -f: a path git still lists, its directory gone (a move a kill cut short), is taken over
             if self.git("worktree", "move", "-f", str(slot), str(path), fd=fd, check=False).returncode == 0:
                 return True
             self._drop(slot, fd)  # made unusable behind our back: the next one
+            slot = None
 
     def _give(self, path: Path, fd: int) -> None:
         """The worktree at ``path`` back to the free ones (its work is merged, or there was none)."""
+        slot = self._name(fd)
+        if self.git("worktree", "move", str(path), str(slot), fd=fd, check=False).returncode:
+            self.wt.drop_worktree(path, fd)  # not a worktree git knows any more: it goes
+            return
+        with self._changed:
+            self._free.append(slot)
+            self._changed.notify_all()
+
+    def _name(self, fd: int) -> Path:
+        """A free ``_pool-N`` path (something a kill left there goes)."""
         with self._lock:
             self._serial += 1
             slot = self.wt.base_dir / f"{PREFIX}{self._serial}"
         if slot.exists() or slot.is_symlink():
             self._drop(slot, fd)
-        if self.git("worktree", "move", str(path), str(slot), fd=fd, check=False).returncode:
-            self.wt.drop_worktree(path, fd)  # not a worktree git knows any more: it goes
-            return
-        with self._lock:
-            self._free.append(slot)
+        return slot
+
+    def _warm(self, count: int) -> None:
+        """``warm``'s thread: the worktrees added at once under the flock, filled outside it, in parallel."""
+        made: list[Path] = []
+        try:
+            with self.wt.locked() as fd:
+                if not self._ready:
+                    self.wt.setup_integration(fd)
+                    self._ready = True
+                tip = self.git.rev(self.wt.integration)
+                wts = self.git.worktrees()
+                with self._lock:
+                    if not self._adopted:
+                        self._adopt(wts, fd)
+                    need = count - len(self._free)
+                    self._promised = max(0, need)
+                for _ in range(need):
+                    slot = self._name(fd)
+                    self.git("worktree", "add", "-f", "-q", "--no-checkout", "--detach", str(slot), str(tip), fd=fd)
+                    made.append(slot)
+                with self._changed:
+                    self._promised = len(made)
+            fillers = [threading.Thread(target=self._fill, args=(slot, str(tip)), daemon=True) for slot in made]
+            for t in fillers:
+                t.start()
+            for t in fillers:
+                t.join()
+        except TeamError as e:  # a task's prepare makes its own worktree instead
+            log.warning("could not make worktrees ahead of the tasks: %s", e)
+        finally:
+            with self._changed:
+                self._promised = 0
+                self._changed.notify_all()
+
+    def _fill(self, slot: Path, tip: str) -> None:
+        done = self.git("checkout", "-q", "-f", "--detach", tip, cwd=slot, check=False).returncode == 0
+        with self._changed:
+            self._promised = max(0, self._promised - 1)
+            if done:
+                self._free.append(slot)  # else drain removes it with the others
+            self._changed.notify_all()
 
     def _adopt(self, wts: dict[Path, dict[str, str]], fd: int) -> None:
         """Free worktrees a killed run left: kept when healthy, else removed. Holds ``_lock``."""

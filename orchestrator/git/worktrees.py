@@ -82,7 +82,7 @@ from pathlib import Path
 
 from ..core import procs
 from ..core.errors import InvalidName, UserError, WorkFailed
-from ..core.fsutil import LockTimeout, atomic_write, file_lock
+from ..core.fsutil import TMP_PREFIX, LockTimeout, atomic_write, file_lock
 from ..core.text import plural
 from . import merge as tree_merge
 from .command import Git, GitError
@@ -280,13 +280,17 @@ class Worktrees:
 
         A run starts here, so the ref locks a killed run's git left are removed first: those of
         the plan's branches no process holds, and a stale ``packed-refs.lock`` (a merge's ref
-        transaction and a branch deletion take it; left there, every later deletion fails).
+        transaction and a branch deletion take it; left there, every later deletion fails); and the
+        temporary file of a write to the plan's folder a kill cut short.
         """
         with self.locked() as fd:
             self._exclude()
             repairs = [f"removed stale {lock}" for lock in self._clear_ref_locks(unheld=True)]
             if self._clear_packed_refs_lock():
                 repairs.append("removed stale packed-refs.lock")
+            for part in self.base_dir.glob(f"{TMP_PREFIX}*.part"):  # a write of .fork-* or base.json a kill cut
+                part.unlink(missing_ok=True)                        # (nothing else writes here while no run goes)
+                repairs.append(f"removed {part.name}")
             created = self.git.rev(self.integration) is None
             uncommitted = self.uncommitted() if created else []
             if created:

@@ -64,10 +64,22 @@ from ..core.text import plural
 from ..git.pool import Lease, WorktreePool
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
+from ..plan.model import Plan
 from .executor import DoneCallback, Executor, Outcome
 from .scheduler import Emit
 
 log = logging.getLogger("orchestrator.isolation")
+
+
+def warmed_pool(wt: Worktrees, plan: Plan, workers: int, *, started: bool) -> WorktreePool:
+    """The run's worktree pool, made as the run starts. When the plan starts now (``started``: no task of
+    it ran yet), its first worktrees are made in the background while the run materialises its tasks:
+    one per task that will run at once (``workers``, at most the shell tasks with worktree isolation)."""
+    pool = WorktreePool(wt)
+    if started:
+        shell = sum(1 for t in plan.tasks if (t.isolation or plan.isolation) == "worktree" and t.run is not None)
+        pool.warm(min(workers, shell))
+    return pool
 
 
 def slug_of(task: Task) -> str:
@@ -92,12 +104,13 @@ class Isolation:
     runs the plan again (for messages); ``emit`` gets the merge-phase events.
     """
 
-    def __init__(self, wt: Worktrees, *, rerun: str = "team run PLAN", emit: Emit | None = None):
+    def __init__(self, wt: Worktrees, *, rerun: str = "team run PLAN", emit: Emit | None = None,
+                 pool: WorktreePool | None = None):
         self.wt = wt
         self.rerun = rerun
         self.emit: Emit = emit or (lambda ev: None)
         self.merged_before = wt.merges()
-        self.pool = WorktreePool(wt)
+        self.pool = pool or WorktreePool(wt)
         self._cancelled: set[int] = set()
         self._lock = threading.Lock()
         self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)

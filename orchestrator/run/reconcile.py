@@ -221,8 +221,9 @@ def request_redo(store: TaskStore, tasks: list[Task], wt: Worktrees | None, redo
 def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> list[str]:
     """What this run will do with the kept branches of tasks that are to run (merge them first)."""
     notes = []
+    branches = set(wt.task_branches())  # one listing of the plan's branches, not a lookup per task
     for t in tasks:
-        if t.status == Status.completed or t.isolation != "worktree":
+        if t.status == Status.completed or t.isolation != "worktree" or slug(t) not in branches:
             continue
         kept = wt.kept(slug(t))
         if kept is None or not kept.commits:

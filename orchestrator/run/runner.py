@@ -79,6 +79,7 @@ from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
 from ..core.text import plural
 from ..git.land import Land
+from ..git.pool import WorktreePool
 from ..git.worktrees import Start, Worktrees
 from ..hooks.config import run_hooks
 from ..hooks.dispatch import HookDispatcher
@@ -88,7 +89,7 @@ from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
 from .executor import Executor, ExecutorContext
 from .hooked import Hooked
-from .isolation import Isolation
+from .isolation import Isolation, warmed_pool
 from .materialise import materialise, prepare, remove_record, tasks_of
 from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
@@ -203,6 +204,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                           mcp_servers=list(lp.plan.mcp_servers))
     execs = build_executors(set(kinds), ctx, backend)
     iso: Isolation | None = None
+    pool: WorktreePool | None = None  # made when the integration branch is, handed to ``iso``
     try:
         stop.check()
         for ex in execs.values():
@@ -216,7 +218,9 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         if wt is not None:
             if (older_git := wt.merge_note()) is not None:
                 note(older_git)
-            _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
+            start = wt.ensure_integration(include_uncommitted)
+            _started(start, wt, include_uncommitted, rerun, note)
+            pool = warmed_pool(wt, lp.plan, workers or lp.plan.workers, started=start.created)
         asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
         for text in asked.notes:
             note(text)
@@ -233,7 +237,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         if wt is not None:
             for text in kept_work_notes(tasks, wt, rerun):
                 note(text)
-            iso = Isolation(wt, rerun=rerun, emit=emit)
+            iso = Isolation(wt, rerun=rerun, emit=emit, pool=pool)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                           retry_delay=prep.retry_delay)
@@ -257,6 +261,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             ex.close()
         if iso is not None:
             iso.close()
+        elif pool is not None:  # the run stopped before its tasks: what was made ahead goes
+            pool.drain()
 
 
 def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
