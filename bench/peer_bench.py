@@ -36,8 +36,11 @@ that do nothing, 8 at once, one process each, in one run of this bench:
 Printed: each one's wall seconds and Snakemake / team (> 1: team is faster)
 and team / make (issue 29's targets at 10,000: ≥ 12× and ≤ 3×).
 
+``--compare CHECKOUT`` also runs each DAG's team run with another checkout's
+code (an export of main), right after this one's.
+
 Usage: python bench/peer_bench.py [--repeat 5] [--sizes 1000,10000] [--dag-sizes 1000,10000]
-                                  [--skip-clawteam] [--skip-dag]
+                                  [--skip-clawteam] [--skip-dag] [--compare CHECKOUT]
 """
 
 from __future__ import annotations
@@ -127,8 +130,10 @@ rule task:
 """
 
 
-def dag_runs(scratch: Path, sizes: list[int], workers: int = 8) -> list[tuple[int, float, float | None, float]]:
-    """(tasks, team s, snakemake s or None when it cannot be installed, make s) per size."""
+def dag_runs(scratch: Path, sizes: list[int], workers: int = 8,
+             base: Path | None = None) -> list[tuple[int, float, float | None, float, float | None]]:
+    """(tasks, team s, snakemake s or None when it cannot be installed, make s, team s with ``base``'s
+    code or None) per size."""
     snake_bin, why = peer_venv("snakemake", "snakemake")
     if snake_bin is None:
         print(f"Snakemake left out: {why}")
@@ -149,6 +154,14 @@ def dag_runs(scratch: Path, sizes: list[int], workers: int = 8) -> list[tuple[in
         team = [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator"]
         t_team = run([*team, "run", "plan.yaml", "--json", "--workers", str(workers), "--root", str(d / "team")],
                      env, cwd=d / "team")[0]
+        t_base = None
+        if base is not None:  # the same plan with another checkout's code, right after
+            (d / "base").mkdir()
+            shutil.copy(d / "team/plan.yaml", d / "base/plan.yaml")
+            os.sync()
+            t_base = run([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--json", "--workers",
+                          str(workers), "--root", str(d / "base")], as_installed(PYTHONPATH=str(base)),
+                         cwd=d / "base")[0]
         os.sync()
         t_make = run(["make", f"-j{workers}", "-s", "-f", "Makefile", "all"], env, cwd=d / "make")[0]
         t_snake = None
@@ -158,7 +171,7 @@ def dag_runs(scratch: Path, sizes: list[int], workers: int = 8) -> list[tuple[in
             made = len(list((d / "snake/done").iterdir()))
             if made != n:
                 raise RuntimeError(f"snakemake made {made} of {n} outputs in {d / 'snake'}")
-        rows.append((n, t_team, t_snake, t_make))
+        rows.append((n, t_team, t_snake, t_make, t_base))
         print(f"  DAG of {n:,} done", file=sys.stderr, flush=True)
     return rows
 
@@ -268,20 +281,25 @@ def main() -> None:
     ap.add_argument("--dag-sizes", default="1000,10000")
     ap.add_argument("--skip-clawteam", action="store_true")
     ap.add_argument("--skip-dag", action="store_true")
+    ap.add_argument("--compare", metavar="CHECKOUT", type=Path,
+                    help="DAG runs: also run team with another checkout's code (an export of main)")
     args = ap.parse_args()
     t_all = time.perf_counter()
     if not args.skip_clawteam:
         clawteam_table(args)
     if not args.skip_dag:
         with tempfile.TemporaryDirectory(prefix="peer-dag-") as tmp:
-            rows = dag_runs(Path(tmp), [int(s) for s in args.dag_sizes.split(",") if s])
+            rows = dag_runs(Path(tmp), [int(s) for s in args.dag_sizes.split(",") if s],
+                            base=args.compare.resolve() if args.compare else None)
         print("\nthe random DAG (≤ 2 needs within 50), bodies doing nothing, 8 at once; wall seconds, one run each")
         head = f"{'tasks':>7} {'team':>7} {'snakemake':>10} {'make -j8':>9} {'snakemake/team':>15} {'team/make':>10}"
         print(head)
         print("-" * len(head))
-        for n, t, sk, mk in rows:
+        for n, t, sk, mk, tb in rows:
             ratio = f"{sk / t:14.2f}×" if sk is not None else f"{'–':>15}"
-            print(f"{n:7,} {t:7.2f} {sk if sk is not None else float('nan'):10.2f} {mk:9.2f} {ratio} {t / mk:9.2f}×")
+            print(f"{n:7,} {t:7.2f} {sk if sk is not None else float('nan'):10.2f} {mk:9.2f} {ratio} {t / mk:9.2f}×"
+                  + (f"   (base code: team {tb:.2f} s, {sk / tb if sk else float('nan'):.2f}×, {tb / mk:.2f}×)"
+                     if tb is not None else ""))
         print("targets at 10,000: snakemake/team ≥ 12× · team/make ≤ 3×")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs · bench took "
           f"{time.perf_counter() - t_all:.0f} s")
