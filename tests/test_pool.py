@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from conftest import run_team, team_env
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
-from refactor_project import MODULE, git, tree
+from refactor_project import MODULE, git, make_project, tree
 from test_isolation import snapshot
 
 from orchestrator.git.worktrees import Worktrees
@@ -51,21 +51,13 @@ LAST = "cat notes/*.txt > all.txt"
 
 
 def make(path: Path, workers: int = WORKERS) -> Path:
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
     files = {f"pkg/m{i}.py": MODULE.format(i=i) for i in range(N)}
-    files.update({"pkg/__init__.py": "", ".gitignore": "build/\n__pycache__/\n", "notes/README": "notes\n"})
+    files.update({".gitignore": "build/\n__pycache__/\n", "notes/README": "notes\n"})
     lines = [f"name: pl\nworkers: {workers}\nisolation: worktree\ntasks:"]
     for i in range(N):
         lines.append(f"  - id: t{i}\n    run: \"{task_run(i)}\"")
     lines.append(f"  - id: last\n    needs: [{', '.join(f't{i}' for i in range(N))}]\n    run: {LAST}")
-    files["plan.yaml"] = "\n".join(lines) + "\n"
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text)
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial")
-    return path
+    return make_project(path, "\n".join(lines) + "\n", files, modules=0)
 
 
 def reference(repo: Path, where: Path) -> str:
