@@ -30,6 +30,8 @@ from orchestrator.board.watch import lead_holder
 from orchestrator.core.models import Status
 from orchestrator.core.redact import Secrets
 from orchestrator.jobs.manager import JobManager
+from orchestrator.llm.ledger import Ledger
+from orchestrator.llm.pricing import Usage
 from orchestrator.tasks.store import TaskStore
 from orchestrator.team.inbox import Bus
 from orchestrator.team.lead import LeadLock
@@ -154,9 +156,12 @@ def test_spend_roster_and_an_agent_tasks_transcript_summary(tmp_path):
                  usage={"prompt_tokens": 1200, "completion_tokens": 300, "cached_tokens": 0, "cost": 0.25, "calls": 3})
     team = Team(tmp_path)
     team.add("alice", "coder", status="working")
-    team.update("alice", usage={"prompt_tokens": 2000, "completion_tokens": 500, "cached_tokens": 0, "cost": 0.5,
-                                "calls": 5})
     team.heartbeat("alice")
+    ledger = Ledger(tmp_path)  # what alice spent: on task #1, and in a turn outside any task
+    ledger.add(run="r1", agent="alice", task=1, model="gpt-4o",
+               usage=Usage(prompt_tokens=1200, completion_tokens=300, cost=0.25, calls=3))
+    ledger.add(run="r1", agent="alice", model="gpt-4o",
+               usage=Usage(prompt_tokens=800, completion_tokens=200, cost=0.25, calls=2))
     transcript = tmp_path / ".team" / "transcripts" / "alice.jsonl"
     transcript.parent.mkdir(parents=True)
     lines = [{"kind": "task", "task": 7, "epoch": 1}, {"kind": "message", "msg": {"role": "assistant", "content": "old"}},
@@ -179,7 +184,7 @@ def test_spend_roster_and_an_agent_tasks_transcript_summary(tmp_path):
     assert details.transcript is not None
     assert details.transcript.model_dump() == {"member": "alice", "messages": 4, "tools": {"edit_file": 1, "bash": 1},
                                                "last": "done; key was [REDACTED]"}
-    assert ("cost", "$0.2500") in details.rows
+    assert ("cost", "$0.25") in details.rows
 
 
 def test_commands_other_than_board_do_not_load_the_web_stack(tmp_path):

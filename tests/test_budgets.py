@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,12 +50,12 @@ tasks:
     t = tasks_by_name(tmp_path)["work"]
     assert t["status"] == "failed"
     assert t["error"] == "budget reached: alice used 220 of 150 tokens"
-    # the usage stored is exactly what the server reported, on the task and on the teammate
+    # the usage stored is exactly what the server reported, on the task and in the ledger (team status)
     assert {k: t["usage"][k] for k in ("prompt_tokens", "completion_tokens", "calls")} == \
         {"prompt_tokens": 200, "completion_tokens": 20, "calls": 2}
-    alice = members(tmp_path)["alice"]
-    assert alice["usage"]["prompt_tokens"] == 200 and alice["usage"]["completion_tokens"] == 20
-    assert alice["budget"] == {"tokens": 150}
+    assert members(tmp_path)["alice"]["budget"] == {"tokens": 150}
+    (alice,) = json.loads(run_team(tmp_path, "status", "--json").stdout)["usage"]["agents"]
+    assert (alice["name"], alice["prompt_tokens"], alice["completion_tokens"]) == ("alice", 200, 20)
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["event"] == "summary"
     row = next(x for x in summary["spend"] if x["name"] == "alice")
@@ -63,9 +64,9 @@ tasks:
     status = run_team(tmp_path, "status")
     assert status.returncode == 0, status.stderr
     line = next(x for x in status.stdout.splitlines() if x.strip().startswith("alice (coder)"))
-    assert line.endswith("budget 220/150 tok, $0.0000"), status.stdout
+    assert line.endswith("budget 220/150 tok, $0.000042"), status.stdout
     task_line = next(x for x in status.stdout.splitlines() if x.strip().startswith("#1 capped.work"))
-    assert task_line.endswith("budget 220/150 tok, $0.0000 (alice's)"), status.stdout
+    assert task_line.endswith("budget 220/150 tok, $0.000042 (alice's)"), status.stdout
 
 
 def test_the_run_budget_caps_all_teammates_together_and_a_role_budget_applies_to_its_teammates(tmp_path):
@@ -214,20 +215,145 @@ tasks:
     assert tasks_by_name(tmp_path)["look"]["error"] == "budget reached: alice used 220 of 150 tokens"
 
 
-def test_dollar_caps_apply_to_priced_models_and_grants_raise_the_cap_that_was_reached():
-    from orchestrator.core.budget import Budget
-    from orchestrator.llm.pricing import Usage
-    from orchestrator.runtime.budgets import Spend
+UNPRICED_PLAN = """\
+name: mixed
+model: gpt-4o-mini
+budget: {dollars: 0.0004}
+workers: 1
+team:
+  - {name: alice, role: coder}
+  - {name: bob, role: coder, model: local-llama}
+tasks:
+  - {id: a, assignee: alice, prompt: Work.}
+  - {id: b, assignee: bob, prompt: Work forever., needs: [a]}
+"""
 
-    spend = Spend(Budget(tokens=1000))
-    spend.set_budget("alice", Budget(dollars=0.01))
-    spend.record("alice", Usage(prompt_tokens=100, completion_tokens=10, cost=0.02, calls=1))
-    assert spend.check("alice") == "alice used $0.0200 of $0.01"
-    spend.grant("alice")  # the lead said yes: twice the cap
-    assert spend.budget_of("alice") == Budget(dollars=0.02) and spend.check("alice") == "alice used $0.0200 of $0.02"
-    spend.set_budget("bob", Budget(dollars=0.01))
-    spend.record("bob", Usage(prompt_tokens=500, completion_tokens=5, cost=None, calls=1))  # an unpriced model
-    assert spend.check("bob") is None  # its cost is unknown: only a token cap could stop it
-    spend.record("bob", Usage(prompt_tokens=900, completion_tokens=5, cost=None, calls=2))
-    assert spend.check("bob") == "the run used 1,015 of 1,000 tokens"
-    assert spend.used("bob").prompt_tokens == 900 and spend.total().prompt_tokens == 1000
+
+def test_a_dollar_budget_over_a_model_without_a_price_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "plan.yaml").write_text(UNPRICED_PLAN)
+    with ScriptedServer({"alice": [], "bob": []}) as srv:
+        for args in (("plan", "check", "plan.yaml"), ("run", "plan.yaml")):
+            r = run_team(tmp_path, *args, **llm_env(srv))
+            assert r.returncode == 2, r.stdout + r.stderr
+            (line,) = r.stderr.strip().splitlines()
+            assert line.startswith("PlanError: plan.yaml:3: budget: the plan's dollar budget covers every teammate, "
+                                   "and bob talks to model 'local-llama', which has no known price"), line
+            assert "`models: {local-llama: {price: {input: D, output: D}}}`" in line
+            assert "`budget: {tokens: N}`" in line and line.endswith("(line 7: team[1])")
+        assert srv.requests == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]  # no .team/, no .tasks/
+    # a teammate's own dollar cap over an unpriced model (here its role's model) is refused the same way
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "local.md").write_text(
+        "---\nname: local\ndescription: Runs on the local model.\ntools: [glob]\nmodel: local-llama\n---\nWork.\n")
+    (tmp_path / "plan.yaml").write_text(UNPRICED_PLAN.replace("budget: {dollars: 0.0004}\n", "").replace(
+        "{name: bob, role: coder, model: local-llama}", "{name: bob, role: local, budget: {dollars: 1}}"))
+    r = run_team(tmp_path, "plan", "check", "plan.yaml", OPENAI_API_KEY=KEY)
+    assert r.returncode == 2 and "plan.yaml:6: team[1].budget: bob talks to model 'local-llama'" in r.stderr, r.stderr
+    # the key to the fix is documented where plans are
+    schema = json.loads(run_team(tmp_path, "plan", "schema").stdout)
+    spec = schema["$defs"]["ModelSpec"]["properties"]
+    assert set(spec) == {"base_url", "api_key_env", "price"} and "models" in schema["properties"]
+    assert set(schema["$defs"]["ModelPrice"]["properties"]) == {"input", "output", "cached_input"}
+
+
+def test_with_a_price_in_the_plan_the_runs_dollar_budget_holds_and_small_sums_print_in_full(tmp_path):
+    (tmp_path / "plan.yaml").write_text(UNPRICED_PLAN + "models:\n  local-llama: {price: {input: 1.0, output: 1.0}}\n")
+    # alice (gpt-4o-mini, the built-in table): 2 calls, $0.000042; bob (local-llama at $1/1M): $0.00011 a call,
+    # so the run reaches its $0.0004 after bob's 4th call (0.000042 + 4 * 0.00011 = $0.000482) and he stops
+    done = Reply(content="done", usage=USAGE)
+    with ScriptedServer({"alice": [*looping(1), done], "bob": looping(4)}) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", "--keep-going", **llm_env(srv))
+        assert r.returncode == 1, r.stdout + r.stderr
+        srv.assert_complete()
+        assert {req.body["model"] for req in srv.chat_requests("bob")} == {"local-llama"}
+    tasks = tasks_by_name(tmp_path)
+    assert tasks["a"]["status"] == "completed"
+    assert tasks["b"]["error"] == "budget reached: the run used $0.000482 of $0.0004"
+    run_line = next(x for x in r.stdout.splitlines() if x.split()[:1] == ["run"])
+    assert run_line.split(None, 1)[1] == "660 tok, $0.000482/$0.0004, 6 calls", r.stdout
+    status = run_team(tmp_path, "status").stdout.splitlines()
+    assert any(x.split()[:2] == ["bob", "(coder)"] and x.endswith("$0.00044") for x in status), status
+
+
+def _approve_budget_requests(root: Path, proc: subprocess.Popen[str], times: int) -> list[dict]:
+    """Answer ``times`` budget requests of a running `team run --ask` with `team approve ID`, each from
+    a process of its own, as a person would; the requests as `team approve --json` listed them."""
+    answered: list[dict] = []
+    deadline = time.monotonic() + 120
+    while len(answered) < times:
+        assert proc.poll() is None, f"the run ended with {len(answered)} of {times} requests answered"
+        assert time.monotonic() < deadline, "no budget request came"
+        listed = run_team(root, "approve", "--json")
+        assert listed.returncode == 0, listed.stderr
+        pending = [x for x in json.loads(listed.stdout) if x["kind"] == "budget"]
+        if not pending:
+            time.sleep(0.05)
+            continue
+        (request,) = pending
+        ok = run_team(root, "approve", request["id"])
+        assert ok.returncode == 0, ok.stderr
+        answered.append(request)
+    return answered
+
+
+def test_an_approved_budget_request_covers_the_call_that_asked_and_the_next_call_over_asks_again(tmp_path):
+    (tmp_path / "plan.yaml").write_text(ASK_PLAN)
+    big = {"prompt_tokens": 280, "completion_tokens": 20}  # one call: 300 tokens, twice alice's cap of 150
+    finish = Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed", "result": "finished"})],
+                   usage=big)
+    script = {"alice": [Reply(tool_calls=[tool_call("glob", {"pattern": "*"})], usage=big) for _ in range(2)] + [finish]}
+    with ScriptedServer(script) as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--ask"], cwd=tmp_path,
+                                env=team_env(tmp_path, **llm_env(srv)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            asked = _approve_budget_requests(tmp_path, proc, 2)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, out + err
+        srv.assert_complete()
+    # each yes let the call that asked go ahead; the call after it went over the raised cap and asked again
+    assert [a["summary"] for a in asked] == ["more budget: alice used 300 of 150 tokens",
+                                             "more budget: alice used 600 of 450 tokens"]
+    t = tasks_by_name(tmp_path)["work"]
+    assert (t["status"], t["result"], t["usage"]["calls"]) == ("completed", "finished", 3)
+    assert any(x.split()[:1] == ["alice"] and "900/750 tok" in x for x in out.splitlines()), out
+
+
+def test_team_spawn_during_a_run_with_a_dollar_budget_refuses_a_teammate_whose_model_has_no_price(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "local.md").write_text(
+        "---\nname: local\ndescription: Runs on the local model.\ntools: [glob]\nmodel: local-llama\n---\nWork.\n")
+    (tmp_path / "plan.yaml").write_text("name: s\nbudget: {dollars: 1}\n"
+                                        "tasks:\n  - {id: wait, assignee: alice, prompt: Wait.}\n")
+    tried = threading.Event()
+
+    def alice_waits(body: dict) -> Reply:
+        assert tried.wait(60), "team spawn never ran"
+        return Reply(content="done waiting", usage=USAGE)
+
+    with ScriptedServer({"alice": [alice_waits]}) as srv:
+        lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                                env=team_env(tmp_path, **llm_env(srv)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            util.wait_until(lambda: (tmp_path / ".team" / "control.json").exists(), 60,
+                            what="the lead to serve control requests")
+            r = run_team(tmp_path, "spawn", "dave", "--role", "local")
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert r.stderr.startswith("UserError: dave talks to model 'local-llama', which has no known price, so "
+                                       "a dollar budget cannot hold it"), r.stderr
+            tried.set()
+            out, err = lead.communicate(timeout=60)
+        finally:
+            tried.set()
+            if lead.poll() is None:
+                lead.kill()
+                lead.wait()
+        assert lead.returncode == 0, out + err
+        srv.assert_complete()
+    assert "dave" not in members(tmp_path)

@@ -103,15 +103,15 @@ def test_a_line_goes_to_the_lead_and_its_answer_and_usage_are_recorded(tmp_path)
     assert body["messages"][0]["content"].startswith("You are lead, a lead on team team.\n\n# Role: lead")
     assert body["messages"][1] == {"role": "user", "content": "who are you?"}
     assert transcript_path(tmp_path, "lead").exists()
-    saved = json.loads((tmp_path / ".team/chat.json").read_text())
-    assert saved["usage"] == {"prompt_tokens": 1000, "completion_tokens": 20, "cached_tokens": 400,
-                              "cost": pytest.approx((600 * 0.15 + 400 * 0.075 + 20 * 0.6) / 1e6), "calls": 1}
+    (lead,) = json.loads(run_team(tmp_path, "status", "--json").stdout)["usage"]["agents"]  # the ledger's
+    assert lead == {"name": "lead", "prompt_tokens": 1000, "completion_tokens": 20, "cached_tokens": 400,
+                    "cost": pytest.approx((600 * 0.15 + 400 * 0.075 + 20 * 0.6) / 1e6), "calls": 1}
     status = run_team(tmp_path, "status")
     assert status.stdout.splitlines()[-4:] == [
         "tokens:          prompt completion     cached  calls  cost",
         "  by agent:",
-        "  lead            1,000         20        400      1  $0.0001",
-        "  total           1,000         20        400      1  $0.0001",
+        "  lead            1,000         20        400      1  $0.000132",
+        "  total           1,000         20        400      1  $0.000132",
     ]
 
 
@@ -186,12 +186,16 @@ def test_team_run_ends_with_tokens_per_task_and_status_shows_them(tmp_path):
         r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv, TEAM_AUTOCLAIM="0"))
         srv.assert_complete()
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[-5:] == [
+    # gpt-4o-mini: $0.15 input, $0.075 cached input, $0.60 output per 1M tokens
+    assert r.stdout.splitlines()[-8:] == [
         "tokens this run:      prompt completion     cached  calls  cost",
+        "  by agent:",
+        "  alice (coder)          500          5          0      1  $0.000078",
+        "  bob (coder)            700          7        100      1  $0.000102",
         "  by task:",
-        "  #1 tok.one             500          5          0      1  $0.0001",
-        "  #2 tok.two             700          7        100      1  $0.0001",
-        "  total                1,200         12        100      2  $0.0002",
+        "  #1 tok.one             500          5          0      1  $0.000078",
+        "  #2 tok.two             700          7        100      1  $0.000102",
+        "  total                1,200         12        100      2  $0.00018",
     ]
     data = json.loads(run_team(tmp_path, "status", "--json").stdout)["usage"]
     assert [(a["name"], a["role"], a["prompt_tokens"], a["calls"]) for a in data["agents"]] == [

@@ -65,7 +65,8 @@ def test_slash_commands_tools_skills_doctor_approve_reset_answer_locally(tmp_pat
     assert "first conversation" not in json.dumps(second)
     archived = list((tmp_path / ".team" / "transcripts" / "lead-sessions").glob("*.jsonl"))
     assert len(archived) == 1 and "first conversation" in archived[0].read_text()
-    assert json.loads((tmp_path / ".team" / "chat.json").read_text())["usage"]["calls"] == 2
+    lead = json.loads(run_team(tmp_path, "status", "--json").stdout)["usage"]["agents"][0]  # the ledger's
+    assert (lead["name"], lead["calls"]) == ("lead", 2)
 
 
 def test_the_leads_own_ask_calls_are_answered_at_the_terminal_yes_no_always(tmp_path):

@@ -115,7 +115,8 @@ def test_two_teammates_in_parallel_message_each_other_and_use_a_background_job(t
     members = {m["name"]: m for m in roster["members"]}
     assert {n: (m["role"], m["status"]) for n, m in members.items()} == {
         "alice": ("coder", "shutdown"), "bob": ("tester", "shutdown"), "reviewer-1": ("reviewer", "shutdown")}
-    assert members["alice"]["usage"]["calls"] == 4
+    agents = json.loads(run_team(root, "status", "--json").stdout)["usage"]["agents"]  # the ledger's
+    assert {a["name"]: a["calls"] for a in agents}["alice"] == 4
     # bob's message from alice is in his inbox log and consumed; the job's full log is on disk
     jobs = [json.loads(p.read_text()) for p in (root / ".team" / "jobs").glob("*.json")]
     assert [(j["owner"], j["status"], j["task"]) for j in jobs] == [("alice", "completed", 1)]

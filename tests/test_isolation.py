@@ -99,7 +99,7 @@ def test_parallel_tasks_land_dependents_see_them_and_the_user_checkout_is_untouc
         "  team log par                          # the tasks in merge order, with their commits",
         "  team diff par.TASK                    # one task's own change",
         f"  git diff HEAD...{b}  # everything at once",
-        "  team land par                         # into your branch: one commit (--per-task: one per task); "
+        "  team land plan.yaml                   # into your branch: one commit (--per-task: one per task); "
         "removes the plan's branches",
     ]
     t = tasks(repo)
@@ -136,7 +136,7 @@ def test_same_lines_conflict_fails_one_task_keeps_its_branch_and_keep_going_cont
         f"git commit --no-edit; the next run merges your resolution without running the task again\n"
         f"or drop the branch and run the task again on the current result: team run plan.yaml --redo {loser}")
     assert f"FAILED #{t[loser]['id']} {loser}: merge conflict: task '{loser}'" in r.stdout
-    assert (t[loser]["branch"], t[loser]["worktree"]) == (f"team/clash/{loser}", str(wt))
+    assert (t[loser]["branch"], t[loser]["worktree"]) == (f"team/clash/{loser}", f".team/worktrees/clash/{loser}")
     assert (wt / "settings.py").read_text() == f'v = "{loser}"\n'
     assert branches(repo) == ["main", f"team/clash/{loser}", "team/clash/integration"]
     assert show(repo, "team/clash/integration", "settings.py") == f'v = "{winner}"\n'

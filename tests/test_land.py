@@ -138,6 +138,98 @@ def test_land_refuses_to_overwrite_local_changes_and_changes_nothing(tmp_path):
     assert (repo / "README").read_text() == "unrelated edit\n"
 
 
+def _content(repo: Path, path: str) -> None:
+    (repo / path).write_text((repo / path).read_text() + "# my edit\n")
+
+
+def _symlink(repo: Path, path: str) -> None:
+    (repo / path).unlink()
+    (repo / path).symlink_to("m0.py")
+
+
+CHANGES = {"content": _content, "delete": lambda repo, path: (repo / path).unlink(),
+           "mode": lambda repo, path: (repo / path).chmod(0o755), "type": _symlink}
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["unstaged", "staged"])
+@pytest.mark.parametrize("kind", list(CHANGES))
+def test_land_refuses_every_uncommitted_change_to_a_path_it_changes_and_changes_nothing(tmp_path, kind, staged):
+    """Issue 26 item 2: the old check compared file contents only, so a deletion (`rm`, `git rm`) or a
+    `chmod +x` of a file the land rewrites was overwritten, exit 0. Compared as git compares (mode and
+    object id), each kind of change refuses, staged or not, in both land modes."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    CHANGES[kind](repo, "pkg/m1.py")  # mod-1 rewrites it
+    if staged:
+        git(repo, "add", "-A", "pkg/m1.py")
+    assert git(repo, "status", "--porcelain", "pkg/m1.py")[:2] == ("M " if staged else " M").replace(
+        "M", {"content": "M", "delete": "D", "mode": "M", "type": "T"}[kind])
+    before = _snapshot(repo)
+    for mode in ("--squash", "--per-task"):
+        r = run_team(repo, "land", PLAN, mode)
+        assert (r.returncode, r.stderr) == (2, (
+            "LandRefused: your checkout has changes the land would overwrite in pkg/m1.py: commit or stash them "
+            "(`git stash -u`), then `team land` again; nothing was changed\n")), mode
+        assert _snapshot(repo) == before, mode
+    assert INTEG in branches(repo) and not (repo / ".team/worktrees" / PLAN / "land.json").exists()
+
+
+def _killed_after_its_intent(tmp_path: Path) -> tuple[Path, str]:
+    """A plan run and a `team land` of it SIGKILLed after it recorded its intent, before it moved the
+    branch (tried again on a fresh run of the plan when the kill came too late)."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    base = git(repo, "rev-parse", "HEAD").strip()
+    intent = repo / ".team/worktrees" / PLAN / "land.json"
+    for _ in range(10):
+        land = subprocess.Popen([sys.executable, "-m", "orchestrator", "land", PLAN], cwd=repo, env=team_env(repo),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_until(lambda p=land: intent.exists() or p.poll() is not None, timeout=60, interval=0.0005,
+                   what="the land's intent")
+        os.killpg(land.pid, signal.SIGKILL)
+        land.wait()
+        if intent.exists() and git(repo, "rev-parse", "HEAD").strip() == base:
+            return repo, serial
+        git(repo, "reset", "-q", "--hard", base)
+        for lock in (repo / ".git").rglob("*.lock"):
+            lock.unlink()
+        run = run_team(repo, "run", "plan.yaml", "--fresh")
+        assert run.returncode == 0, run.stdout + run.stderr
+    raise AssertionError("every kill came after the land moved the branch")
+
+
+def test_a_resumed_land_refuses_the_same_changes_but_takes_a_file_its_killed_git_left_missing(tmp_path):
+    """The land that finishes a killed one checks again: each uncommitted change to a path it writes
+    refuses it, except a file missing from the working tree, which is what a checkout cut short leaves."""
+    repo, serial = _killed_after_its_intent(tmp_path)
+    path = repo / "pkg/m1.py"
+    index = (repo / ".git/index").read_bytes()
+    kept = (path.read_bytes(), path.lstat().st_mode) if path.exists() else None
+    for kind in CHANGES:
+        for staged in (False, True):
+            if kind == "delete" and not staged or kept is None and kind != "delete":
+                continue
+            if kept is not None:
+                CHANGES[kind](repo, "pkg/m1.py")
+            if staged:
+                git(repo, "add", "-A", "pkg/m1.py")
+            before = _snapshot(repo)
+            r = run_team(repo, "land", PLAN)
+            assert (r.returncode, r.stderr) == (2, (
+                "LandRefused: your checkout has changes the land would overwrite in pkg/m1.py: commit or stash them "
+                "(`git stash -u`), then `team land` again; nothing was changed\n")), (kind, staged)
+            assert _snapshot(repo) == before, (kind, staged)
+            if path.exists() or path.is_symlink():
+                path.unlink()
+            if kept is not None:
+                path.write_bytes(kept[0])
+                path.chmod(kept[1] & 0o7777)
+            (repo / ".git/index").write_bytes(index)
+    path.unlink(missing_ok=True)  # as the killed checkout may have left it
+    r = run_team(repo, "land", PLAN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(finishing the --squash land a killed `team land` left)" in r.stdout
+    assert tree(repo, "HEAD") == serial and git(repo, "status", "--porcelain") == ""
+
+
 def test_land_onto_a_branch_that_moved(tmp_path):
     repo, tasks, serial = ran_plan(tmp_path, **{"README": "r\n"})
     base = git(repo, "rev-parse", "HEAD").strip()
@@ -176,7 +268,7 @@ def test_land_refuses_an_unfinished_plan_and_a_detached_head(tmp_path):
     r = run_team(repo, "land", PLAN)
     assert r.returncode == 2
     assert r.stderr == (f"UserError: plan {PLAN} is not finished: #1 broken (failed); landing now would leave them "
-                        f"out. Finish it (`team run PLAN.yaml`), or take those tasks out of the plan file, then "
+                        f"out. Finish it (`team run plan.yaml`), or take those tasks out of the plan file, then "
                         f"land again\n")
     (repo / "plan.yaml").write_text(plan_yaml(PLAN, tasks[1:]))  # the user takes it out of the plan
     assert run_team(repo, "run", "plan.yaml").returncode == 0
@@ -217,8 +309,15 @@ def test_include_uncommitted_puts_them_in_the_base_and_land_commits_them(tmp_pat
 
 
 def _snapshot(repo: Path) -> dict:
-    files = {str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(repo.rglob("*"))
-             if p.is_file() and p.relative_to(repo).parts[0] not in (".git", ".team", ".tasks")}
+    """The user's checkout byte for byte: each path's type and mode, a file's bytes, a link's target;
+    the index file, HEAD and what `git status` says."""
+    files = {}
+    for p in sorted(repo.rglob("*")):
+        if p.relative_to(repo).parts[0] in (".git", ".team", ".tasks") or p.is_dir() and not p.is_symlink():
+            continue
+        st = p.lstat()
+        files[str(p.relative_to(repo))] = (st.st_mode, os.readlink(p) if p.is_symlink() else
+                                           hashlib.sha256(p.read_bytes()).hexdigest())
     g = repo / ".git"
     return {"files": files, "status": git(repo, "status", "--porcelain=v2", "--branch", "--untracked-files=all"),
             "HEAD": (g / "HEAD").read_bytes(), "index": (g / "index").read_bytes(),
@@ -389,5 +488,71 @@ def test_land_refuses_merges_of_tasks_the_plan_no_longer_has(tmp_path):
     r = run_team(repo, "land", "plan.yaml")  # the plan file says which tasks the plan has now
     assert (r.returncode, r.stderr) == (2, (
         f"UserError: {INTEG} holds the merges of mod-3, which plan {PLAN} no longer has: landing would bring them "
-        f"in. Put them back in the plan, or start over with `team run PLAN.yaml --fresh`\n"))
+        f"in. Put them back in the plan, or start over with `team run plan.yaml --fresh`\n"))
     assert _snapshot(repo) == before
+
+
+def test_land_refuses_while_a_task_worktree_holds_uncommitted_work(tmp_path):
+    """`team land` deletes the plan's worktrees once the result is in: one left behind (a lead killed
+    between a merge and the removal that follows it) with a person's edit in it is refused, naming it."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    wt = repo / ".team/worktrees" / PLAN / "mod-0"
+    git(repo, "worktree", "add", "-q", "-b", f"team/{PLAN}/mod-0", str(wt), INTEG)
+    (wt / "pkg/m0.py").write_text("# my note\n")
+    before = _snapshot(repo)
+    r = run_team(repo, "land", PLAN)
+    assert (r.returncode, r.stderr) == (2, (
+        f"UserError: team land would delete uncommitted work: task mod-0's worktree {wt} has changes in pkg/m0.py: "
+        f"commit it on its branch team/{PLAN}/mod-0 (`cd {wt} && git add -A && git commit -m 'my changes'`), stash "
+        f"it (`git -C {wt} stash push -u`; `git stash list` shows it), or copy the folder away (`cp -a {wt} "
+        f"SOMEWHERE`); then `team land plan.yaml` again. Nothing was changed\n"))
+    assert _snapshot(repo) == before and (wt / "pkg/m0.py").read_text() == "# my note\n"
+    git(wt, "stash", "push", "-q", "-u")  # saved where the land does not reach
+    r = run_team(repo, "land", PLAN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "HEAD") == serial
+    assert git(repo, "show", "stash@{0}:pkg/m0.py") == "# my note\n"
+
+
+def test_land_by_name_refuses_what_the_plan_file_refuses_and_the_run_suggests_the_file(tmp_path):
+    """Issue 26 item 5: `team land NAME` took the store's tasks as the plan, so it landed the change of a
+    task taken out of plan.yaml since the run, which `team land plan.yaml` refused; and the run's summary
+    offered `team land NAME`, after a failed run too. Now the name lands what the plan file the run ran
+    from says, and the summary offers the file, only once the plan is finished."""
+    tasks = codemod_tasks(4)[:-1]
+    broken = [*tasks, {"id": "broken", "run": "exit 3"}]
+    repo = make_project(tmp_path / "repo", plan_yaml(PLAN, broken), modules=4)
+    failed = run_team(repo, "run", "plan.yaml", "-k")
+    assert failed.returncode == 1
+    assert "team land ld" not in failed.stdout and "team land plan.yaml" not in failed.stdout
+    assert failed.stdout.endswith("  git diff HEAD...team/ld/integration  # everything at once\n"
+                                  "not finished: `team land` takes the result once every task completed; run the "
+                                  "plan again\n")
+    by_file, by_name = run_team(repo, "land", "plan.yaml"), run_team(repo, "land", PLAN)
+    assert (by_name.returncode, by_name.stderr) == (by_file.returncode, by_file.stderr) == (2, (
+        f"UserError: plan {PLAN} is not finished: #5 broken (failed); landing now would leave them out. Finish it "
+        f"(`team run plan.yaml`), or take those tasks out of the plan file, then land again\n"))
+
+    (repo / "plan.yaml").write_text(plan_yaml(PLAN, tasks))
+    done = run_team(repo, "run", "plan.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.endswith("  team land plan.yaml                  # into your branch: one commit (--per-task: "
+                                "one per task); removes the plan's branches\n")
+
+    (repo / "plan.yaml").write_text(plan_yaml(PLAN, tasks[:-1]))  # mod-3 taken out, not run since
+    before = _snapshot(repo)
+    by_file, by_name = run_team(repo, "land", "plan.yaml"), run_team(repo, "land", PLAN)
+    assert (by_name.returncode, by_name.stderr) == (by_file.returncode, by_file.stderr) == (2, (
+        f"UserError: {INTEG} holds the merges of mod-3, which plan {PLAN} no longer has: landing would bring them "
+        f"in. Put them back in the plan, or start over with `team run plan.yaml --fresh`\n"))
+    assert _snapshot(repo) == before
+
+    (repo / "plan.yaml").rename(repo / "old-plan.yaml")
+    gone = run_team(repo, "land", PLAN)
+    assert (gone.returncode, gone.stderr) == (2, (
+        f"UserError: plan '{PLAN}' ran from plan.yaml, which is no longer there: land it with its plan file as it "
+        f"is now, `team land PATH/TO/PLAN.yaml`\n"))
+    (repo / "old-plan.yaml").write_text(plan_yaml(PLAN, tasks))
+    r = run_team(repo, "land", "old-plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _snapshot(repo) != before

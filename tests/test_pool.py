@@ -124,7 +124,7 @@ def test_a_failed_task_keeps_its_worktree_on_its_branch_and_the_retry_starts_cle
     assert (wt / "notes/t3.txt").read_text() == "t3\n" and (wt / "build/junk").read_text() == "t3\n"
     t3 = next(t for t in (json.loads(p.read_text()) for p in (repo / ".tasks").glob("task_*.json"))
               if t["plan_task"] == "t3")
-    assert (t3["status"], t3["branch"], t3["worktree"]) == ("failed", "team/pl/t3", str(wt))
+    assert (t3["status"], t3["branch"], t3["worktree"]) == ("failed", "team/pl/t3", ".team/worktrees/pl/t3")
     assert snapshot(repo) == before
     # a git killed in that worktree left its locks (the pool's kill test, seed 802125): they go, unheld
     admin = Path((wt / ".git").read_text().split(":", 1)[1].strip())
@@ -134,6 +134,23 @@ def test_a_failed_task_keeps_its_worktree_on_its_branch_and_the_retry_starts_cle
     r = run_team(repo, "run", "plan.yaml")
     assert r.returncode == 0, r.stdout + r.stderr
     check(repo, before, ref, "after the retry")  # t3's notes hold one line: its worktree was reset
+
+
+def test_free_worktrees_a_killed_run_left_are_reused_their_stale_locks_removed(tmp_path):
+    """A run killed while it filled a free worktree left it registered with git's index.lock in it; the
+    next run takes it (it is healthy) and failed on the lock ('index.lock': File exists; the pool's kill
+    test, seed 439593). Its locks go when no process holds them; nothing is left after the run."""
+    repo = make(tmp_path / "repo")
+    before = snapshot(repo)
+    ref = reference(repo, tmp_path / "serial")
+    slots = [repo / f".team/worktrees/pl/_pool-{k}" for k in (7, 8)]
+    for slot in slots:
+        git(repo, "worktree", "add", "-q", "--detach", str(slot), "HEAD")
+        (Path(git(slot, "rev-parse", "--absolute-git-dir").strip()) / "index.lock").write_text("")
+        (slot / "pkg/m0.py").write_text("left by a killed run\n")
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    check(repo, before, ref, "after a run that reused them")
 
 
 # ---------------------------------------------------------------- kill -9 at the pool's steps

@@ -164,3 +164,33 @@ def test_the_live_view_shows_tasks_waiting_to_merge_and_merging():
     assert re.fullmatch(r"  ⇄ #1 t1  \d+\.\ds  merging", lines[2])
     assert re.fullmatch(r"  ⇄ #2 t2  \d+\.\ds  waiting to merge \(1 ahead\)", lines[3])
     assert re.fullmatch(r"  ▶ #3 t3  \d+\.\ds", lines[4])
+
+
+def test_log_and_land_agree_on_a_merge_taken_out_of_the_integration_branch(tmp_path):
+    """Issue 26 item 6: with a task's merge reset off the integration branch, `team log` listed it as
+    "completed, changed nothing" while `team land` refused for its missing merge. Both read the branch's
+    history against the store (run/standing.py) and name the same task and merge."""
+    tasks = [{"id": "a", "run": "echo a > a.txt"}, {"id": "b", "needs": ["a"], "run": "echo b > b.txt"},
+             {"id": "t", "needs": ["b"], "run": "test -f b.txt"}]
+    repo = make_project(tmp_path / "repo", plan_yaml(PLAN, tasks), modules=0)
+    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    merge_b = store(repo)["b"]["merge_commit"]
+    git(repo, "update-ref", f"refs/heads/{INTEG}", f"{INTEG}~1")  # b's merge taken out behind team's back
+
+    log = run_team(repo, "log", PLAN)
+    assert log.returncode == 0, log.stderr
+    assert log.stdout.endswith(
+        "not merged:\n"
+        f"       #2 b  [completed]  its merge {merge_b[:10]} is no longer on {INTEG} (the branch was reset or "
+        "rebuilt): the next `team run` runs it again\n"
+        "       #3 t  [completed]  changed nothing\n")
+    land = run_team(repo, "land", PLAN)
+    assert (land.returncode, land.stderr) == (2, (
+        f"UserError: {INTEG} lacks the merges of #2 b (merge {merge_b[:10]}): run the plan again (`team run "
+        f"plan.yaml`) to redo them, then land\n"))
+
+    again = run_team(repo, "run", "plan.yaml")  # what both said: b runs again, and what needs it
+    assert again.returncode == 0, again.stdout + again.stderr
+    log = run_team(repo, "log", PLAN).stdout
+    assert "#2 b  [completed]  1 commit, 1 file" in log and "not merged:\n       #3 t  [completed]  changed nothing\n" in log
+    assert run_team(repo, "land", PLAN).returncode == 0

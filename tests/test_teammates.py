@@ -44,7 +44,7 @@ def test_idle_teammate_wakes_on_a_message_from_another_process_and_goes_idle_aga
         r = run_team(tmp_path, "send", "bob", "please run the tests", "--from", "carol")
         assert r.returncode == 0, r.stderr
         wait_until(lambda: len(srv.chat_requests("bob")) == 1, 10, what="bob's model call")
-        wait_until(lambda: team.get("bob").status == "idle" and team.get("bob").usage.get("calls") == 1, 10)
+        wait_until(lambda: team.get("bob").status == "idle" and rt.spend.used("bob").calls == 1, 10)
         assert "[message from carol (message)]\\nplease run the tests" in text_of(srv.chat_requests("bob")[0].body)
         assert team.state(team.get("bob")).liveness == "idle"
         rt.close()

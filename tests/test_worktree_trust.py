@@ -78,8 +78,8 @@ def test_a_fresh_start_killed_after_the_branch_reset_is_finished_by_the_next_run
 
 
 # ---------------------------------------------------------------- item 2: a re-run after a conflict
-WAIT_FOR_FMT = ("i=0; until git rev-parse -q --verify 'team/clash/integration^2' >/dev/null; "
-                "do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.05; done; ")
+WAIT_FOR_FMT = ("i=0; until git log --format=%s team/clash/integration | grep -q '^team: merge fmt into'; "
+                "do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.05; done; ")  # fmt's merge, not just any
 CLASH_TASKS = [
     {"id": "fmt", "run": f"{sys.executable} -m ruff format --no-cache -q settings.py"},
     {"id": "bump", "run": WAIT_FOR_FMT + "sed -i 's/TIMEOUT=10/TIMEOUT=30/' settings.py"},
@@ -110,8 +110,8 @@ def test_a_rerun_after_a_conflict_never_deletes_the_kept_branch(tmp_path):
     assert git(repo, "rev-parse", "team/clash/bump").strip() == kept  # the edit is still there
     assert git(repo, "show", "team/clash/bump:settings.py") == "TIMEOUT=30\nRETRIES=3\n"
     assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 10\nRETRIES = 3\n"
-    assert "#2 bump: merging the 1 commit kept on team/clash/bump without running the task again; if they " \
-           "still conflict the task fails again" in second.stderr
+    assert ("#2 bump failed: merging the 1 commit of its own on team/clash/bump without running the task again; "
+            "if the merge conflicts, the task fails again") in second.stderr
     wt = repo / ".team/worktrees/clash/bump"
     assert ("FAILED #2 bump: merge conflict: task 'bump' (team/clash/bump) conflicts with "
             "team/clash/integration in settings.py") in second.stdout
@@ -143,6 +143,70 @@ def test_redo_after_a_conflict_drops_the_kept_branch_only_because_the_user_said_
     # bump ran again on the formatted file, where its sed matches nothing: that is what the user asked for
     assert git(repo, "show", f"{integration('clash')}:settings.py") == "TIMEOUT = 10\nRETRIES = 3\n"
     assert git(repo, "cat-file", "-t", kept).strip() == "commit"  # still there to bring back
+
+
+def _worktree_state(repo: Path, wt: Path) -> dict:
+    gitdir = Path(git(wt, "rev-parse", "--absolute-git-dir").strip())
+    return {"files": {p.name: p.read_bytes() for p in wt.iterdir() if p.is_file()},
+            "index": (gitdir / "index").read_bytes(), "MERGE_HEAD": (gitdir / "MERGE_HEAD").exists(),
+            "refs": git(repo, "for-each-ref", "--format=%(refname) %(objectname)"),
+            "tasks": sorted(p.read_text() for p in (repo / ".tasks").glob("task_*.json"))}
+
+
+@pytest.mark.parametrize("resolution", ["edited", "ours-staged"])
+def test_fresh_refuses_while_a_kept_worktree_holds_an_uncommitted_resolution(tmp_path, resolution):
+    """Issue 26 item 1: the old `--fresh` deleted the worktree with the user's resolution in it (exit 0),
+    printing only a `git branch` line that brings back the task's commit, not the resolution. A
+    resolution staged as "ours" leaves `git status` clean: the merge in progress is work too."""
+    repo = clash_repo(tmp_path)
+    assert run_team(repo, "run", "plan.yaml", "--keep-going").returncode == 1
+    wt = repo / ".team/worktrees/clash/bump"
+    if resolution == "edited":
+        git(wt, "merge", "team/clash/integration", check=False)  # conflicts, as the failure said it would
+        (wt / "settings.py").write_text("TIMEOUT = 30\nRETRIES = 3\n")
+        changed = " with changes in after-fmt.txt, other.txt, settings.py"
+    else:  # resolved wholly as the branch has it, not committed: nothing for `git status` to list
+        git(wt, "merge", "--no-commit", "-s", "ours", "team/clash/integration")
+        assert git(wt, "status", "--porcelain") == ""
+        changed = ""
+    before = _worktree_state(repo, wt)
+    r = run_team(repo, "run", "plan.yaml", "--fresh")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr == (
+        f"UserError: --fresh would delete uncommitted work: task bump's worktree {wt} has a merge in "
+        f"progress{changed}: commit it on its branch team/clash/bump (`cd {wt} && git add -A && git commit "
+        f"--no-edit`), or copy the folder away (`cp -a {wt} SOMEWHERE`); then `team run plan.yaml --fresh` "
+        f"again. Nothing was changed\n")
+    assert _worktree_state(repo, wt) == before
+    assert not (repo / ".team/fresh/clash").exists()
+
+    git(wt, "add", "-A")  # the printed command saves it; --fresh then drops the branch, saying how to get it back
+    git(wt, "commit", "--no-edit", "-q")
+    saved = git(repo, "rev-parse", "team/clash/bump").strip()
+    fresh = run_team(repo, "run", "plan.yaml", "--fresh", "--keep-going")
+    assert (f"--fresh: dropping team/clash/bump at {saved[:10]} (2 commits not merged; `git branch "
+            f"team/clash/bump {saved}` brings it back)") in fresh.stderr
+    assert git(repo, "show", f"{saved}:settings.py") == (
+        "TIMEOUT = 30\nRETRIES = 3\n" if resolution == "edited" else "TIMEOUT=30\nRETRIES=3\n")
+
+
+def test_redo_and_a_plain_rerun_keep_a_merge_under_way_whose_result_equals_the_branch(tmp_path):
+    """`git status` is empty after an uncommitted `merge -s ours`: the merge in progress is work all the
+    same (Git.dirty reads git's MERGE_HEAD), so `--redo` refuses and a plain run fails the task, both
+    leaving it as it is."""
+    repo = clash_repo(tmp_path)
+    assert run_team(repo, "run", "plan.yaml", "--keep-going").returncode == 1
+    wt = repo / ".team/worktrees/clash/bump"
+    git(wt, "merge", "--no-commit", "-s", "ours", "team/clash/integration")
+    before = _worktree_state(repo, wt)
+    redo = run_team(repo, "run", "plan.yaml", "--redo", "bump")
+    assert redo.returncode == 2 and f"its kept branch team/clash/bump has uncommitted changes in {wt}" in redo.stderr
+    assert _worktree_state(repo, wt) == before
+    plain = run_team(repo, "run", "plan.yaml")
+    assert plain.returncode == 1
+    assert ("#2 bump failed: its branch team/clash/bump holds 1 commit not on team/clash/integration and "
+            f"uncommitted work in {wt}: the task fails until you commit it there") in plain.stderr
+    assert (wt / ".git").is_file() and git(wt, "rev-parse", "-q", "--verify", "MERGE_HEAD").strip()
 
 
 # ---------------------------------------------------------------- SIGKILL during --fresh, --redo and merges

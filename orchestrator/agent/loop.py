@@ -57,9 +57,11 @@ and the next ack passes over them). Both ways in follow this order:
 
 A restarted agent resumes with the conversation it had.
 
-Usage: each call's ``Usage`` is summed per run (stored on the task by the
-executor) and per agent (``on_usage`` lets a teammate persist it in the
-roster for ``team status``).
+Usage: each call's ``Usage`` (a compaction's summary call too) is summed per
+run (stored on the task by the executor) and per agent (``usage``), and told to
+``on_call`` with the model that answered, once per call, which is how it reaches
+the ledger of spend (llm/ledger.py, through runtime/budgets.py ``Spend``);
+``on_usage`` hears the agent's running total.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ from ..core.models import Member, Message
 from ..core.text import plural
 from ..jobs.records import Notification
 from ..llm.pricing import Usage
-from ..llm.types import ChatModel, ToolCall
+from ..llm.types import ChatModel, Completion, ToolCall
 from ..roles.roles import Role
 from ..roles.skills import discover_skills
 from ..tools import ToolContext, ToolRegistry
@@ -195,17 +197,19 @@ class Agent:
         on_usage: Callable[[Usage], None] | None = None,
         on_step: Callable[[], None] | None = None,
         limit: Callable[[], str | None] | None = None,
+        on_call: Callable[[Usage, str], None] | None = None,
     ):
         self.name, self.role, self.model, self.tools, self.ctx = name, role, model, tools, ctx
         self.tool_schemas = tools.schemas()  # the tool set is fixed per agent: built once
         self.transcript, self.team_name, self.inbox, self.jobs = transcript, team_name, inbox, jobs
         self.roster, self.max_steps, self.on_usage, self.on_step = roster, max_steps, on_usage, on_step
-        self.limit = limit
+        self.limit, self.on_call = limit, on_call
         self.signals = Signals()
         ctx.loop = self  # the tools' LoopControl (tools.services)
         self.cancelled = threading.Event()
         self.deadline: float | None = None  # of the current run (its task's timeout), time.monotonic()
         self.usage = Usage()
+        self._run_usage = Usage()  # of the current run (a task attempt or a turn)
         self.task_label: str | None = None
         self.system = {"role": "system", "content": build_system_prompt(
             name=name, role=role, team=team_name, workspace=ctx.workspace,
@@ -296,7 +300,7 @@ class Agent:
         self.signals.finish, self.signals.idle = None, False
         if prompt:
             self.add({"role": "user", "content": prompt})
-        usage, steps = Usage(), 0
+        self._run_usage, steps = Usage(), 0
         pending_notes = list(notes)
         try:
             while True:
@@ -312,33 +316,32 @@ class Agent:
                 pending_notes = []
                 steps += 1
                 completion = self._call_model()
-                usage += completion.usage
                 if completion.tool_calls:
                     self.add(completion.to_message())
                     self._run_tools(completion.tool_calls)
                     if self.signals.finish is not None:
                         raise TaskDone(*self.signals.finish)
                     if self.signals.idle:
-                        return LoopResult("idle", "", None, steps, usage)
+                        return LoopResult("idle", "", None, steps, self._run_usage)
                     continue
                 text = (completion.content or "").strip()
                 self.add({"role": "assistant", "content": completion.content or ""})
-                return LoopResult("completed", text, None, steps, usage)
+                return LoopResult("completed", text, None, steps, self._run_usage)
         except TaskDone as done:
             return LoopResult(done.status, done.result, None if done.status == "completed" else
-                             (done.result or "the agent marked the task failed"), steps, usage)
+                             (done.result or "the agent marked the task failed"), steps, self._run_usage)
         except LimitsExceeded as e:
-            return LoopResult("failed", "", str(e), steps, usage)
+            return LoopResult("failed", "", str(e), steps, self._run_usage)
         except BudgetReached as e:
-            return LoopResult("failed", "", f"budget reached: {e}", steps, usage)
+            return LoopResult("failed", "", f"budget reached: {e}", steps, self._run_usage)
         except Interrupted as e:
-            return LoopResult("interrupted", "", str(e), steps, usage)
+            return LoopResult("interrupted", "", str(e), steps, self._run_usage)
         except TimedOut as e:
-            return LoopResult("timeout", "", str(e), steps, usage)
+            return LoopResult("timeout", "", str(e), steps, self._run_usage)
         except ModelError as e:
             if self._past_deadline():  # the call gave up because the task's time ran out
-                return LoopResult("timeout", "", f"during model call {steps}, which gave up ({e})", steps, usage)
-            return LoopResult("failed", "", f"ModelError: {e}", steps, usage)
+                return LoopResult("timeout", "", f"during model call {steps}, which gave up ({e})", steps, self._run_usage)
+            return LoopResult("failed", "", f"ModelError: {e}", steps, self._run_usage)
         finally:
             self.ctx.deadline = None
             self.ctx.skill = None  # a skill's allowed-tools hold for the run that loaded it
@@ -354,10 +357,17 @@ class Agent:
         if prepared.compaction is not None:
             self._adopt(prepared.messages, prepared.compaction)
         completion = self.model.complete(prepared.request, self.tool_schemas, stream=True, deadline=self.deadline)
+        self._count(completion)
+        return completion
+
+    def _count(self, completion: Completion) -> None:
+        """One model call's usage: to the run's and the agent's sums, and to ``on_call`` (the ledger)."""
+        self._run_usage += completion.usage
         self.usage += completion.usage
+        if self.on_call is not None:
+            self.on_call(completion.usage, completion.model)
         if self.on_usage is not None:
             self.on_usage(self.usage)
-        return completion
 
     def _run_tools(self, calls: list[ToolCall]) -> None:
         for tc in calls:
@@ -392,4 +402,6 @@ class Agent:
         self.messages = [self.system, *body]
 
     def _summarize(self, span: list[dict]) -> str:
-        return self.model.complete(summary_request(span), None, stream=False, deadline=self.deadline).content or ""
+        done = self.model.complete(summary_request(span), None, stream=False, deadline=self.deadline)
+        self._count(done)  # a compaction's call is spent like any other
+        return done.content or ""

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..agent.transcript import transcript_path
+from ..core.budget import money
 from ..core.models import TERMINAL, Status, Task
 from ..jobs.records import JobRecord, read_tail
 from ..tasks import graph, render
@@ -116,7 +117,7 @@ def _rows(task: Task, by_id: dict[int, Task], now: float, show: Shown) -> list[t
         rows.append(("lease", f"{left:.0f}s left" if left >= 0 else f"expired {-left:.0f}s ago"))
     cost = task.usage.get("cost") if task.usage else None
     if isinstance(cost, int | float):
-        rows.append(("cost", f"${cost:.4f}"))
+        rows.append(("cost", money(cost)))
     return rows
 
 

@@ -35,7 +35,8 @@ from typing import Any
 from ..core.models import Member, Task
 from ..core.redact import Secrets
 from ..jobs.records import JobRecord
-from ..status import usage
+from ..llm.ledger import Ledger, Totals
+from ..team.roster import MemberState
 from . import views
 from .layout import Place, layout, structure
 from .watch import Changes, Lead, RootWatcher
@@ -73,6 +74,9 @@ class Feed:
         self._members: list[Member] = []
         self._member_views: list[views.MemberView] = []
         self._spend: views.Spend | None = None
+        self.ledger = Ledger(self.root)
+        self._totals = Totals()
+        self._states: list[MemberState] = []
         self._lead = views.LeadView(alive=False)
         self._jobs: dict[str, JobRecord] = {}
         self._job_views: list[views.JobView] = []
@@ -133,14 +137,17 @@ class Feed:
                 delta["progress"] = prog.model_dump()
         if ch.members is not None:
             self._members = ch.members
+        if ch.spend:
+            self._totals = self.ledger.totals()  # reads only the lines appended since the last time
         if ch.states is not None:
-            usages = {m.name: m.usage for m in self._members}
-            mv = views.member_views(ch.states, usages, self.show)
+            self._states = ch.states
+        if ch.states is not None or ch.spend:
+            mv = views.member_views(self._states, self._totals.members, self.show)
             if mv != self._member_views:
                 self._member_views = mv
                 delta["members"] = _dump(mv)
-        if tasks_changed or ch.members is not None:
-            sp = views.spend(self._members, self._tasks.values(), usage.lead_usage(self.root), self.budget)
+        if ch.spend or self._spend is None:
+            sp = views.spend(self._totals, self.budget)
             if sp != self._spend:
                 self._spend = sp
                 delta["spend"] = sp.model_dump()

@@ -18,13 +18,13 @@ Derived here, from the stored facts (rule: store facts, derive state):
 * ``Progress``: counts, done/left, and an ETA from the recent completion
   rate (never shorter than the remaining critical path at the mean task
   duration);
-* ``Spend``: tokens and dollars per agent and in total (status/usage.py),
+* ``Spend``: tokens and dollars per agent and in total (the ledger of spend, llm/ledger.py),
   against the budget given to ``team board --budget``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,8 @@ from ..core.models import MARKERS, Message, Status, Task
 from ..core.redact import Secrets
 from ..core.text import shown
 from ..jobs.records import JobRecord, shown_status
+from ..llm.ledger import Totals
+from ..llm.pricing import Usage
 from ..status import usage
 from ..tasks import graph
 from ..team.roster import MemberState
@@ -246,10 +248,11 @@ def progress(tasks: Sequence[Task], now: float, crit: tuple[list[int], str]) -> 
                     critical=crit[0], critical_kind=crit[1])
 
 
-def member_views(states: Iterable[MemberState], usages: dict[str, dict[str, Any]], show: Shown) -> list[MemberView]:
+def member_views(states: Iterable[MemberState], usages: Mapping[str, Usage], show: Shown) -> list[MemberView]:
+    """The roster's rows, each with what the ledger of spend says the member spent (llm/ledger.py)."""
     out = []
     for s in states:
-        u = usage.as_usage(usages.get(s.name))
+        u = usages.get(s.name)
         out.append(MemberView(
             name=show.line(s.name), role=show.line(s.role), liveness=s.liveness, reason=show.line(s.reason),
             task=s.task, heartbeat_age=s.heartbeat_age,
@@ -258,10 +261,11 @@ def member_views(states: Iterable[MemberState], usages: dict[str, dict[str, Any]
     return out
 
 
-def spend(members: Iterable[Any], tasks: Iterable[Task], lead: Any, budget: float | None) -> Spend:
-    total = usage.report(members, tasks, lead)["total"]
-    return Spend(prompt_tokens=total["prompt_tokens"], completion_tokens=total["completion_tokens"],
-                 calls=total["calls"], cost=total["cost"], budget=budget)
+def spend(totals: Totals, budget: float | None) -> Spend:
+    """Everything spent under the root, from the ledger of spend (llm/ledger.py)."""
+    t = totals.total
+    return Spend(prompt_tokens=t.prompt_tokens, completion_tokens=t.completion_tokens, calls=t.calls, cost=t.cost,
+                 budget=budget)
 
 
 def job_view(j: JobRecord, show: Shown) -> JobView:

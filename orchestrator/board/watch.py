@@ -21,6 +21,8 @@ handful of ``stat`` calls when nothing changed:
     .team/jobs/*.json     job records, by signature when the directory changed
     .team/inbox/*.jsonl   each inbox followed by offset (inode change: a new
                           generation after rotation, read from its start)
+    .team/spend.jsonl     the ledger of spend (llm/ledger.py): a new signature
+                          says the spend changed (the feed reads its new lines)
 
 The first poll reads everything (the event log and the inboxes only from
 their last ``tail_bytes``: the board shows recent traffic, the task files
@@ -163,11 +165,12 @@ class Changes:
     jobs_removed: set[str] = field(default_factory=set)
     messages: list[tuple[str, Message]] = field(default_factory=list)
     slow: bool = False  # the periodic refresh ran (liveness, orphaned jobs, durations)
+    spend: bool = False  # the ledger of spend grew (or appeared, or was replaced)
 
     def __bool__(self) -> bool:
         return bool(self.tasks or self.removed or self.unreadable is not None or self.events
                     or self.members is not None or self.states is not None or self.lead_changed
-                    or self.jobs or self.jobs_removed or self.messages or self.slow)
+                    or self.jobs or self.jobs_removed or self.messages or self.slow or self.spend)
 
 
 class RootWatcher:
@@ -193,6 +196,8 @@ class RootWatcher:
         self._jobs_mtime: int | None = None
         self._job_sigs: dict[str, Sig] = {}
         self._inboxes: dict[str, Follow] = {}
+        self.spend_path = team_dir(self.root) / "spend.jsonl"
+        self._spend_sig: Sig | None = None
 
     def poll(self) -> Changes:
         ch = Changes()
@@ -213,6 +218,10 @@ class RootWatcher:
             self._poll_lead(ch)
         self._poll_jobs(ch)
         self._poll_inboxes(ch)
+        st = _stat(self.spend_path)
+        sig = Sig.of(st) if st is not None else None
+        if sig != self._spend_sig:
+            self._spend_sig, ch.spend = sig, True
         return ch
 
     # ------------------------------------------------------------------ tasks

@@ -22,9 +22,11 @@ State on disk:
 
     .team/transcripts/lead.jsonl      the lead's conversation (agent/loop.py / agent/transcript.py)
     .team/transcripts/lead-sessions/  earlier sessions' transcripts (a new session moves the last one here)
-    .team/chat.json                   {"goal", "teammates", "usage"} -- goal and teammates of the
-                                      last session; usage: the lead's token totals (status/usage.py reads it);
+    .team/chat.json                   {"goal", "teammates"} -- goal and teammates of the last session;
                                       scrubbed of secrets (core/redact.py)
+    .team/spend.jsonl                 every model call of the lead and its teammates, as run
+                                      ``chat-<id>`` of the ledger of spend (llm/ledger.py), which
+                                      ``/cost`` and ``team status`` read
 
 Shell commands of the lead and its teammates run in the OS sandbox
 (core/sandbox.py) unless ``TEAM_SANDBOX=off``; an opt-out, or a sandbox that
@@ -66,11 +68,13 @@ from ..core.sandbox import Sandbox
 from ..core.text import plural
 from ..hooks.config import load_hooks_file
 from ..hooks.dispatch import HookDispatcher
+from ..llm.ledger import Ledger, new_run_id
 from ..llm.pricing import Usage
 from ..llm.types import ChatModel, Completion
 from ..roles.roles import Role, check_tools, get_role
 from ..roles.skills import discover_skills
 from ..runtime.approvals import gate_for
+from ..runtime.budgets import Spend
 from ..runtime.runtime import TeamRuntime
 from ..status import doctor, overview, usage
 from ..tasks.store import TaskStore
@@ -137,19 +141,22 @@ class Response:
 class _Saved:
     goal: dict[str, Any] | None = None
     teammates: list[str] = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)
+
+
+CHAT_STATE = "chat.json"
+"""The session's state file under .team/."""
 
 
 def _load_saved(root: Path) -> _Saved:
     try:
-        data = json.loads((team_dir(root) / usage.CHAT_STATE).read_text())
+        data = json.loads((team_dir(root) / CHAT_STATE).read_text())
     except (FileNotFoundError, ValueError):
         return _Saved()
     if not isinstance(data, dict):
         return _Saved()
     goal = data.get("goal") if isinstance(data.get("goal"), dict) else None
     mates = [str(n) for n in data.get("teammates") or [] if isinstance(n, str)]
-    return _Saved(goal, mates, data.get("usage") or {})
+    return _Saved(goal, mates)
 
 
 def lead_holder(info: dict[str, Any], root: Path) -> str:
@@ -187,6 +194,8 @@ class ChatSession:
         self.notes: list[str] = []
         """What opening the session wants the user to know (resumed turns, teammates back)."""
         self.model_calls = 0
+        self.spend = Spend(ledger=Ledger(self.root), run_id=new_run_id("chat-"))
+        """Every model call of the session, to the ledger of spend (llm/ledger.py)."""
         self._lock: LeadLock | None = None
         self.rt: TeamRuntime | None = None
         self.agent: LeadAgent | None = None
@@ -215,13 +224,12 @@ class ChatSession:
             saved = _load_saved(self.root)
             if not self.resume:
                 self._archive(tpath)
-                saved = _Saved(usage=saved.usage)
+                saved = _Saved()
             g = saved.goal or {}
             status = g.get("status")
             self.goal = Goal(str(g["text"]), status if isinstance(status, str) and status in GOAL_STATUSES
                              else "active") if g.get("text") else Goal()
             self._teammates = list(saved.teammates)
-            self.base_usage = usage.as_usage(saved.usage) or Usage()
             team = Team(self.root)
             name = team.load().team_name if team.config.exists() else "team"
             hooks = load_hooks_file(self.root)  # a bad file: a clear error, the lock released
@@ -231,7 +239,7 @@ class ChatSession:
             self.rt = TeamRuntime(self.root, model_for=self.model_for, workspace=self.workspace, team_name=name,
                                   max_steps=self.max_steps, heartbeat_every=self.heartbeat_every,
                                   sandbox=self.sandbox, hooks=self.hooks, approval_timeout=self.approval_timeout,
-                                  on_approval=self._approval)
+                                  on_approval=self._approval, spend=self.spend)
             if self.hooks is not None:
                 self.rt.store.observer = self.hooks.task_observer
             self.rt.serve_control()
@@ -260,7 +268,8 @@ class ChatSession:
         agent = LeadAgent(
             name=LEAD, role=role, model=_Streamed(self.model_for(role), self), tools=rt.registry.only(role.tools),
             ctx=ctx, transcript=Transcript(tpath), team_name=rt.team_name, inbox=self._fetch, jobs=rt.jobs,
-            roster=rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage)
+            roster=rt.team.members, max_steps=self.max_steps, budget=self.budget, on_usage=self._usage,
+            on_call=lambda u, model: self.spend.add(LEAD, u, task=None, model=model))
         agent.goal = self.goal
         agent.store = rt.store
         return agent
@@ -348,8 +357,8 @@ class ChatSession:
             return
         mates = list(dict.fromkeys([*self._teammates, *self.rt.mates]))
         data = {"goal": {"text": self.goal.text, "status": self.goal.status} if self.goal.text else None,
-                "teammates": mates, "usage": (self.base_usage + self.agent.usage).model_dump()}
-        atomic_write(team_dir(self.root) / usage.CHAT_STATE, self.secrets.scrub(dumps(data)))
+                "teammates": mates}
+        atomic_write(team_dir(self.root) / CHAT_STATE, self.secrets.scrub(dumps(data)))
 
     def pending(self) -> str | None:
         """A notice about unread messages for the lead, or None."""
@@ -466,7 +475,6 @@ class ChatSession:
     def _cmd_reset(self, arg: str) -> Response:
         lead = self._lead()
         tpath = lead.transcript.path
-        self.base_usage = self.base_usage + lead.usage
         self._archive(tpath)
         self.agent = self._new_lead(tpath)
         self._save()

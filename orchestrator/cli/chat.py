@@ -125,21 +125,19 @@ def chat_cmd(
 ) -> None:
     """Talk to the lead: it plans, spawns teammates and delegates; /help lists the local commands."""
     from ..chat.session import ChatSession
-    from ..llm.client import LLMClient
+    from ..llm.endpoints import Endpoints
     from ..llm.types import LLMConfig
     from ..run.agents import max_steps_from_env
 
     config = LLMConfig.resolve(None, model, plan=False)
     max_steps = max_steps_from_env()
     console = Console(sys.stdout)
-    clients: dict[str, LLMClient] = {}
+    # one client per model and endpoint: a role's `models:` entry gives its model's (llm/endpoints.py)
+    endpoints = Endpoints(on_retry=lambda e: console.notice(f"({_agent()}: model call failed, {e})"))
 
     def model_for(role: Role) -> LLMClient:
         name = role.model or config.model
-        if name not in clients:
-            clients[name] = LLMClient(config.model_copy(update={"model": name}),
-                                      on_retry=lambda e: console.notice(f"({_agent()}: model call failed, {e})"))
-        return clients[name]
+        return endpoints.client(name, endpoints.spec(name, role.model_spec(name)))
 
     def ask_user(req: ApprovalRequest) -> Decision:
         return ask_at_terminal(console, req)
@@ -156,8 +154,7 @@ def chat_cmd(
     finally:
         for task in session.close():
             console.line(f"(#{task.id} {task.subject}: claimed by a teammate and not finished; released to pending)")
-        for client in clients.values():
-            client.close()
+        endpoints.close()
 
 
 ANSWERS = "allow? [y]es / [n]o [reason] / [a]lways: "

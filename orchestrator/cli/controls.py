@@ -66,7 +66,9 @@ def shutdown_cmd(
     if json_out:
         print_json(reply)
     rid, text = reply.get("request_id"), shown(str(reply.get("text") or ""))
-    if reply.get("approved"):
+    if reply.get("kind") == "command":  # an agent CLI: no handshake, its process is stopped (run/command.py)
+        msg = f"{name} (an agent CLI, kind command) was shut down: {text}"
+    elif reply.get("approved"):
         msg = f"{name} approved shutdown request {rid}" + (f": {text}" if text else "")
         msg += "; it has shut down" if reply.get("stopped") else "; it is stopping"
     elif reply.get("timed_out"):

@@ -4,8 +4,9 @@ The scheduler emits plain dict events (``run_started``, ``started``,
 ``completed``, ``failed``, ``retry``, ``cancelled``, ``stopping``,
 ``stale``); with worktree isolation the merge thread adds ``merge_queued``
 (the task finished running and waits for its turn to merge, ``ahead`` tasks
-before it) and ``merging`` (its merge began); ``completed`` follows once it
-landed. On ``--backend ray`` ``completed`` and ``failed`` carry the ``node``
+before it), ``merging`` (its merge began) and ``junk`` (its commits add files
+that look like build output: ``count``, ``examples``, ``patterns``; a warning,
+repeated in the summary); ``completed`` follows once it landed. On ``--backend ray`` ``completed`` and ``failed`` carry the ``node``
 the attempt ran on, and ``lost`` says an attempt was lost with its node (it
 runs again elsewhere, using no retry). Events come from more than one thread: every sink takes a lock. A
 sink is any callable taking one; three ship here and the CLI picks one:
@@ -150,6 +151,8 @@ def format_event(t: _Tracker, ev: dict[str, Any]) -> str | None:
         return f"{stamp} ran   {who}: waiting for its turn to merge{ahead}"
     if kind == "merging":
         return f"{stamp} merge {who}"
+    if kind == "junk":
+        return f"{stamp} warning: {junk_text(ev)}"
     return None
 
 
@@ -208,7 +211,7 @@ class LiveProgress:
             self.live.start()
         with self.lock:
             self.t.apply(ev)
-            if ev["event"] in ("failed", "cancelled", "retry", "stopping", "lost"):
+            if ev["event"] in ("failed", "cancelled", "retry", "stopping", "lost", "junk"):
                 line = format_event(self.t, ev)
                 if line:
                     self.console.print(line, markup=False, highlight=False)
@@ -292,7 +295,17 @@ def summarise(result: RunResult, workers: int, root: Path | None = None) -> dict
         "deadlock": result.deadlock,
         "incomplete": result.incomplete,
         "worktrees": result.worktrees,
+        "warnings": result.warnings,
     }
+
+
+def junk_text(w: dict[str, Any]) -> str:
+    """A task that committed build junk (a ``junk`` event, a summary warning), and the fix."""
+    eg = ", ".join(shown(p) for p in w["examples"]) + (", …" if w["count"] > len(w["examples"]) else "")
+    return (f"#{w['task']} {shown(w['name'])} committed {plural(w['count'], 'file')} that look like build output "
+            f"({', '.join(w['patterns'])}: {eg}); merged, `team land` brings them into your branch. Ignore them "
+            f"in a .gitignore of your project (e.g. {w['patterns'][0]}), or declare the files the task keeps "
+            f"with `outputs:` in the plan (`outputs: []` for a check that keeps nothing)")
 
 
 def _earlier(d: dict[str, Any]) -> str:
@@ -374,6 +387,7 @@ def render_summary(s: dict[str, Any], limit: int = 15) -> list[str]:
         lines.append("deadlock: " + s["deadlock"])
     if s.get("incomplete"):
         lines.append("INCOMPLETE: " + s["incomplete"])
+    lines += [f"warning: {junk_text(w)}" for w in s.get("warnings", [])[:limit]]
     if s.get("worktrees"):
         lines += s["worktrees"]["text"].splitlines()
     return lines

@@ -6,7 +6,8 @@ why; ``diff`` prints one task's own change (what its merge brought into the
 integration branch, or its kept branch's work); ``land`` brings the finished
 result into your current branch (git/land.py says how it refuses rather than
 lose work) and removes the plan's branches and worktrees. PLAN is a plan
-name or a plan file. Formatting only: the data comes from status/planlog.py
+name or a plan file; ``team land NAME`` lands what the plan file the last
+``team run`` of NAME ran from says now, so both forms refuse the same things. Formatting only: the data comes from status/planlog.py
 and run/land.py.
 """
 
@@ -25,24 +26,38 @@ from .common import JsonOpt, RootOpt, out, print_json, root_of
 PlanArg = Annotated[str, typer.Argument(help="Plan name, or the plan file.", show_default=False)]
 
 
-def _plan(plan: str) -> tuple[str, list[str] | None, str | None]:
-    """(name, task ids, description) of PLAN: a plan file, else a plan name."""
+def _is_file(plan: str) -> bool:
     path = Path(plan)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
-        from ..plan.load import load_plan
+    return path.suffix in (".yaml", ".yml") or path.is_file()
 
-        lp = load_plan(path)
-        first = lp.plan.description.strip().splitlines()
-        return lp.plan.name, [t.id for t in lp.plan.tasks], first[0] if first else None
-    return plan, None, None
+
+def _plan(plan: str) -> tuple[str, list[str], str | None]:
+    """(name, task ids, description) of the plan file PLAN."""
+    from ..plan.load import load_plan
+
+    lp = load_plan(Path(plan))
+    first = lp.plan.description.strip().splitlines()
+    return lp.plan.name, [t.id for t in lp.plan.tasks], first[0] if first else None
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when under it (as a user would type it)."""
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _name(plan: str) -> str:
+    """The plan's name: PLAN itself, or the name a plan file gives."""
+    return _plan(plan)[0] if _is_file(plan) else plan
 
 
 def log_cmd(ctx: typer.Context, plan: PlanArg, as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """The plan's tasks in merge order (merge commit, own commits, files, status), then the rest."""
     from ..status.planlog import plan_log
 
-    name, _, _ = _plan(plan)
-    log = plan_log(root_of(root, ctx), name)
+    log = plan_log(root_of(root, ctx), _name(plan))
     if as_json:
         print_json(log.to_json())
         return
@@ -65,7 +80,8 @@ def log_cmd(ctx: typer.Context, plan: PlanArg, as_json: JsonOpt = False, root: R
 
 def diff_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name (plan.task).", show_default=False)],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name (plan.task), or the plan's id of the task "
+                                            "when one plan has it.", show_default=False)],
     stat: Annotated[bool, typer.Option("--stat", help="Only the files changed and their line counts.")] = False,
     root: RootOpt = None,
 ) -> None:
@@ -98,14 +114,19 @@ def land_cmd(
     Refuses, changing nothing, when a task is not completed, when your branch moved
     and conflicts with the result, or when your checkout has changes the land would
     overwrite. Killed, `team land` again finishes it."""
-    from ..run.land import land_plan
+    from ..run.land import land_plan, recorded_plan_file
 
     if squash and per_task:
         raise UserError("--squash and --per-task exclude each other: pick one (--squash is the default)")
-    name, ids, description = _plan(plan)
+    state_root = root_of(root, ctx)
+    file = plan if _is_file(plan) else _shown(recorded_plan_file(state_root, plan))  # one rule for both forms
+    name, ids, description = _plan(file)
+    if name != plan and not _is_file(plan):
+        raise UserError(f"plan {plan!r} ran from {file}, which now names plan {name!r}: land it with the plan "
+                        f"file that names it, `team land PATH/TO/PLAN.yaml`")
     title = message or (f"{name}: {description}" if description else None)
-    done = land_plan(root_of(root, ctx), name, mode="per-task" if per_task else "squash", task_ids=ids,
-                     title=title)
+    done = land_plan(state_root, name, mode="per-task" if per_task else "squash", task_ids=ids, title=title,
+                     plan_file=plan if _is_file(plan) else file)
     if done.landing is None:
         out(f"plan {name} was landed already (commit {(done.already or '')[:10]}): nothing to do")
         return

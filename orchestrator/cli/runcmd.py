@@ -53,13 +53,18 @@ def check_cmd(
 
     With isolation: worktree it also checks the git repository holding the state
     root (--root, $TEAM_ROOT or the current directory): every task must run inside it.
-    With `backend: ray`, that every shell task brings its work back (outputs: or a worktree)."""
+    With `backend: ray`, that every shell task brings its work back (outputs: or a worktree).
+    With agent tasks, that each teammate's model has a price when a dollar budget covers it,
+    and that a key variable named under `models:` is set."""
     from ..core.errors import PlanError
     from ..plan.load import load_plan
     from ..run.runner import ray_problems
+    from ..run.teammodels import mcp_problems, model_problems
 
     lp = load_plan(plan_file, model=model)
     if lp.plan.backend == "ray" and (problems := ray_problems(lp)):
+        raise PlanError("\n".join(problems))
+    if problems := model_problems(lp) + mcp_problems(lp):  # an unpriced model under a dollar budget, a variable not set
         raise PlanError("\n".join(problems))
     for w in isolation_check(lp, root_of(root, ctx)):
         err(w)

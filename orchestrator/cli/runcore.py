@@ -89,9 +89,8 @@ def run_plan_file(state_root: Path, plan_file: Path, *, workers: int | None = No
         if web is not None:
             web.stop()
     summary = progress.summarise(result, workers or lp.plan.workers, state_root)
-    # only agent tasks spend tokens: a plan of shell tasks does not read back every task file to find none
-    tokens = (usage.run_usage(state_root, [i for i, r in result.runs.items() if r.finished is not None])
-              if any(t.kind == "agent" for t in lp.plan.tasks) else None)
+    # what this run spent, from the ledger (llm/ledger.py): every call of the run, in or out of a task
+    tokens = usage.run_usage(state_root, result.run_id) if result.run_id else None
     if tokens is not None:
         summary["usage"] = tokens
     if result.spend:

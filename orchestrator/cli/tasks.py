@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ..core.paths import at_root
 from ..core.text import plural, shown
 from ..tasks import graph, render
 from .common import JsonOpt, RootOpt, exit_with, out, print_json, root_of
@@ -78,7 +79,7 @@ def list_cmd(
 @task_app.command("show")
 def show_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name, or a plan's task id (one plan has it).")],
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -115,6 +116,8 @@ def show_cmd(
     for key in ("kind", "command", "prompt", "assignee", "role", "estimate", "attempts", "lease_expires", "branch",
                 "merge_commit", "landed", "worktree", "result", "error", "log"):
         value = getattr(task, key)
+        if key == "worktree" and value and "/" in value:  # a plan task's worktree, stored relative to the root
+            value = at_root(value, store.root)
         if value not in (None, "", 0) and not (key == "kind" and value == "manual"):
             rows.append(({"merge_commit": "merge"}.get(key, key),
                          _attempts(task) if key == "attempts" else shown(str(value))))
@@ -167,7 +170,7 @@ def create_cmd(
 @task_app.command("update")
 def update_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name, or a plan's task id (one plan has it).")],
     status: Annotated[str | None, typer.Option("--status", help="pending|in_progress|completed|failed|cancelled")] = None,
     owner: Annotated[str | None, typer.Option("--owner", help="New owner ('' clears it).")] = None,
     add_blocked_by: Annotated[list[str] | None, typer.Option("--add-blocked-by", help="Add a dependency (repeatable).")] = None,
@@ -187,7 +190,7 @@ def update_cmd(
 @task_app.command("retry")
 def retry_cmd(
     ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(help="Task id (4 or #4) or name.")],
+    ref: Annotated[str, typer.Argument(help="Task id (4 or #4), name, or a plan's task id (one plan has it).")],
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -224,7 +227,7 @@ def retry_cmd(
 @task_app.command("blocked")
 def blocked_cmd(
     ctx: typer.Context,
-    ref: Annotated[str | None, typer.Argument(help="Only this task (id or name).")] = None,
+    ref: Annotated[str | None, typer.Argument(help="Only this task (id, name, or a plan's task id).")] = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:

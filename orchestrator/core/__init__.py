@@ -16,4 +16,5 @@
     hooks.py    hook events, the hooks: config record, Verdict, the Hooks/observer seams
     budget.py   Budget (tokens and/or dollars) and how a spend is measured against one
     mcpspec.py  an MCP server a plan or role declares (mcp_servers:), and its tools' names (server__tool)
+    modelspec.py a model's endpoint, key variable and price, as a plan or role declares it (models:)
 """

@@ -61,6 +61,11 @@ def expand_env(value: str, environ: Mapping[str, str] = os.environ) -> str:
     return _VAR.sub(sub, value)
 
 
+def env_names(value: str) -> list[str]:
+    """The variables ``$NAME`` / ``${NAME}`` in ``value`` names (``$$`` is none)."""
+    return [m.group(1) or m.group(2) for m in _VAR.finditer(value) if m.group(1) or m.group(2)]
+
+
 def task_environment(environ: Mapping[str, str], *declared: Mapping[str, str]) -> dict[str, str]:
     """The allow-listed part of ``environ``, then each of ``declared`` in order (later wins).
 

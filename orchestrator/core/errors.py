@@ -4,6 +4,7 @@
     TeamError                      base; exit 2 unless noted
     ├── UserError                  bad input or usage: the message says what to do
     │   ├── UnknownRef             a task id/name, member or job that does not exist
+    │   │   └── AmbiguousRef       a bare plan task id that several plans have
     │   ├── CycleError             a dependency that would close a cycle
     │   ├── InvalidName            a name with a path separator or other bad characters
     │   ├── PlanError              plan.yaml is invalid (file:line: field: problem)
@@ -42,6 +43,10 @@ class UserError(TeamError):
 
 class UnknownRef(UserError):
     """A task, member or job reference that does not exist."""
+
+
+class AmbiguousRef(UnknownRef):
+    """A bare plan task id (``build``) that tasks of several plans have: it names none of them."""
 
 
 class CycleError(UserError):

@@ -3,15 +3,20 @@
 A hook is a shell command run when something happens in a run (docs/hooks.md).
 This module holds only what every floor may see:
 
-* ``HookEvent``: the eight events (``EVENTS``); ``VETO_EVENTS`` are the two a
-  hook may veto by exiting 2 (``task_completed``, ``teammate_idle``).
+* ``HookEvent``: the nine events (``EVENTS``); ``VETO_EVENTS`` are the three a
+  hook may veto by exiting 2 (``task_completed``, ``teammate_idle``, ``tool_call``).
 * ``HooksConfig``: the ``hooks:`` mapping of a plan and of ``.team/hooks.yaml``
   (one list of ``HookCommand`` per event, a default ``timeout``); a bare
   string is one command. ``merged`` puts two together (both run).
+* ``ToolCall``: a teammate's tool call as a ``tool_call`` hook sees it (name, MCP server,
+  arguments, risk) and what a matcher matches it against; ``HookCommand.match`` (``TOOL`` or
+  ``TOOL(PATTERN)``, shell-style globs, ``Matcher``) picks the calls a ``tool_call`` hook runs for.
 * ``Verdict``: what a deciding hook said (``vetoed`` and its ``feedback``: the
-  hook's stderr, scrubbed).
+  hook's stderr, scrubbed; ``failed``: a ``tool_call`` hook that crashed or timed out, which
+  refuses the call too: a guard that cannot decide does not let a call through).
 * The seams: ``Hooks`` (``fire``: notify, in the background; ``decide``: run
-  now and return the verdict), ``TaskObserver`` (what ``tasks.TaskStore``
+  now and return the verdict; ``tool_call``: the hooks matching one tool call, now),
+  ``TaskObserver`` (what ``tasks.TaskStore``
   calls after a create, claim or failure is written) and ``MessageObserver``
   (what ``team.inbox.Bus`` calls after a send). ``NoHooks`` does nothing.
 
@@ -21,21 +26,78 @@ The dispatcher that runs the commands is ``hooks.dispatch.HookDispatcher``
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .models import Message, Task
 
 HookEvent = Literal["task_created", "task_claimed", "task_completed", "task_failed", "teammate_idle",
-                    "teammate_stopped", "message_sent", "run_finished"]
+                    "teammate_stopped", "message_sent", "run_finished", "tool_call"]
 EVENTS: tuple[str, ...] = get_args(HookEvent)
-VETO_EVENTS: tuple[str, ...] = ("task_completed", "teammate_idle")
+VETO_EVENTS: tuple[str, ...] = ("task_completed", "teammate_idle", "tool_call")
 """A hook of these events that exits 2 vetoes (docs/hooks.md)."""
 DEFAULT_TIMEOUT = 60.0
 """Seconds a hook may run before its process group is killed, unless the config says otherwise."""
 MAX_TIMEOUT = 86_400.0
+
+
+MATCHER_RE = re.compile(r"^\s*(?P<tool>[A-Za-z0-9_.*?\[\]!-]+)\s*(?:\((?P<pattern>.*)\))?\s*$", re.S)
+MCP_PREFIX = "mcp__"
+"""An MCP tool also answers to ``mcp__<server>__<tool>`` in a matcher, as Claude Code names them."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A teammate's tool call, as a ``tool_call`` hook sees it (the payload's ``tool``) and matches it."""
+
+    name: str
+    """The tool's name as the model calls it (an MCP server's tool: ``<server>__<tool>``)."""
+    arguments: dict[str, Any]
+    """The validated arguments the model gave (defaults left out; scrubbed of secrets with the whole
+    payload before a hook sees them)."""
+    risk: str
+    call_id: str = ""
+    server: str | None = None
+    """The MCP server whose tool it is; None for a built-in tool."""
+    subjects: tuple[str, ...] = ()
+    """What a matcher's ``(PATTERN)`` is matched against: a command tool's command (whole, and each
+    simple command in it), a file tool's paths relative to the workspace, else the arguments as
+    compact JSON (tools/hookgate.py builds them as the ``ask`` rules do)."""
+
+    def names(self) -> tuple[str, ...]:
+        """The names a matcher's ``TOOL`` may use for this call."""
+        return (self.name, MCP_PREFIX + self.name) if self.server is not None else (self.name,)
+
+    def payload(self) -> dict[str, Any]:
+        return {"name": self.name, "server": self.server, "risk": self.risk, "arguments": self.arguments,
+                "call_id": self.call_id}
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """One ``match:`` entry: ``TOOL`` (a glob over tool names) or ``TOOL(PATTERN)`` (a glob over the
+    call's subjects too); ``*`` spans ``/`` and spaces, as in ``ask:`` rules (tools/approval.py)."""
+
+    tool: str
+    pattern: str | None
+
+    @classmethod
+    def parse(cls, entry: str) -> Matcher:
+        m = MATCHER_RE.match(entry)
+        if m is None or (m.group("pattern") is not None and not m.group("pattern").strip()):
+            raise ValueError(f"{entry!r} must be TOOL or TOOL(PATTERN) with shell-style globs, e.g. bash, "
+                             "\"bash(rm *)\", write_file, \"mcp__git__*\"")
+        pattern = m.group("pattern")
+        return cls(m.group("tool"), None if pattern is None else pattern.strip())
+
+    def matches(self, call: ToolCall) -> bool:
+        if not any(fnmatch.fnmatchcase(n, self.tool) for n in call.names()):
+            return False
+        return self.pattern is None or any(fnmatch.fnmatchcase(s, self.pattern) for s in call.subjects)
 
 
 class HookCommand(BaseModel):
@@ -46,6 +108,28 @@ class HookCommand(BaseModel):
     run: str = Field(min_length=1, description="Shell command; gets the event's JSON payload on stdin.")
     timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT,
                                   description="Seconds before its process group is killed (else the hooks' timeout).")
+    match: list[str] | None = Field(None, description="tool_call hooks only: the calls it runs for, each TOOL or "
+                                                      "TOOL(PATTERN) with shell-style globs (bash, \"bash(rm *)\", "
+                                                      "\"mcp__git__*\"); absent: every call.")
+
+    @field_validator("match", mode="before")
+    @classmethod
+    def _one_match(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("match")
+    @classmethod
+    def _parse_match(cls, value: list[str] | None) -> list[str] | None:
+        for entry in value or []:
+            Matcher.parse(entry)
+        return value
+
+    def matchers(self) -> tuple[Matcher, ...]:
+        return tuple(Matcher.parse(e) for e in self.match or [])
+
+    def matches(self, call: ToolCall) -> bool:
+        """Whether this (``tool_call``) hook runs for ``call``: no ``match`` runs for every call."""
+        return self.match is None or any(m.matches(call) for m in self.matchers())
 
 
 def _commands(value: Any) -> Any:
@@ -66,6 +150,7 @@ _DESC = {
     "teammate_stopped": "a teammate's thread ended",
     "message_sent": "a message was sent in the run",
     "run_finished": "the run ended",
+    "tool_call": "a teammate's tool call is about to run (match: picks the tools); exit 2 refuses it",
 }
 
 
@@ -84,8 +169,18 @@ class HooksConfig(BaseModel):
     teammate_stopped: list[HookCommand] = Field(default_factory=list, description=_DESC["teammate_stopped"])
     message_sent: list[HookCommand] = Field(default_factory=list, description=_DESC["message_sent"])
     run_finished: list[HookCommand] = Field(default_factory=list, description=_DESC["run_finished"])
+    tool_call: list[HookCommand] = Field(default_factory=list, description=_DESC["tool_call"])
 
     _lists = field_validator(*EVENTS, mode="before")(_commands)
+
+    @field_validator(*(e for e in EVENTS if e != "tool_call"))
+    @classmethod
+    def _match_only_for_tools(cls, value: list[HookCommand], info: ValidationInfo) -> list[HookCommand]:
+        for i, cmd in enumerate(value):
+            if cmd.match is not None:
+                raise ValueError(f"{info.field_name}[{i}] has `match:`, which only tool_call hooks take (it picks "
+                                 "the tool calls they see): remove it")
+        return value
 
     def commands(self, event: HookEvent) -> list[HookCommand]:
         found: list[HookCommand] = getattr(self, event)
@@ -111,6 +206,9 @@ class Verdict:
     feedback: str = ""
     """The vetoing hook's stderr (scrubbed of secrets), for the agent to read."""
     command: str = ""
+    failed: bool = False
+    """A ``tool_call`` hook crashed, timed out or could not start: the call is refused all the same
+    (``feedback`` says what happened to the hook)."""
 
 
 class Hooks(Protocol):
@@ -128,6 +226,13 @@ class Hooks(Protocol):
     def decide(self, event: HookEvent, *, teammate: str | None = None, task: Task | None = None,
                **extra: Any) -> Verdict:
         """Run the event's hooks now; the first that exits 2 vetoes (only ``VETO_EVENTS``)."""
+        ...
+
+    def tool_call(self, call: ToolCall, *, teammate: str, task: Task | None = None,
+                  limit: float | None = None) -> Verdict:
+        """Run the ``tool_call`` hooks whose ``match`` takes ``call``, now, in order: the first that exits 2
+        vetoes it; one that fails (crash, timeout, cannot start) refuses it too (``Verdict.failed``).
+        ``limit``: seconds no hook may run past (the task's time left)."""
         ...
 
 
@@ -155,4 +260,8 @@ class NoHooks:
 
     def decide(self, event: HookEvent, *, teammate: str | None = None, task: Task | None = None,
                **extra: Any) -> Verdict:
+        return Verdict()
+
+    def tool_call(self, call: ToolCall, *, teammate: str, task: Task | None = None,
+                  limit: float | None = None) -> Verdict:
         return Verdict()

@@ -11,6 +11,15 @@ running server (streamable HTTP)::
         env: {TOKEN: $GITHUB_TOKEN}                  # extra environment, $NAME from the lead's
       - name: docs
         url: http://127.0.0.1:9000/mcp
+        headers: {Authorization: "Bearer $DOCS_TOKEN"}   # sent with every request, $NAME from the lead's
+
+A URL server's ``headers`` are sent with each of its HTTP requests; a value names the variables
+that hold its secret part (``$NAME`` / ``${NAME}``), read from the lead's environment when the
+server is connected, so neither the plan nor anything under the state root holds the secret. Each
+variable named must look like a credential's (core/redact.py ``SECRET_NAME``: ``*_TOKEN``,
+``*API_KEY*``, ...): every process of ``team`` then scrubs its value from what it writes. A
+variable that is not set is refused before a run starts (run/teammodels.py ``mcp_problems``), or
+when a role's server is connected.
 
 A server's tools reach the model as ``<server>__<tool>``: OpenAI tool names allow only letters,
 digits, ``_`` and ``-`` (64 at most), so the ``git.status`` of the docs is sent as
@@ -23,6 +32,9 @@ import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .environ import env_names
+from .redact import SECRET_NAME
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,23}$")
 """A server name: letters, digits and '-' (no '_' nor '.': ``__`` separates it from the tool)."""
@@ -44,6 +56,9 @@ class McpServerSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the command "
                                 "($NAME: from the lead's environment); the rest is team's allow-list.")
     url: str | None = Field(None, pattern=r"^https?://", description="URL of a running server (streamable HTTP).")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers sent to a url server, e.g. "
+                                    "{Authorization: 'Bearer $DOCS_TOKEN'}: $NAME is read from the lead's "
+                                    "environment (a credential's name, *_TOKEN, *API_KEY*), never stored.")
     timeout: float = Field(60.0, gt=0, le=3600, description="Seconds one tool call may take.")
     startup_timeout: float = Field(30.0, gt=0, le=600, description="Seconds to start and list the tools.")
 
@@ -55,6 +70,23 @@ class McpServerSpec(BaseModel):
                     for k, v in value.items()}
         return value
 
+    @field_validator("headers")
+    @classmethod
+    def _header_vars(cls, value: dict[str, str]) -> dict[str, str]:
+        for header, text in value.items():
+            if not header or any(c in header for c in ":\r\n ") or any(c in text for c in "\r\n"):
+                raise ValueError(f"header {header!r}: a header name is one word and its value one line")
+            for name in env_names(text):
+                if not SECRET_NAME.search(name):
+                    raise ValueError(f"header {header!r}: ${name} does not look like the name of a credential, "
+                                     "so team would not know to keep its value out of files: name the variable "
+                                     "like *_TOKEN or *_API_KEY (e.g. DOCS_TOKEN)")
+        return value
+
+    def header_vars(self) -> list[str]:
+        """The environment variables the headers' values name."""
+        return list(dict.fromkeys(n for text in self.headers.values() for n in env_names(text)))
+
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSpec:
         if (self.command is None) == (self.url is None):
@@ -62,6 +94,9 @@ class McpServerSpec(BaseModel):
                              f"{'both' if self.command else 'neither'}")
         if self.url is not None and (self.args or self.env):
             raise ValueError(f"mcp server {self.name!r}: `args` and `env` go with `command`, not `url`")
+        if self.command is not None and self.headers:
+            raise ValueError(f"mcp server {self.name!r}: `headers` go with `url` (HTTP), not `command`; give a "
+                             "stdio server what it needs in `env`")
         return self
 
     def same_as(self, other: McpServerSpec) -> bool:

@@ -43,7 +43,8 @@ class Task(BaseModel):
     owner: str = Field("", description="Member or lead holding the task; empty when unowned.")
 
     name: str | None = Field(None, description="Slug usable wherever an id is (unique).")
-    kind: Literal["manual", "shell", "agent"] = Field("manual", description="How the task is executed.")
+    kind: Literal["manual", "shell", "agent", "command"] = Field(
+        "manual", description="How the task is executed (command: by an agent CLI teammate, run/command.py).")
     command: str | None = Field(None, description="Shell command of a shell task.")
     prompt: str | None = Field(None, description="Prompt of an agent task.")
     plan: str | None = Field(None, description="Name of the plan that created this task.")
@@ -54,7 +55,8 @@ class Task(BaseModel):
     timeout: float | None = Field(None, description="Seconds before an attempt is killed.")
     retries: int = Field(0, description="Extra attempts allowed after a failure.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the run.")
-    cwd: str | None = Field(None, description="Working directory, relative to the state root.")
+    cwd: str | None = Field(None, description="Working directory, relative to the state root (absolute when "
+                                              "outside it, or written by an older team).")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation override.")
 
     attempts: int = Field(0, description="Attempts started so far (claims), however they ended.")
@@ -73,20 +75,28 @@ class Task(BaseModel):
     result: str | None = Field(None, description="What the task produced (agent answer, output tail).")
     error: str | None = Field(None, description="Why the task failed or was cancelled.")
     log: str | None = Field(None, description="Path of the full output log, relative to the root.")
-    worktree: str | None = Field(None, description="git worktree path used by the task.")
+    worktree: str | None = Field(None, description="The task's kept git worktree, relative to the root (a plan "
+                                                   "task), or the agent worktree it is bound to (a name).")
     branch: str | None = Field(None, description="git branch holding the task's work.")
     merge_commit: str | None = Field(None, description="Its merge commit on the plan's integration branch.")
     redo: bool = Field(False, description="Run again from scratch: its merge and kept branch are dropped first.")
     landed: str | None = Field(None, description="The commit `team land` brought its work into the user's branch with.")
     usage: dict[str, Any] = Field(default_factory=dict, description="Token usage of agent tasks.")
-    outputs: list[str] = Field(default_factory=list, description="Globs of files (relative to its cwd) a task "
-                                                                 "run on another machine brings back (backend ray).")
+    outputs: list[str] | None = Field(None, description="Globs (relative to its cwd) of the files the task's "
+                                                        "result is made of: with isolation: worktree only changes "
+                                                        "to them are committed ([]: none); on backend ray they "
+                                                        "are what comes back. None: everything.")
     num_cpus: float | None = Field(None, description="CPUs an attempt reserves on a cluster node (backend ray).")
     resources: dict[str, float] = Field(default_factory=dict, description="Custom cluster resources an attempt "
                                                                           "reserves, e.g. {gpu: 1} (backend ray).")
     lost_retries: int = Field(3, description="Attempts lost with a cluster node that are re-run (use no retry).")
     lost: int = Field(0, description="Attempts lost with a cluster node (infrastructure losses, backend ray).")
     node: str | None = Field(None, description="The cluster node the current/last attempt ran on (backend ray).")
+    cli_member: str | None = Field(None, description="The agent CLI teammate (kind: command) running the current "
+                                                     "attempt: its own completed/failed update of the task is kept "
+                                                     "in `reported`, and the run records it when its process ends.")
+    reported: dict[str, Any] | None = Field(None, description="The end an agent CLI reported for its attempt "
+                                                              "(status, result, epoch, by, at), not recorded yet.")
 
     @property
     def ref(self) -> str:
@@ -98,7 +108,7 @@ class Task(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The on-disk form: seed keys first, then the rest, None/empty omitted."""
         data = self.model_dump(mode="json", exclude_none=True)
-        for key in ("env", "usage", "redo", "outputs", "resources"):
+        for key in ("env", "usage", "redo", "resources"):  # (``outputs: []`` says "keep nothing": it stays)
             if not data.get(key):
                 data.pop(key, None)
         for key, default in (("retries", 0), ("attempts", 0), ("failures", 0), ("interrupted", 0), ("epoch", 0),
@@ -123,6 +133,12 @@ class Event(BaseModel):
     to_status: str | None = Field(None, alias="to", description="Status after.")
 
 
+MemberKind = Literal["llm", "external", "command"]
+"""What a roster member is: ``llm`` (the default, and every seed entry), a teammate thread of the lead
+running its own agent loop; ``external``, an MCP client that joined as ``team mcp --as NAME``;
+``command``, an agent CLI a run starts for each task assigned to it (run/command.py)."""
+
+
 class Member(BaseModel):
     """One roster entry in ``.team/config.json``."""
 
@@ -131,10 +147,13 @@ class Member(BaseModel):
     name: str
     role: str = "coder"
     status: Literal["working", "idle", "shutdown"] = "idle"
+    kind: MemberKind = Field("llm", description="llm: a teammate the lead runs; external: an MCP client; "
+                                                "command: an agent CLI a run starts per task.")
     pid: int | None = Field(None, description="Process hosting the member's thread.")
     heartbeat: float | None = Field(None, description="Unix time of the last heartbeat.")
     task: int | None = Field(None, description="Task the member is working on.")
-    usage: dict[str, Any] = Field(default_factory=dict, description="Token usage and cost totals.")
+    usage: dict[str, Any] = Field(default_factory=dict, description="Token totals older versions kept here; "
+                                  "spend is now read from the ledger (llm/ledger.py).")
 
 
 class Roster(BaseModel):

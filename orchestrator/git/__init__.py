@@ -8,6 +8,9 @@
                   rebuilt without some tasks (team run --redo)
     land.py       Land: the result into the user's branch (team land), or a refusal
     orphans.py    leftovers of killed runs, for ``team doctor``
+    relink.py     worktree links rewritten after the repository was moved or copied
+    keep.py       what a worktree task's result keeps (its ``outputs:`` globs) and the build junk
+                  it should not commit (the run's warning)
     agentwt.py    AgentWorktrees: named worktrees agents make and bind to tasks (seed s12), their
                   index and lifecycle events; merged back through worktrees.py like a plan's tasks
 """

@@ -15,7 +15,8 @@ worktree with a ``Team-Task: <name>`` trailer), ``remove`` is ``Worktrees.discar
     team/agents/integration                  where merges land; `team worktree land` takes it
                                              into the user's branch (git/land.py, as `team land`)
 
-The index (``{"worktrees": [...]}``, one entry per name: ``name``, ``path``,
+The index (``{"worktrees": [...]}``, one entry per name: ``name``, ``path`` (relative
+to the state root, so a moved repository keeps it; older absolute ones are read as they are),
 ``branch``, ``task_id``, ``owner``, ``status``, ``created_at``, ``updated_at``,
 ``merge_commit``) is rewritten atomically under its lock. ``status``: ``creating``
 (the name is taken, git is making it; left so if its maker died: remove it) -> ``active``
@@ -46,6 +47,7 @@ from typing import Any
 
 from ..core.errors import TeamError, UserError
 from ..core.fsutil import append_line, atomic_write, file_lock, read_jsonl
+from ..core.paths import at_root, stored
 from ..core.text import plural
 from .land import MODES, Land, Landing
 from .worktrees import MergeConflict, MergeResult, Worktrees, check_slug
@@ -124,7 +126,8 @@ class AgentWorktrees:
             return []
         except ValueError as e:
             raise UserError(f"{self.index_path} is not valid JSON ({e}); `team doctor` checks it") from None
-        return [Entry(**w) for w in data.get("worktrees", [])]
+        # a path is stored relative to the root (core/paths.py): entries carry it as it is now
+        return [Entry(**{**w, "path": str(at_root(w["path"], self.root))}) for w in data.get("worktrees", [])]
 
     def get(self, name: str) -> Entry:
         entry = next((e for e in self.entries() if e.name == name), None)
@@ -148,7 +151,7 @@ class AgentWorktrees:
         with file_lock(self.dir / ".index.lock"):
             entries = {e.name: e for e in self.entries()}
             yield entries
-            data = {"worktrees": [asdict(e) for e in entries.values()]}
+            data = {"worktrees": [{**asdict(e), "path": stored(e.path, self.root)} for e in entries.values()]}
             atomic_write(self.index_path, json.dumps(data, indent=2) + "\n")
 
     def _set(self, name: str, **fields: Any) -> Entry:

@@ -15,7 +15,7 @@
   as ``team <team@localhost>`` through ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` in our
   environment only: git config is never written.
 * A few read-only queries every caller needs (``rev``, ``is_ancestor``,
-  ``dirty``, ``gitdir``, ``worktrees``) answer in plain values: a missing
+  ``dirty``, ``in_progress``, ``gitdir``, ``worktrees``) answer in plain values: a missing
   ref is ``None``, not an error.
 * A failure raises ``GitError`` (a ``WorkFailed``, exit 1) carrying the command,
   the directory and git's stderr.
@@ -35,6 +35,9 @@ LOCATION_VARS = {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIREC
 OVERRIDES = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "gc.auto=0",
              "-c", "maintenance.auto=false", "-c", "merge.autoStash=false", "-c", "core.fsmonitor=false")
 FALLBACK_IDENTITY = {"NAME": "team", "EMAIL": "team@localhost"}
+IN_PROGRESS = (("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert"),
+               ("rebase-merge", "rebase"), ("rebase-apply", "rebase"))
+"""State files in a worktree's git directory while an operation waits for the user (what ``in_progress`` reads)."""
 HALF_ADDED_TRIES = 50
 """Listings of worktrees tried while one entry is caught half written (20 ms apart)."""
 
@@ -94,10 +97,30 @@ class Git:
         return self("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
 
     def dirty(self, path: Path) -> bool:
-        """Uncommitted changes (untracked files included) in the worktree at ``path``; False if none there."""
+        """Uncommitted work in the worktree at ``path``: changes (untracked files included), or a merge,
+        cherry-pick, revert or rebase in progress (a conflict resolution whose result may equal ``HEAD``
+        is work too); False if no worktree is there."""
         if not (path / ".git").exists():
             return False
+        if self.in_progress(path):
+            return True
         return bool(self("status", "--porcelain", "--untracked-files=all", cwd=path).stdout.strip())
+
+    def in_progress(self, path: Path) -> str | None:
+        """The operation under way in the worktree at ``path`` (``merge``, ``cherry-pick``, ``revert``,
+        ``rebase``), from the state files git keeps in its git directory; None when there is none."""
+        dot = path / ".git"
+        if dot.is_file():  # a linked worktree: "gitdir: PATH"
+            head, _, where = dot.read_text().partition(":")
+            gitdir = (path / where.strip()) if head.strip() == "gitdir" else None
+        else:
+            gitdir = dot if dot.is_dir() else None
+        if gitdir is None:
+            return None
+        for name, what in IN_PROGRESS:
+            if (gitdir / name).exists():
+                return what
+        return None
 
     def gitdir(self, path: Path) -> Path | None:
         """The private git directory of the linked worktree at ``path``, or None."""

@@ -12,8 +12,10 @@ This is the one place ``team`` writes to the user's checkout, and it is careful:
    the land is refused naming the files; nothing was changed.
 2. Check. Every path the land changes must hold, in the user's index and working
    tree, the committed version, the landed version or (``--include-uncommitted``)
-   the snapshot's version; anything else is work the land would overwrite: refused,
-   naming the paths. A detached ``HEAD``, a branch that does not contain the plan's
+   the snapshot's version, compared as git compares them: mode and object id, so a
+   deletion (``git rm``, ``rm``), a mode change (``chmod +x``) or a type change
+   (a file made a symlink), staged or not, counts like an edit. Anything else is
+   work the land would overwrite: refused, naming the paths. A detached ``HEAD``, a branch that does not contain the plan's
    base, a ``.git/index.lock`` held by a running git: refused too.
 3. Record the intent (``land.json``: branch, from, to, the commit of each task) in
    the plan's worktree folder.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -44,6 +47,15 @@ from .worktrees import TRAILER, Worktrees, drop_unheld
 
 MODES = ("squash", "per-task")
 ZERO = "0" * 40
+Entry = tuple[str, str]
+"""A path's entry as git compares it: (mode, object id)."""
+ABSENT: Entry = ("000000", ZERO)
+CONFLICT: Entry = ("conflict", "")  # an index path with unmerged stages
+DIRECTORY: Entry = ("directory", "")  # a directory in the working tree where the land writes a file
+
+
+def _entry(mode: str, oid: str) -> Entry:
+    return ABSENT if oid == ZERO else (mode, oid)
 
 
 class LandRefused(UserError):
@@ -204,32 +216,35 @@ class Land:
         return self.git("rev-parse", "HEAD", cwd=work).stdout.strip()
 
     # ---------------------------------------------------------------- 2. check
-    def _changes(self, intent: Intent) -> list[tuple[str, str, str]]:
-        """(path, old blob, new blob) for every path the land changes (ZERO: absent)."""
+    def _changes(self, intent: Intent) -> list[tuple[str, Entry, Entry]]:
+        """(path, old entry, new entry) for every path the land changes (``ABSENT``: no file)."""
         out = self.git("diff", "--raw", "-z", "--no-renames", "--no-abbrev", intent.old, intent.new,
                        cwd=self.top).stdout.split("\0")
         changes = []
         for meta, path in zip(out[0::2], out[1::2], strict=False):
             if meta.startswith(":"):
-                _, _, old, new, _ = meta[1:].split(" ", 4)
-                changes.append((path, old, new))
+                old_mode, new_mode, old, new, _ = meta[1:].split(" ", 4)
+                changes.append((path, _entry(old_mode, old), _entry(new_mode, new)))
         return changes
 
     def _check(self, intent: Intent, recovering: bool) -> None:
+        """Refuse unless every path the land changes holds, in the index and in the working tree, an
+        entry (mode and object id, as git compares them) it may overwrite; see the module docstring."""
         changes = self._changes(intent)
         if not changes:
             return
+        paths = [p for p, _, _ in changes]
         base = self.wt.base()
         snap = base.snapshot if base is not None else None
-        snapped = self._blobs(snap, [p for p, _, _ in changes]) if snap else {}
+        snapped = self._tree_entries(snap, paths) if snap else {}
         index = self._index()
-        worktree = self._hashes([p for p, _, _ in changes])
+        worktree = self._worktree_entries(paths, index)
         lost = []
         for path, old, new in changes:
-            ok = {old, new, snapped.get(path, ZERO)}
-            staged = index.get(path, ZERO)
-            here = worktree.get(path, ZERO)
-            cut_short = recovering and (here == ZERO or self._prefix_of(path, new))
+            ok = {old, new} | ({snapped.get(path, ABSENT)} if snap else set())
+            staged = index.get(path, ABSENT)
+            here = worktree.get(path, ABSENT)
+            cut_short = recovering and (here == ABSENT or here[0] == new[0] and self._prefix_of(path, new))
             if staged not in ok or (here not in ok and not cut_short):
                 lost.append(path)
         if lost:
@@ -237,56 +252,75 @@ class Land:
             raise LandRefused(f"your checkout has changes the land would overwrite in {shown}: commit or stash "
                               f"them (`git stash -u`), then `team land` again; nothing was changed")
 
-    def _index(self) -> dict[str, str]:
+    def _index(self) -> dict[str, Entry]:
+        """The user's index: path -> (mode, object id); a path in conflict gets ``CONFLICT``."""
         out = self.git("ls-files", "-s", "-z", cwd=self.top).stdout.split("\0")
-        index: dict[str, str] = {}
+        index: dict[str, Entry] = {}
         for entry in out:
             if not entry:
                 continue
             meta, path = entry.split("\t", 1)
-            _, blob, stage = meta.split(" ")
-            index[path] = blob if stage == "0" else "conflict"
+            mode, oid, stage = meta.split(" ")
+            index[path] = (mode, oid) if stage == "0" else CONFLICT
         return index
 
-    def _hashes(self, paths: list[str]) -> dict[str, str]:
-        """Blob ids of the files at ``paths`` in the user's working tree (absent ones left out)."""
-        found: dict[str, str] = {}
-        files = []
+    def _worktree_entries(self, paths: list[str], index: dict[str, Entry]) -> dict[str, Entry]:
+        """What the user's working tree holds at ``paths``, as git would stage it: a symlink is
+        ``120000`` and the object of its target, a file ``100755`` when its owner may execute it
+        (else ``100644``; with ``core.fileMode`` off, the index's mode) and the object ``git add``
+        would make of it (filters applied), a directory ``DIRECTORY``. Absent ones (also under a
+        parent that is no directory) are left out."""
+        filemode = self.git("config", "--type=bool", "core.filemode", cwd=self.top,
+                            check=False).stdout.strip() != "false"
+        found: dict[str, Entry] = {}
+        files: list[tuple[str, str]] = []
         for p in paths:
             full = self.top / p
-            if full.is_symlink():
-                found[p] = self.git("hash-object", "--stdin", "--no-filters", input=os.readlink(full),
-                                    cwd=self.top).stdout.strip()
-            elif full.is_dir():
-                found[p] = "directory"
-            elif full.exists():
-                files.append(p)
+            if any(parent.is_symlink() or not parent.is_dir()
+                   for parent in list(full.parents)[:len(Path(p).parts) - 1]):
+                continue
+            try:
+                st = full.lstat()
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                found[p] = ("120000", self.git("hash-object", "--stdin", "--no-filters", input=os.readlink(full),
+                                               cwd=self.top).stdout.strip())
+            elif stat.S_ISDIR(st.st_mode):
+                found[p] = DIRECTORY
+            elif not filemode and index.get(p, ABSENT)[0] in ("100644", "100755"):
+                files.append((p, index[p][0]))
+            else:
+                files.append((p, "100755" if st.st_mode & stat.S_IXUSR else "100644"))
         if files:
-            hashes = self.git("hash-object", "--stdin-paths", cwd=self.top, input="\n".join(files) + "\n")
-            found.update(zip(files, hashes.stdout.split(), strict=True))
+            hashes = self.git("hash-object", "--stdin-paths", cwd=self.top, input="".join(f"{p}\n" for p, _ in files))
+            found.update((p, (mode, oid)) for (p, mode), oid in zip(files, hashes.stdout.split(), strict=True))
         return found
 
-    def _blobs(self, commit: str, paths: list[str]) -> dict[str, str]:
+    def _tree_entries(self, commit: str, paths: list[str]) -> dict[str, Entry]:
         out = self.git("ls-tree", "-r", "-z", "--full-tree", commit, cwd=self.top).stdout.split("\0")
         wanted = set(paths)
-        blobs = {}
+        entries = {}
         for entry in out:
             if entry:
                 meta, path = entry.split("\t", 1)
                 if path in wanted:
-                    blobs[path] = meta.split(" ")[2]
-        return blobs
+                    mode, _, oid = meta.split(" ")
+                    entries[path] = (mode, oid)
+        return entries
 
-    def _prefix_of(self, path: str, blob: str) -> bool:
-        """The file at ``path`` holds the first bytes of ``blob`` (a checkout write cut short)."""
-        if blob == ZERO:
+    def _prefix_of(self, path: str, entry: Entry) -> bool:
+        """The file at ``path`` holds the first bytes of ``entry``'s blob (a checkout write cut short)."""
+        if entry == ABSENT or entry[0] not in ("100644", "100755"):
             return False
         full = self.top / path
+        if full.is_symlink():
+            return False
         try:
             here = full.read_bytes()
         except OSError:
             return False
-        return self.git.blob(blob).startswith(here)
+        return self.git.blob(entry[1]).startswith(here)
 
     # ---------------------------------------------------------------- 4. apply
     def _apply(self, intent: Intent, fd: int, recovering: bool) -> None:
@@ -295,8 +329,8 @@ class Land:
         self._index_lock(recovering)
         changes = self._changes(intent)
         literal = {"GIT_LITERAL_PATHSPECS": "1"}
-        written = [p for p, _, new in changes if new != ZERO]
-        deleted = [p for p, _, new in changes if new == ZERO]
+        written = [p for p, _, new in changes if new != ABSENT]
+        deleted = [p for p, _, new in changes if new == ABSENT]
         if written:
             self.git("checkout", intent.new, "--pathspec-from-file=-", "--pathspec-file-nul", cwd=self.top,
                      env=literal, input="\0".join(written), fd=fd)

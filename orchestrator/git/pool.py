@@ -53,7 +53,10 @@ Crash safety (a kill -9 at any instant; the next run resumes):
 * before the commit's ref transaction the task has no branch: a worktree found
   at its path (half moved, half reset, the task's uncommitted work) is an
   attempt cut short, reset in place and run again, as an attempt whose branch
-  had no commits of its own was re-forked before;
+  had no commits of its own was re-forked before; but commits the task made
+  itself there (it ran ``git commit``) are its work: ``rescue``, at the next
+  run's start, puts them on the task's branch (from the fork ``prepare``
+  recorded), and they are merged without running the task again, as before;
 * after it, the branch holds the task's commit and the worktree is clean at
   it: the next run merges it without running the task again (isolation.py);
 * the merge's transaction moves integration and deletes the branch at once;
@@ -80,7 +83,7 @@ from pathlib import Path
 from ..core.errors import TeamError, WorkFailed
 from ..core.text import plural
 from .merge import Conflict, TreeMerge
-from .worktrees import TRAILER, Kept, MergeConflict, MergeResult, Worktrees, drop_unheld
+from .worktrees import SLUG, TRAILER, Kept, MergeConflict, MergeResult, Worktrees, drop_unheld
 
 log = logging.getLogger("orchestrator.pool")
 
@@ -109,6 +112,30 @@ def clean_message(message: str) -> str:
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n"
+
+
+def rescue(wt: Worktrees) -> list[str]:
+    """Tasks whose worktree a killed run left detached, holding commits the task made itself (a shell
+    task may run ``git commit``) on top of the fork ``prepare`` recorded: the task's branch is made at
+    them and the worktree put on it, so they are kept work like any other (the run merges them without
+    running the task again, ``--fresh`` says how to bring them back), never reset away. Run at a
+    run's start, before anything looks at kept work. The tasks rescued."""
+    if not wt.base_dir.is_dir():
+        return []
+    found = []
+    with wt.locked() as fd:
+        for path in sorted(wt.base_dir.iterdir()):
+            if path.name.startswith(("_", ".")) or not (path / ".git").is_file() or not SLUG.match(path.name):
+                continue
+            branch = wt.branch(path.name)
+            fork, head = wt.fork(path.name), wt.git.rev("HEAD", cwd=path)
+            if (fork is None or head is None or head == fork or wt.git.rev(branch) is not None
+                    or not wt.git.is_ancestor(fork, head)):
+                continue
+            wt.git("update-ref", f"refs/heads/{branch}", head, "", fd=fd)  # "": only if there is none
+            wt.git("symbolic-ref", "HEAD", f"refs/heads/{branch}", cwd=path, fd=fd)
+            found.append(path.name)
+    return found
 
 
 class WorktreePool:
@@ -175,9 +202,12 @@ class WorktreePool:
                         and (path / ".git").is_file())
             if not in_place:
                 wt.drop_worktree(path, fd, wts)
-                if not self._take(path, wts, fd, reserved):
+                if self._take(path, wts, fd, reserved):
+                    self._unlock(path, task)  # a free one a killed run left (its fill or reset cut short)
+                else:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     self.git("worktree", "add", "-f", "-q", "--no-checkout", "--detach", str(path), fork, fd=fd)
+            wt.record_fork(task, fork, durable=False)  # what ``rescue`` counts a task's own commits from
         # in the task's own worktree, in parallel with the others: no list of worktrees changes here
         self.git("checkout", "-q", "-f", "--detach", fork, cwd=path)
         self.git("clean", "-q", "-ffdx", cwd=path)
@@ -211,6 +241,7 @@ class WorktreePool:
         branch = wt.branch(task)
         with wt.locked() as fd:
             if commit is None:
+                wt.forget_fork(task)
                 self._give(lease.path, fd)
                 return MergeResult(task, branch, "up-to-date")
             old = self.git.rev(wt.integration)

@@ -85,6 +85,7 @@ from ..core.errors import InvalidName, UserError, WorkFailed
 from ..core.fsutil import TMP_PREFIX, LockTimeout, atomic_write, file_lock
 from ..core.text import plural
 from . import merge as tree_merge
+from . import relink
 from .command import Git, GitError
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -123,7 +124,9 @@ class Kept:
     branch: str
     tip: str
     commits: int  # the branch's own commits (since its fork point): finished or hand-made work
-    dirty: bool  # uncommitted changes in its worktree (an attempt cut short, or a hand edit)
+    dirty: bool  # uncommitted work in its worktree (an attempt cut short, a hand edit, a merge under way)
+    unmerged: int = 0  # of ``commits``, those integration lacks: the task's work and a resolution made on
+    # the branch, not the integration commits such a resolution merged in (what messages count)
 
 
 @dataclass(frozen=True)
@@ -159,32 +162,43 @@ class Summary:
     merged: list[str] = field(default_factory=list)
     unmerged: list[str] = field(default_factory=list)  # task branches still present
     commands: list[str] = field(default_factory=list)
+    finished: bool = True  # every task completed and merged: the land is offered (else only the review)
 
     def text(self) -> str:
         merged = plural(len(self.merged), "task")
+        land = self.commands[-1] if self.commands else f"team land {self.plan}"
+        unfinished = "not finished: `team land` takes the result once every task completed; run the plan again"
         if self.ahead == 0:  # nothing merged yet, or the user's branch has it all (their own merge)
             lines = [f"result: branch {self.branch} ({merged} merged): your HEAD has all of it already"
                      if self.merged else f"result: branch {self.branch}: nothing merged into it yet"]
             if self.unmerged:
                 lines.append(f"not merged (branches kept): {', '.join(self.unmerged)}")
             if self.merged:
-                lines.append(f"nothing to take; `team land {self.plan}` removes the plan's branches and worktrees")
+                lines.append(f"nothing to take; `{land}` removes the plan's branches and worktrees"
+                             if self.finished else unfinished)
             return "\n".join(lines)
         lines = [f"result: branch {self.branch} ({plural(self.ahead, 'commit')} ahead of your HEAD; {merged} merged)"]
         if self.unmerged:
             lines.append(f"not merged (branches kept): {', '.join(self.unmerged)}")
-        lines.append("to review and take the result into your current branch:")
-        width = max((len(c) for c in self.commands), default=0)
+        commands = self.commands if self.finished else self.commands[:-1]
+        lines.append("to review and take the result into your current branch:" if self.finished else
+                     "to review the result so far:")
+        width = max((len(c) for c in commands), default=0)
         lines += [f"  {c:<{width}}  # {why}" if why else f"  {c}"
-                  for c, why in zip(self.commands, self.WHY + [""] * len(self.commands), strict=False)]
+                  for c, why in zip(commands, self.WHY + [""] * len(commands), strict=False)]
+        if not self.finished:
+            lines.append(unfinished)
         return "\n".join(lines)
 
     WHY = ["the tasks in merge order, with their commits", "one task's own change", "everything at once",
            "into your branch: one commit (--per-task: one per task); removes the plan's branches"]
 
     @staticmethod
-    def commands_for(plan: str, branch: str) -> list[str]:
-        return [f"team log {plan}", f"team diff {plan}.TASK", f"git diff HEAD...{branch}", f"team land {plan}"]
+    def commands_for(plan: str, branch: str, plan_file: str | None = None) -> list[str]:
+        """The review commands, then the land: with the plan file when known (``team land NAME`` lands
+        what the file the plan last ran from says, and needs it still there)."""
+        return [f"team log {plan}", f"team diff {plan}.TASK", f"git diff HEAD...{branch}",
+                f"team land {plan_file or plan}"]
 
 
 def check_slug(name: str, what: str) -> str:
@@ -243,6 +257,10 @@ class Worktrees:
         self.integration_dir = self.base_dir / "_integration"
         self.in_memory = tree_merge.supported(self.git) if in_memory is None else in_memory
         self._checked_out_nowhere = False
+        self.relinked: list[str] = []  # worktrees whose links were rewritten: the repository moved (relink.py)
+        if relink.moved(self.base_dir, self.common_dir, self.toplevel):
+            with self.locked():
+                self.relinked = relink.relink(relink.moved(self.base_dir, self.common_dir, self.toplevel))
 
     # -- names ----------------------------------------------------------------
     def branch(self, task: str) -> str:
@@ -370,7 +388,7 @@ class Worktrees:
                 stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
                 kept = self.kept(task)
                 if fresh and kept is not None and kept.commits and not discard:
-                    raise WorkFailed(f"task '{task}': {branch} holds {plural(kept.commits, 'commit')} not on "
+                    raise WorkFailed(f"task '{task}': {branch} holds {plural(kept.unmerged, 'commit')} not on "
                                      f"{self.integration}; refusing to delete them (merge them, or discard "
                                      f"them explicitly)")
                 if fresh or (stale and not self.git.dirty(path)):
@@ -466,7 +484,9 @@ class Worktrees:
         # count history a rebuild (--redo) took out of integration as this task's work.
         since = self.fork(task) or (self.integration if self.git.rev(self.integration) else None)
         commits = int(self.git("rev-list", "--count", f"{since}..{branch}").stdout) if since else 0
-        return Kept(task, branch, tip, commits, self.git.dirty(self.path(task)))
+        unmerged = int(self.git("rev-list", "--count", f"{since}..{branch}", f"^{self.integration}").stdout) \
+            if commits and self.git.rev(self.integration) else commits
+        return Kept(task, branch, tip, commits, self.git.dirty(self.path(task)), unmerged)
 
     def discard(self, task: str) -> Kept | None:
         """Delete the task's branch and worktree, kept work included (the user said so); what was there."""
@@ -705,10 +725,10 @@ class Worktrees:
     def _fork_path(self, task: str) -> Path:
         return self.base_dir / f".fork-{task}"
 
-    def record_fork(self, task: str, sha: str) -> None:
+    def record_fork(self, task: str, sha: str, durable: bool = True) -> None:
         """Remember the integration commit the task's branch forks from (before the branch is made)."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(self._fork_path(task), sha + "\n")
+        atomic_write(self._fork_path(task), sha + "\n", durable=durable)
 
     def forget_fork(self, task: str) -> None:
         """The task's branch is gone (merged): so is its fork point."""

@@ -4,6 +4,9 @@
                                               commands in order (notifications)
     decide(event, teammate=, task=, **extra)  runs them now, on the caller's thread;
                                               the first that exits 2 vetoes (Verdict)
+    tool_call(call, teammate=, task=, limit=) the tool_call hooks whose ``match`` takes the
+                                              call, now; exit 2 vetoes, and so does a hook
+                                              that fails (fail closed, below)
 
 Each command runs as ``/bin/sh -c RUN`` in its own session (process group),
 in the run's workspace, with the allow-listed environment (core/environ.py)
@@ -20,7 +23,11 @@ exit 2 on an event that cannot be vetoed, a hook that cannot start, and
 one still running after its timeout (its whole process group is killed
 with SIGKILL) are *reported*: a line through ``report`` (``team run``
 prints it) and ``failed`` counts them; none of them stops the run or
-changes a task. Every run of a hook is a line of ``.team/hooks.jsonl``
+changes a task -- except for ``tool_call``: a guard that crashed, timed out or could not
+start refuses the call it was asked about (``Verdict.failed``), since letting an unchecked
+``rm -rf`` through is worse than a refused call the agent can work around; it is reported
+all the same. A ``tool_call`` hook never runs past the task's time left (``limit``). Every
+run of a hook is a line of ``.team/hooks.jsonl``
 (event, command, status, exit code, seconds, the tails of stdout and
 stderr), scrubbed of the credentials of the lead's environment
 (core/redact.py) before it is written, like the veto's feedback.
@@ -43,7 +50,7 @@ from typing import Any
 from ..core import procs, threads
 from ..core.environ import task_environment
 from ..core.fsutil import append_line, file_lock
-from ..core.hooks import VETO_EVENTS, HookCommand, HookEvent, HooksConfig, Verdict
+from ..core.hooks import VETO_EVENTS, HookCommand, HookEvent, HooksConfig, ToolCall, Verdict
 from ..core.models import Message, Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
@@ -141,12 +148,21 @@ class HookDispatcher:
         payload = self.payload(event, teammate=teammate, task=task, **extra)
         return self._run_all(event, payload, task.id if task is not None else None)
 
+    def tool_call(self, call: ToolCall, *, teammate: str, task: Task | None = None,
+                  limit: float | None = None) -> Verdict:
+        commands = [c for c in self.config.tool_call if c.matches(call)]
+        if not commands:
+            return Verdict()
+        payload = self.payload("tool_call", teammate=teammate, task=task, tool=call.payload())
+        return self._run_all("tool_call", payload, task.id if task is not None else None, commands, limit)
+
     def task_observer(self, event: HookEvent, task: Task) -> None:
         """The task store's ``TaskObserver``: the task's owner is the teammate.
 
         The lead's claim of a plan's agent task is not announced: the teammate that takes the
-        attempt over announces ``task_claimed`` with its own name (runtime/teammate.py)."""
-        if event == "task_claimed" and task.kind == "agent" and task.plan and task.owner == LEAD:
+        attempt over announces ``task_claimed`` with its own name (runtime/teammate.py; an agent
+        CLI's executor for it, run/command.py)."""
+        if event == "task_claimed" and task.kind in ("agent", "command") and task.plan and task.owner == LEAD:
             return
         self.fire(event, teammate=task.owner or None, task=task)
 
@@ -184,17 +200,23 @@ class HookDispatcher:
             finally:
                 self._queue.task_done()
 
-    def _run_all(self, event: HookEvent, payload: dict[str, Any], task_id: int | None) -> Verdict:
+    def _run_all(self, event: HookEvent, payload: dict[str, Any], task_id: int | None,
+                 commands: list[HookCommand] | None = None, limit: float | None = None) -> Verdict:
         data = self.secrets.scrub(json.dumps(payload)).encode()
-        for cmd in self.config.commands(event):
-            run = self._run_one(event, cmd, data, task_id)
+        for cmd in self.config.commands(event) if commands is None else commands:
+            run = self._run_one(event, cmd, data, task_id, limit)
             if run.status == "veto":
                 feedback = run.stderr.strip() or run.stdout.strip() or f"vetoed by hook `{cmd.run}` (no reason given)"
-                return Verdict(True, feedback, cmd.run)
+                return Verdict(True, feedback, self.secrets.scrub(cmd.run))
+            if event == "tool_call" and run.status != "ok":  # fail closed: see the module docstring
+                return Verdict(True, self.secrets.scrub(run.describe()), self.secrets.scrub(cmd.run), failed=True)
         return Verdict()
 
-    def _run_one(self, event: HookEvent, cmd: HookCommand, data: bytes, task_id: int | None) -> HookRun:
+    def _run_one(self, event: HookEvent, cmd: HookCommand, data: bytes, task_id: int | None,
+                 limit: float | None = None) -> HookRun:
         timeout = cmd.timeout if cmd.timeout is not None else self.config.timeout
+        if limit is not None:
+            timeout = max(min(timeout, limit), 0.001)
         env = task_environment(self.environ, {"TEAM_ROOT": str(self.root), "TEAM_PLAN": self.plan,
                                               "TEAM_HOOK_EVENT": event})
         started = time.monotonic()

@@ -112,6 +112,11 @@ class LLMClient:
     def model(self) -> str:
         return self.config.model
 
+    @property
+    def priced(self) -> bool:
+        """Its calls have a known cost: a price from its ``models:`` entry or the built-in table."""
+        return self.config.price is not None or pricing.price_of(self.config.model) is not None
+
     def _openai(self) -> Any:
         with self._lock:
             if self._client is None:
@@ -293,7 +298,7 @@ class LLMClient:
         completion = usage.completion_tokens or 0
         details = getattr(usage, "prompt_tokens_details", None)
         cached = (getattr(details, "cached_tokens", None) or 0) if details is not None else 0
-        price = pricing.price_of(self.config.model, reported_model)
+        price = self.config.price or pricing.price_of(self.config.model, reported_model)
         return Usage(
             prompt_tokens=prompt,
             completion_tokens=completion,
@@ -341,8 +346,8 @@ class LLMClient:
         if failure.detail:
             text += f": {failure.detail[:300]}"
         hint = {
-            401: "check OPENAI_API_KEY",
-            403: "check OPENAI_API_KEY and that it may use this model",
+            401: f"check {cfg.key_env}",
+            403: f"check {cfg.key_env} and that it may use this model",
             404: "check the model name (--model, plan model:, TEAM_MODEL) and OPENAI_BASE_URL (usually ends in /v1)",
         }.get(failure.status or 0)
         if hint:

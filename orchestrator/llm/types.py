@@ -2,7 +2,9 @@
 
 What callers of the model need without pulling in the SDK: ``LLMConfig``
 (and ``LLMConfig.resolve``, the precedence ``--model`` > plan ``model:`` >
-``$TEAM_MODEL`` plus the ``$OPENAI_*`` / ``$TEAM_LLM_*`` environment),
+``$TEAM_MODEL`` plus the ``$OPENAI_*`` / ``$TEAM_LLM_*`` environment, or a
+model's own endpoint, key variable and price from a ``models:`` entry:
+core/modelspec.py),
 ``ToolCall`` and ``Completion`` (one model answer, with ``to_message`` for
 the conversation), ``RetryEvent`` (one wait before a retry), the
 ``ChatModel`` Protocol the agent loop talks to, and the pure arithmetic of
@@ -22,7 +24,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from ..core.errors import UserError
-from .pricing import Usage
+from ..core.modelspec import ModelSpec
+from .pricing import Price, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -42,6 +45,8 @@ class LLMConfig(BaseModel):
     retry_after_max: float = Field(120.0, ge=0, description="Longest Retry-After we wait; longer fails at once.")
     stream: bool = Field(True, description="Stream answers; False sends every request non-streaming.")
     stream_usage: bool = Field(True, description="Ask for usage in the stream (stream_options.include_usage).")
+    price: Price | None = Field(None, description="Its price from a `models:` entry; None: the built-in table.")
+    key_env: str = Field("OPENAI_API_KEY", description="The variable the key came from (named in errors).")
 
     @property
     def endpoint(self) -> str:
@@ -55,15 +60,21 @@ class LLMConfig(BaseModel):
         env: Mapping[str, str] | None = None,
         *,
         plan: bool = True,
+        spec: ModelSpec | None = None,
     ) -> LLMConfig:
         """Build the config from ``--model`` > plan ``model:`` > ``$TEAM_MODEL`` and the env.
-        ``plan``: a plan is involved (its ``model:`` is one of the ways the error names)."""
+        ``plan``: a plan is involved (its ``model:`` is one of the ways the error names).
+        ``spec``: the model's ``models:`` entry: its endpoint, the variable holding its key, its price."""
         env = os.environ if env is None else env
         model = (cli_model or plan_model or env.get("TEAM_MODEL") or "").strip()
         if not model:
             raise UserError("no model configured: pass --model, or set TEAM_MODEL"
                             + (" or model: in the plan" if plan else ""))
-        key = env.get("OPENAI_API_KEY", "").strip()
+        key_env = spec.api_key_env if spec is not None and spec.api_key_env else "OPENAI_API_KEY"
+        key = env.get(key_env, "").strip()
+        if not key and key_env != "OPENAI_API_KEY":
+            raise UserError(f"no API key for model {model}: set {key_env} (its `models:` entry names it as "
+                            "api_key_env)")
         if not key:
             raise UserError("no API key: set OPENAI_API_KEY (any non-empty value for local servers)")
         extra: dict[str, Any] = {}
@@ -87,10 +98,15 @@ class LLMConfig(BaseModel):
                 if value < 0:
                     raise UserError(f"{var}={raw!r} must not be negative")
                 extra[field] = value
+        price = spec.price if spec is not None else None
         return cls(
             model=model,
-            base_url=env.get("OPENAI_BASE_URL", "").strip() or None,
+            base_url=(spec.base_url if spec is not None and spec.base_url else None)
+            or env.get("OPENAI_BASE_URL", "").strip() or None,
             api_key=SecretStr(key),
+            key_env=key_env,
+            price=Price(price.input, price.input if price.cached_input is None else price.cached_input, price.output)
+            if price is not None else None,
             **extra,
         )
 

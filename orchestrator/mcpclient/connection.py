@@ -20,6 +20,8 @@ Nothing here hangs:
 
 ``close`` ends the coroutine: the SDK closes the server's stdin, waits, then kills its process
 group (stdio servers run in a session of their own), so nothing it started outlives the run.
+A URL server gets its ``headers`` (resolved from the lead's environment by hub.py) on every
+request, through an HTTP client of our own; they live in this object's memory only.
 A stdio server's stderr goes to ``log`` (``.team/mcp/<server>.log``), never to the terminal;
 once the server has stopped, the log is scrubbed of the lead's secrets in place (core/redact.py;
 a lead killed outright leaves that to nobody: the same gap as a job log until it is reaped).
@@ -85,8 +87,10 @@ class McpConnection:
     """One connected MCP server (see the module docstring). ``start`` before use, ``close`` after."""
 
     def __init__(self, spec: McpServerSpec, *, env: dict[str, str] | None = None, cwd: Path | None = None,
-                 log: Path | None = None):
+                 log: Path | None = None, headers: dict[str, str] | None = None):
+        """``headers``: a URL server's headers with their values resolved (hub.py); held in memory only."""
         self.spec, self.env, self.cwd, self.log = spec, env or {}, cwd, log
+        self._headers = dict(headers or {})
         self._ready = threading.Event()
         self._ended = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -179,9 +183,16 @@ class McpConnection:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if self.spec.url is not None:
-                    from mcp.client.streamable_http import streamable_http_client
+                    from mcp.client.streamable_http import (
+                        create_mcp_http_client,
+                        streamable_http_client,
+                    )
 
-                    read, write = await stack.enter_async_context(streamable_http_client(self.spec.url))
+                    # our own client only to send the headers; closed after the transport, by the stack
+                    http = await stack.enter_async_context(create_mcp_http_client(headers=self._headers)) \
+                        if self._headers else None
+                    read, write = await stack.enter_async_context(streamable_http_client(self.spec.url,
+                                                                                         http_client=http))
                 else:
                     from mcp import StdioServerParameters, stdio_client
 

@@ -9,7 +9,9 @@ the first time a teammate that may use it is spawned, and every teammate shares 
 Each stdio server starts in the workspace with ``team``'s environment allow-list
 (core/environ.py) plus its declared ``env`` (``$NAME`` taken from the lead's environment), and
 nothing else: no API key reaches it unless the plan hands it over by name. Its stderr goes to
-``.team/mcp/<name>.log``. ``close`` ends every connection; the SDK stops each server's process
+``.team/mcp/<name>.log``. A URL server gets its ``headers`` with ``$NAME`` read from the lead's
+environment when it is connected (``headers_of``; a variable not set is refused, naming it); the
+values stay in the connection's memory. ``close`` ends every connection; the SDK stops each server's process
 group.
 """
 
@@ -17,14 +19,28 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..core.environ import expand_env, task_environment
 from ..core.errors import UserError
 from ..core.mcpspec import McpServerSpec
 from ..core.paths import team_dir
-from .connection import McpConnection
+from .connection import McpConnection, McpStartFailed
+
+
+def missing_header_vars(spec: McpServerSpec, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The variables ``spec``'s headers name that ``environ`` does not set (or sets empty)."""
+    return [n for n in spec.header_vars() if not environ.get(n, "").strip()]
+
+
+def headers_of(spec: McpServerSpec, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """``spec``'s headers with ``$NAME`` read from ``environ``; ``McpStartFailed`` naming a variable not set."""
+    missing = missing_header_vars(spec, environ)
+    if missing:
+        raise McpStartFailed(f"mcp server {spec.name!r}: its headers read {', '.join('$' + n for n in missing)}, "
+                             "which is not set in the lead's environment: export it")
+    return {k: expand_env(v, environ) for k, v in spec.headers.items()}
 
 
 def _require_sdk() -> None:
@@ -67,7 +83,8 @@ class McpHub:
             if conn is not None:
                 conn.close()  # it died: let the SDK finish with its process before a new one starts
             env = task_environment(os.environ, {k: expand_env(v) for k, v in spec.env.items()})
-            conn = McpConnection(spec, env=env, cwd=self.workspace, log=team_dir(self.root) / "mcp" / f"{spec.name}.log")
+            conn = McpConnection(spec, env=env, cwd=self.workspace, log=team_dir(self.root) / "mcp" / f"{spec.name}.log",
+                                 headers=headers_of(spec))
             self._conns[spec.name] = conn
             return conn.start()
 

@@ -57,11 +57,13 @@ from pydantic import BaseModel, ValidationError
 from ..core.budget import Budget
 from ..core.errors import PlanError
 from ..core.hooks import EVENTS, HookCommand, HooksConfig
+from ..core.modelspec import ModelPrice, ModelSpec
 from .analysis import find_cycle
 from .model import Defaults, LoadedPlan, Loc, Plan, PlanTask, TeamMember
 
 _MODELS: dict[str, type[BaseModel]] = {"": Plan, "tasks": PlanTask, "team": TeamMember, "defaults": Defaults,
                                        "hooks": HooksConfig, "budget": Budget,
+                                       "models": ModelSpec, "price": ModelPrice,
                                        **{event: HookCommand for event in EVENTS}}
 
 MAX_PLAN_BYTES = 16 << 20
@@ -613,6 +615,11 @@ def _line(lines: dict[Loc, int], loc: Loc) -> int:
     return lines.get(loc, 1)
 
 
+def where(lp: LoadedPlan, loc: Loc) -> str:
+    """``file:line: field`` of ``loc`` in a loaded plan, as every plan problem starts."""
+    return f"{lp.path}:{_line(lp.lines, loc)}: {_field(loc)}"
+
+
 def _model_at(loc: Loc) -> type[BaseModel]:
     key = next((p for p in reversed(loc) if isinstance(p, str) and p in _MODELS), "")
     return _MODELS[key]
@@ -716,6 +723,17 @@ def _join(errors: list[str], limit: int = 20) -> str:
     return "\n".join(errors[:limit] + more)
 
 
+def _glob_problem(glob: str) -> str | None:
+    """What is wrong with an ``outputs:`` glob, or None: it names files inside the task's folder."""
+    if not glob.strip():
+        return "an empty glob names no file; remove it (`outputs: []` keeps nothing)"
+    if glob.startswith("/"):
+        return f"{glob!r} is absolute: an output glob is relative to the task's folder (its cwd)"
+    if ".." in Path(glob).parts:
+        return f"{glob!r} climbs out of the task's folder with '..': an output glob names files inside it"
+    return None
+
+
 def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
     plan = lp.plan  # (lp.lines only for a message: it is made on first use)
     errors: list[str] = []
@@ -725,6 +743,7 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
 
     first: dict[str, int] = {}
     members = {m.name for m in plan.team}
+    clis = {m.name for m in plan.command_members()}
     is_dir: dict[Path, bool] = {}  # one stat per distinct directory, not per task
     prefix = len(plan.name) + 1  # (of a task's store name)
     default_cwd = plan.defaults.cwd
@@ -741,12 +760,23 @@ def _check(lp: LoadedPlan, where: str, need_model: bool = True) -> list[str]:
             err(("tasks", i), f"task {t.id!r} has neither run nor prompt; add `run: COMMAND` or `prompt: TEXT`")
         if t.assignee is not None and plan.team and t.assignee not in members:
             err(("tasks", i, "assignee"), f"{t.assignee!r} is not in `team:` ({', '.join(sorted(members))})")
+        elif t.run is not None and t.assignee in clis:
+            err(("tasks", i, "run"), f"{t.assignee} is a kind: command member, which gets its tasks as a prompt on "
+                                     f"stdin: write task {t.id!r} as `prompt:`, or run it as a plain shell task "
+                                     "without `assignee:`")
         cwd = lp.task_cwd(t) if t.cwd or default_cwd else lp.base
         if cwd not in is_dir:
             is_dir[cwd] = cwd.is_dir()
         if not is_dir[cwd]:
             loc = ("tasks", i, "cwd") if t.cwd else ("defaults", "cwd")
             err(loc, f"directory {cwd} does not exist (cwd is relative to the plan file)")
+    for j, glob in enumerate(plan.defaults.outputs or []):
+        if (problem := _glob_problem(glob)) is not None:
+            err(("defaults", "outputs", j), problem)
+    for i, t in enumerate(plan.tasks):
+        for j, glob in enumerate(t.outputs or []):
+            if (problem := _glob_problem(glob)) is not None:
+                err(("tasks", i, "outputs", j), problem)
     ids = set(first)
     for i, t in enumerate(plan.tasks):
         for j, need in enumerate(t.needs):

@@ -1,12 +1,14 @@
 """The ``plan.yaml`` format: pydantic models (``extra="forbid"``) and the JSON Schema.
 
 ``Plan`` holds ``defaults`` (``Defaults``), ``team`` (``TeamMember``) and
-``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``), ``mcp_servers``
+``tasks`` (``PlanTask``: a shell ``run`` or an agent ``prompt``; a ``prompt`` assigned to a
+``kind: command`` member is that agent CLI's, kind ``command``), ``mcp_servers``
 (core/mcpspec.py: MCP servers whose tools teammates use), and whether
 agents' shell commands run in the OS sandbox (``sandbox``, core/sandbox.py:
 ``off`` is an explicit opt-out), its ``hooks`` (core/hooks.py, docs/hooks.md)
 and spending caps (``budget``: the run's; a ``team:`` member's own, with its
-``model``; core/budget.py); every field
+``model``; core/budget.py), and per model its endpoint, key variable and price
+(``models``: core/modelspec.py); every field
 carries its description, which ``team plan schema`` publishes through
 ``json_schema``. ``LoadedPlan`` is a validated plan with where it came from:
 a task's ``cwd`` (or ``defaults.cwd``) is resolved against the directory
@@ -24,12 +26,13 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..core.budget import Budget
 from ..core.hooks import HooksConfig
 from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
+from ..core.modelspec import ModelSpec
 
 Loc = tuple[Any, ...]
 """Where a value sits in the plan document: keys and list indexes from the top."""
@@ -70,12 +73,16 @@ def _resource_names(value: dict[str, float] | None) -> dict[str, float] | None:
     return value
 
 
-def _output_globs(value: list[str] | None) -> list[str] | None:
-    """Output globs stay inside the task's folder: relative, without ``..``."""
-    for glob in value or []:
-        if not glob or glob.startswith("/") or ".." in Path(glob).parts:
-            raise ValueError(f"{glob!r}: an output glob is relative to the task's cwd, without '..'")
-    return value
+def _one_glob(value: Any) -> Any:
+    """``outputs: dist`` is ``outputs: [dist]`` (each glob is checked by load.py, at its line)."""
+    return [value] if isinstance(value, str) else value
+
+
+OUTPUTS = ("The files (globs relative to the task's cwd) its result is made of; `[]`: none (a check). "
+           "isolation worktree: only changes to them are committed and merged, the rest it leaves behind "
+           "is not kept. backend ray: they are brought back to the lead's folder. Without isolation on this "
+           "machine the task writes in place and nothing is dropped. Unset: everything it changes is kept.")
+"""The one meaning of ``outputs:`` (docs/run.md, "What a task keeps")."""
 
 
 class Defaults(_Strict):
@@ -87,8 +94,7 @@ class Defaults(_Strict):
                                                                  "time, up to an hour.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
-    outputs: list[str] | None = Field(None, description="backend ray: globs (relative to the task's cwd) of the "
-                                                        "files an attempt brings back to the lead's tree.")
+    outputs: list[str] | None = Field(None, description=OUTPUTS)
     num_cpus: float | None = Field(None, ge=0, le=1024, description="backend ray: CPUs an attempt reserves on a "
                                                                     "node (default 1).")
     resources: dict[str, float] | None = Field(None, description="backend ray: custom resources an attempt "
@@ -99,11 +105,12 @@ class Defaults(_Strict):
     _env = field_validator("env", mode="before")(_env_values)
     _env_name = field_validator("env")(_env_names)
     _res = field_validator("resources")(_resource_names)
-    _out = field_validator("outputs")(_output_globs)
+    _out = field_validator("outputs", mode="before")(_one_glob)
 
 
 class TeamMember(_Strict):
-    """A named teammate for agent tasks."""
+    """A named teammate for agent tasks: an LLM teammate the lead runs (``kind: llm``), or any agent CLI
+    the run starts for each of its tasks (``kind: command``, run/command.py, docs/agents.md)."""
 
     name: str = Field(pattern=NAME_RE.pattern, description="Teammate name (a slug).")
     role: str = Field("coder", description="Role, e.g. coder, tester, reviewer.")
@@ -111,6 +118,34 @@ class TeamMember(_Strict):
     model: str | None = Field(None, description="Model for this teammate (else its role's, the plan's, --model).")
     budget: Budget | None = Field(None, description="Tokens and/or dollars this teammate may spend in the run "
                                                     "(else its role's).")
+    # -- kind: command (an agent CLI as a teammate); grouped here -------------------------------------
+    kind: Literal["llm", "command"] = Field("llm", description="llm: a teammate thread the lead runs; command: an "
+                                                               "agent CLI the run starts for each task assigned to it.")
+    command: str | None = Field(None, min_length=1, description="kind: command: the shell command line run in the "
+                                                                "task's workspace, the task's prompt on stdin.")
+    env: dict[str, str] = Field(default_factory=dict, description="kind: command: extra environment of its process "
+                                                                  "($NAME from yours when it starts); nothing else "
+                                                                  "of yours reaches it.")
+
+    _env = field_validator("env", mode="before")(_env_values)
+    _env_name = field_validator("env")(_env_names)
+
+    @model_validator(mode="after")
+    def _kind_keys(self) -> TeamMember:
+        if self.kind == "command":
+            if self.command is None:
+                raise ValueError(f"{self.name} is kind: command: give the `command:` it runs, e.g. "
+                                 "command: codex exec --full-auto")
+            own: list[str] = [k for k in ("model", "budget", "plan_mode") if k in self.model_fields_set]
+            if own:
+                raise ValueError(f"{self.name} is kind: command: {', '.join(own)} belong to LLM teammates (the "
+                                 "agent CLI picks its own model); remove them")
+        else:
+            own = [k for k in ("command", "env") if k in self.model_fields_set]
+            if own:
+                raise ValueError(f"{', '.join(own)} are for kind: command members (an agent CLI the run starts); "
+                                 f"add `kind: command` to {self.name}, or remove them")
+        return self
 
 
 class PlanTask(_Strict):
@@ -130,8 +165,7 @@ class PlanTask(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     cwd: str | None = Field(None, description="Working directory, relative to the plan file.")
     isolation: Literal["none", "worktree"] | None = Field(None, description="Per-task isolation.")
-    outputs: list[str] | None = Field(None, description="backend ray: globs (relative to the task's cwd) of the "
-                                                        "files an attempt brings back to the lead's tree.")
+    outputs: list[str] | None = Field(None, description=OUTPUTS)
     num_cpus: float | None = Field(None, ge=0, le=1024, description="backend ray: CPUs an attempt reserves on a "
                                                                     "node (default 1).")
     resources: dict[str, float] | None = Field(None, description="backend ray: custom resources an attempt "
@@ -142,7 +176,7 @@ class PlanTask(_Strict):
     _env = field_validator("env", mode="before")(_env_values)
     _env_name = field_validator("env")(_env_names)
     _res = field_validator("resources")(_resource_names)
-    _out = field_validator("outputs")(_output_globs)
+    _out = field_validator("outputs", mode="before")(_one_glob)
 
     @field_validator("needs", mode="before")
     @classmethod
@@ -153,9 +187,15 @@ class PlanTask(_Strict):
             return list(dict.fromkeys(value))
         return value
 
+    _command_member: bool = PrivateAttr(False)
+    """Its assignee is a ``kind: command`` member (set by ``Plan``): the run starts that agent CLI."""
+
     @property
     def kind(self) -> str:
-        return "agent" if self.prompt is not None else "shell"
+        """shell (``run``), agent (``prompt``, an LLM teammate), or command (``prompt`` for an agent CLI)."""
+        if self.prompt is None:
+            return "shell"
+        return "command" if self._command_member else "agent"
 
 
 def _on_off(value: Any) -> Any:
@@ -177,7 +217,14 @@ class Plan(_Strict):
     sandbox: Literal["on", "off"] = Field(
         "on", description="on: agents' shell commands run in an OS sandbox (bubblewrap); off: without one, "
                           "on purpose (shown in `team status`). Plan shell tasks never run in it.")
+    # -- models and spend (docs/llm.md, docs/agents.md "Budgets")
     budget: Budget | None = Field(None, description="Tokens and/or dollars all teammates together may spend.")
+    models: dict[str, ModelSpec] = Field(
+        default_factory=dict, description="Per model name: its own endpoint (base_url), the NAME of the "
+                                          "environment variable holding its key (api_key_env) and its price "
+                                          "(price: dollars per 1M tokens, which a dollar budget needs for a "
+                                          "model team has no list price for). docs/llm.md.")
+    # --
     hooks: HooksConfig | None = Field(None, description="Shell commands run on task and teammate events "
                                                         "(docs/hooks.md); .team/hooks.yaml adds more.")
     defaults: Defaults = Field(default_factory=Defaults, description="Values every task inherits.")
@@ -188,6 +235,25 @@ class Plan(_Strict):
     tasks: list[PlanTask] = Field(min_length=1, description="The tasks.")
 
     _sandbox = field_validator("sandbox", mode="before")(_on_off)
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, value: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        for name in value:
+            if not name.strip():
+                raise ValueError("a model name under `models:` must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _command_tasks(self) -> Plan:
+        """A ``prompt`` task assigned to a ``kind: command`` member is that agent CLI's (kind ``command``)."""
+        clis = {m.name for m in self.team if m.kind == "command"}
+        for t in self.tasks:
+            t._command_member = t.assignee in clis
+        return self
+
+    def command_members(self) -> list[TeamMember]:
+        return [m for m in self.team if m.kind == "command"]
 
     @field_validator("mcp_servers")
     @classmethod

@@ -5,6 +5,8 @@
     description: Edits code to ...   # one line, shown in rosters and to the lead
     tools: [read_file, edit_file]    # tool names the role may use
     model: gpt-4o-mini               # optional; else the plan's / $TEAM_MODEL
+    models:                          # optional; a model's endpoint, key variable, price (core/modelspec.py)
+      llama3: {base_url: "http://127.0.0.1:8080/v1", api_key_env: LOCAL_API_KEY, price: {input: 0, output: 0}}
     plan_mode: false                 # optional; true: writes wait for the lead's approval
     network: false                   # optional; true: its shell commands may use the network
     ask: [write_file, "bash(git push*)"]  # optional; calls a person approves first (tools/approval.py)
@@ -57,8 +59,9 @@ from ..core.budget import Budget
 from ..core.errors import UserError
 from ..core.mcpspec import McpServerSpec
 from ..core.models import NAME_RE
+from ..core.modelspec import ModelSpec
 
-ROLE_KEYS = ("name", "description", "tools", "model", "plan_mode", "network", "budget", "permissions", "ask", "mcp_servers",
+ROLE_KEYS = ("name", "description", "tools", "model", "models", "plan_mode", "network", "budget", "permissions", "ask", "mcp_servers",
              "mcp_tools")
 TASK_RIGHTS = ("create", "update-own", "update-any", "assign")
 WORKTREE_RIGHTS = ("none", "own", "any")
@@ -110,6 +113,11 @@ class Role:
     permissions: Permissions = Permissions()  # what its task and worktree tools may change
     mcp_servers: tuple[McpServerSpec, ...] = ()  # MCP servers the role brings, besides the plan's
     mcp_tools: tuple[str, ...] | None = None  # allow-list of MCP tools (server.tool, server.*); None: all
+    models: tuple[tuple[str, ModelSpec], ...] = ()  # (model name, its endpoint/key variable/price); a plan's win
+
+    def model_spec(self, model: str) -> ModelSpec | None:
+        """What this role's ``models:`` says of ``model`` (None: nothing)."""
+        return next((spec for name, spec in self.models if name == model), None)
 
 
 def split_front_matter(text: str, path: Path, *, what: str) -> tuple[dict[str, Any], str]:
@@ -213,7 +221,26 @@ def parse_role(text: str, path: Path, *, builtin: bool = False) -> Role:
                 plan_mode=_flag(meta, "plan_mode", path), network=_flag(meta, "network", path),
                 budget=_budget(meta, path), permissions=_permissions(meta, path),
                 ask=tuple(a.strip() for a in ask), mcp_servers=_mcp_servers(meta, path),
-                mcp_tools=_mcp_tools(meta, path))
+                mcp_tools=_mcp_tools(meta, path), models=_models(meta, path))
+
+
+def _models(meta: dict[str, Any], path: Path) -> tuple[tuple[str, ModelSpec], ...]:
+    from pydantic import ValidationError
+
+    raw = meta.get("models")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and k.strip() for k in raw):
+        raise UserError(f"{path}: 'models' must map model names to {{base_url, api_key_env, price}}, got {raw!r}")
+    out = []
+    for name, item in raw.items():
+        try:
+            out.append((name, ModelSpec.model_validate(item)))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            raise UserError(f"{path}: models.{name}{'.' + where if where else ''}: {err['msg']}") from None
+    return tuple(out)
 
 
 def _budget(meta: dict[str, Any], path: Path) -> Budget | None:

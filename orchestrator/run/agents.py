@@ -42,11 +42,15 @@ true`` starts in plan mode (team/protocols.py).
 
 Models and budgets: a teammate's model is its ``team:`` entry's ``model``,
 else its role's, else the run's (``--model``, the plan's ``model:``,
-``$TEAM_MODEL``); one client per model. Its budget is its ``team:`` entry's
-``budget``, else its role's; the plan's ``budget:`` caps all of them
-together (runtime/budgets.py ``Spend``). A teammate that reaches a budget
-ends its attempt as failed with "budget reached: ..." (or, with ``--ask``,
-asks the lead first: runtime/teammate.py).
+``$TEAM_MODEL``); its endpoint, key variable and price come from the plan's
+``models:``, else its role's (llm/endpoints.py): one client per model and
+entry. Its budget is its ``team:`` entry's ``budget``, else its role's; the
+plan's ``budget:`` caps all of them together (runtime/budgets.py ``Spend``,
+which writes every call to the ledger of spend). A teammate that reaches a
+budget ends its attempt as failed with "budget reached: ..." (or, with
+``--ask``, asks the lead first: runtime/teammate.py); one under a dollar cap
+whose model has no price is refused at spawn (``_priced``; a plan's
+teammates were refused before the run: teammodels.py).
 
 A teammate whose role marks a tool ``ask`` (tools/approval.py) waits for a
 person at that call: the request goes to the lead's inbox and the request
@@ -70,13 +74,15 @@ from pathlib import Path
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core.errors import UserError
 from ..core.models import Task
+from ..core.modelspec import ModelSpec
 from ..jobs.records import JobRecord
 from ..llm.client import LLMClient
+from ..llm.endpoints import Endpoints, price_of
 from ..llm.types import LLMConfig
 from ..roles.roles import Role
 from ..runtime.approvals import approval_line
 from ..runtime.budgets import Spend
-from ..runtime.runtime import MemberSettings, TeamRuntime
+from ..runtime.runtime import MemberSettings, OtherMembers, TeamRuntime
 from ..team.requests import Request
 from .executor import DoneCallback, ExecutorContext, Outcome
 
@@ -96,17 +102,23 @@ def max_steps_from_env(env: Mapping[str, str] = os.environ) -> int:
     return int(raw)
 
 
+def run_config(model: str | None, specs: Mapping[str, ModelSpec], env: Mapping[str, str] = os.environ) -> LLMConfig:
+    """The run's model (``--model``, the plan's, ``$TEAM_MODEL``) and how to reach it: its ``models:``
+    entry's endpoint and key variable, else ``$OPENAI_BASE_URL`` and ``$OPENAI_API_KEY``."""
+    name = (model or env.get("TEAM_MODEL") or "").strip()
+    return LLMConfig.resolve(model, None, env, spec=specs.get(name) if name else None)
+
+
 class AgentExecutor:
     kind = "agent"
     inline_start = False  # placing an attempt on a teammate may spawn one: not inside the store's commit
 
-    def __init__(self, ctx: ExecutorContext):
-        config = LLMConfig.resolve(ctx.model, None)
-        self.config = config
+    def __init__(self, ctx: ExecutorContext, others: OtherMembers | None = None):
+        """``others``: the run's agent CLI members (run/command.py), whom ``team shutdown`` may name."""
+        self.endpoints = Endpoints(ctx.model_specs)
+        self.config = run_config(ctx.model, ctx.model_specs)
         self._closed = False
         self.note = ctx.note
-        self._clients: dict[str, LLMClient] = {}
-        self._clients_lock = threading.Lock()
         self.spend = ctx.spend if ctx.spend is not None else Spend()
         members = {name: MemberSettings(ctx.models.get(name), ctx.budgets.get(name))
                    for name in {*ctx.models, *ctx.budgets}}
@@ -115,8 +127,8 @@ class AgentExecutor:
                                    on_crash=ctx.stop.fail,
                                    autoclaim=os.environ.get("TEAM_AUTOCLAIM", "1") != "0", sandbox=ctx.sandbox,
                                    hooks=ctx.hooks, spend=self.spend, members=members,
-                                   on_approval=self._approval,
-                                   mcp_servers=ctx.mcp_servers)
+                                   on_approval=self._approval, priced=self._priced,
+                                   mcp_servers=ctx.mcp_servers, others=others)
         try:
             for name, role in ctx.team:
                 self.runtime.spawn(name, role, plan_mode=name in ctx.plan_mode)
@@ -134,12 +146,15 @@ class AgentExecutor:
             self.note(approval_line(r))
 
     def _model_for(self, role: Role) -> LLMClient:
-        """One client per model: a teammate's own (plan ``team:``), else its role's, else the run's."""
+        """One client per model and endpoint: a teammate's own model (plan ``team:``), else its role's,
+        else the run's; its endpoint, key and price from ``models:`` (llm/endpoints.py)."""
         model = role.model or self.config.model
-        with self._clients_lock:
-            if model not in self._clients:
-                self._clients[model] = LLMClient(self.config.model_copy(update={"model": model}))
-            return self._clients[model]
+        return self.endpoints.client(model, self.endpoints.spec(model, role.model_spec(model)))
+
+    def _priced(self, role: Role) -> bool:
+        """Whether the calls of a teammate of ``role`` have a known cost (a dollar budget can hold it)."""
+        model = role.model or self.config.model
+        return price_of(model, self.endpoints.spec(model, role.model_spec(model))) is not None
 
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         started = time.monotonic()
@@ -197,6 +212,5 @@ class AgentExecutor:
             if self.note is not None:
                 self.note(f"#{task.id} ({task.subject}) was claimed by a teammate during the run and not "
                           f"finished: released to pending ({task.error})")
-        for client in self._clients.values():
-            client.close()
+        self.endpoints.close()
 

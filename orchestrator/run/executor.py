@@ -14,9 +14,11 @@ the caller's thread, and ``reap_orphans`` kills what a dead lead left
 running before anything runs again.
 
 The executors: ``shell.ShellExecutor`` (``kind: shell``, background jobs),
-``agents.AgentExecutor`` (``kind: agent``, LLM teammates), ``sync.SyncExecutor``
+``agents.AgentExecutor`` (``kind: agent``, LLM teammates), ``command.CommandExecutor``
+(``kind: command``, agent CLIs as teammates, as jobs of the shell executor), ``sync.SyncExecutor``
 (in-process, synchronous: the scheduler's policy in tests), and
-``isolation``'s wrapper that runs either in a git worktree. ``runner``
+``isolation``'s wrapper that runs either in a git worktree, and ``Rooted``
+around them all, which makes a task's stored ``cwd`` absolute. ``runner``
 builds the ones a plan needs (``build_executors``).
 """
 
@@ -31,8 +33,11 @@ from ..core.budget import Budget
 from ..core.hooks import Hooks, NoHooks
 from ..core.mcpspec import McpServerSpec
 from ..core.models import Task
+from ..core.modelspec import ModelSpec
+from ..core.paths import at_root
 from ..core.sandbox import Sandbox
 from ..jobs.records import JobRecord
+from ..plan.model import TeamMember
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from .stop import RunStop
@@ -125,3 +130,51 @@ class ExecutorContext:
     budgets: dict[str, Budget] = field(default_factory=dict)  # a teammate's own budget (the plan's `team:`)
     spend: Spend | None = None  # usage against budgets: the plan's `budget:`, `--ask` (runtime/budgets.py)
     mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)
+    model_specs: dict[str, ModelSpec] = field(default_factory=dict)  # the plan's `models:` (llm/endpoints.py)
+    command_members: list[TeamMember] = field(default_factory=list)  # the plan's agent CLIs (kind: command)
+
+
+class Wrapper:
+    """An executor around another (``inner``): the same kind and capabilities, and everything but
+    starting an attempt passed straight through. ``Rooted`` and ``hooked.Hooked`` are ones."""
+
+    def __init__(self, inner: Executor):
+        self.inner = inner
+        self.kind = inner.kind
+        self.inline_start = inner.inline_start
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start(task, epoch, done)
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start_now(task, epoch, done)
+
+    def cancel(self, task_id: int) -> None:
+        self.inner.cancel(task_id)
+
+    def reap_orphans(self) -> list[JobRecord]:
+        return self.inner.reap_orphans()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Rooted(Wrapper):
+    """The outermost executor of a run: hands on each task with its stored ``cwd`` (relative to the
+    state root: core/paths.py) made absolute, so the executors inside (isolation, shell, agents, ray)
+    see the folder as it is now, wherever the repository was moved or copied."""
+
+    def __init__(self, inner: Executor, root: Path):
+        super().__init__(inner)
+        self.root = root
+
+    def _at_root(self, task: Task) -> Task:
+        if task.cwd is None or task.cwd.startswith("/"):
+            return task  # no cwd, or an absolute one (an older store, a folder outside the root)
+        return task.model_copy(update={"cwd": str(at_root(task.cwd, self.root))})
+
+    def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start(self._at_root(task), epoch, done)
+
+    def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
+        self.inner.start_now(self._at_root(task), epoch, done)

@@ -23,17 +23,15 @@ from ..core import threads
 from ..core.hooks import Hooks
 from ..core.models import Task
 from ..core.threads import Crash
-from ..jobs.records import JobRecord
-from .executor import DoneCallback, Executor, Outcome
+from .executor import DoneCallback, Executor, Outcome, Wrapper
 
 
-class Hooked:
+class Hooked(Wrapper):
     """An executor whose completed attempts pass the ``task_completed`` hooks first."""
 
     def __init__(self, inner: Executor, hooks: Hooks, *, on_crash: Crash | None = None):
-        self.inner, self.hooks, self.on_crash = inner, hooks, on_crash
-        self.kind = inner.kind
-        self.inline_start = inner.inline_start
+        super().__init__(inner)
+        self.hooks, self.on_crash = hooks, on_crash
 
     def _decided(self, task: Task, done: DoneCallback) -> DoneCallback:
         def report(out: Outcome) -> None:
@@ -59,12 +57,3 @@ class Hooked:
 
     def start_now(self, task: Task, epoch: int, done: DoneCallback) -> None:
         self.inner.start_now(task, epoch, self._decided(task, done))
-
-    def cancel(self, task_id: int) -> None:
-        self.inner.cancel(task_id)
-
-    def reap_orphans(self) -> list[JobRecord]:
-        return self.inner.reap_orphans()
-
-    def close(self) -> None:
-        self.inner.close()

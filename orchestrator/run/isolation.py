@@ -45,6 +45,10 @@ free ones at its end (``finish``).
   saying so; a branch without commits of its own (an attempt cut short) is
   re-forked fresh. Dropping kept work is ``reconcile``'s, on the user's word
   (``--redo``, ``team task retry``) or ``--fresh``'s.
+* A task with ``outputs:`` has only its changes to those paths committed
+  (git/keep.py ``commit_outputs``, on its branch in a worktree of its own, not
+  the pool's); ``warn_junk``, after the run, says which
+  of its merges added files that look like build output.
 * ``finish()`` drops the integration worktree (the branch stays, so the user
   may check it out) and returns ``Worktrees.summary()``.
 """
@@ -57,10 +61,13 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import TeamError, WorkFailed
 from ..core.models import Task
+from ..core.paths import stored
 from ..core.text import plural
+from ..git import keep
 from ..git.pool import Lease, WorktreePool
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
@@ -92,6 +99,7 @@ class _Attempt:
     epoch: int
     done: DoneCallback
     inner: Executor
+    folder: str = "."  # the task's folder inside its worktree (its ``outputs`` globs are relative to it)
     lease: Lease | None = None  # a shell task's worktree from the pool (agent tasks get their own)
     commit: str | None = None  # what the pool committed of its work (None: it changed nothing)
 
@@ -112,6 +120,7 @@ class Isolation:
         self.merged_before = wt.merges()
         self.pool = pool or WorktreePool(wt)
         self._cancelled: set[int] = set()
+        self.started_at = wt.git.rev(wt.integration)  # merges after it are this run's (warn_junk)
         self._lock = threading.Lock()
         self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)
         self._busy: set[threading.Thread] = set()  # attempts' threads preparing or committing
@@ -161,7 +170,7 @@ class Isolation:
         slug = slug_of(task)
         if not self.wt.has_branch(slug):
             return {}
-        return {"branch": self.wt.branch(slug), "worktree": str(self.wt.path(slug))}
+        return {"branch": self.wt.branch(slug), "worktree": stored(self.wt.path(slug), self.wt.root)}
 
     def _prepare(self, a: _Attempt) -> None:
         task, slug = a.task, slug_of(a.task)
@@ -181,7 +190,7 @@ class Isolation:
         if kept is not None and kept.commits:
             if kept.dirty:
                 raise WorkFailed(
-                    f"task {slug}: its branch {kept.branch} holds {plural(kept.commits, 'commit')} not on "
+                    f"task {slug}: its branch {kept.branch} holds {plural(kept.unmerged, 'commit')} not on "
                     f"{self.wt.integration} and its worktree {self.wt.path(slug)} has uncommitted changes; "
                     f"commit them there (`git add -A && git commit`) and run again to merge them, or drop the "
                     f"branch and run the task afresh: {self.rerun} --redo {slug}")
@@ -195,10 +204,11 @@ class Isolation:
         except ValueError:
             raise WorkFailed(f"task {slug}: cwd {cwd} is outside the git repository {self.wt.toplevel}; "
                               f"isolation: worktree can only run tasks inside it") from None
-        if a.inner.kind == "shell":  # a worktree of the pool, reset (a branch without commits of its own goes)
-            a.lease = self.pool.prepare(slug, kept)
-        else:  # an agent works on its branch, in a worktree of its own (an attempt cut short: re-forked)
-            self.wt.prepare(slug, fresh=kept is not None)
+        if a.inner.kind == "shell" and task.outputs is None:  # a worktree of the pool, reset (a branch
+            a.lease = self.pool.prepare(slug, kept)               # without commits of its own goes)
+        else:  # an agent, or a task keeping only its outputs: on its branch, in a worktree of its own
+            self.wt.prepare(slug, fresh=kept is not None)  # (a branch without commits of its own: re-forked)
+        a.folder = rel.as_posix()
         path = self.wt.path(slug)
         env = {**task.env, "TEAM_WORKTREE": str(path), "TEAM_BRANCH": self.wt.branch(slug)}
         copy = task.model_copy(update={"cwd": str(path / rel), "worktree": str(path),
@@ -211,8 +221,10 @@ class Isolation:
             message = f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}"
             if a.lease is not None:
                 a.commit = self.pool.commit(a.lease, message)
-            else:
+            elif a.task.outputs is None:
                 self.wt.commit(slug_of(a.task), message)
+            else:  # only the changes to its outputs are its result
+                keep.commit_outputs(self.wt, slug_of(a.task), message, a.task.outputs, a.folder)
         self._queue_merge(a, out, resumed=False)
 
     def _queue_merge(self, a: _Attempt, out: Outcome, resumed: bool) -> None:
@@ -247,6 +259,21 @@ class Isolation:
         if res.commit:
             fields["merge_commit"] = res.commit
         a.done(dataclasses.replace(out, fields=fields))
+
+    def warn_junk(self, id_of: Callable[[str], int | None]) -> list[dict[str, Any]]:
+        """After the run (the merge thread stopped): the tasks whose merges in this run added files that
+        look like build output (git/keep.py ``JUNK``), each said in a ``junk`` event, as warnings for the
+        summary: merged, they would reach the user's branch with ``team land``. One git call for the
+        whole run, none on the merge path. ``id_of``: a task slug's store id."""
+        warnings = []
+        for slug, paths in keep.added_by_merges(self.wt, self.started_at).items():
+            found = keep.junk(paths)
+            if found.paths:
+                warning = {"task": id_of(slug), "name": slug, "count": len(found.paths),
+                           "examples": found.paths[:3], "patterns": found.patterns}
+                warnings.append(warning)
+                self.emit({"event": "junk", **warning})
+        return warnings
 
     # ---------------------------------------------------------------- executor side
     def submit(self, a: _Attempt) -> None:

@@ -17,7 +17,11 @@ exist in line with the plan, and says what is left to create:
   the task file never got (the lead starts a job once its claim is logged,
   before the file is written: ``TaskStore.commit``).
 * A pending task whose command/env/timeout changed in the plan is updated.
-  Changed ``needs`` of an existing task are refused: use ``--fresh``.
+  Changed ``needs`` of an existing task are decided by rewire.py before
+  anything is written: a completed task whose work the change invalidates is
+  flagged to run again (``redo``; ``reconcile`` does the rest, with what needs
+  it), then the edges change (taken away, tasks new to the plan created when
+  an edge goes to one, added).
 * Tasks of this plan no longer in the file are cancelled ("removed from the
   plan").
 * The plan's tasks that do not exist yet are a ``Creation``.
@@ -58,7 +62,7 @@ held by a task of something else, is refused (``--fresh`` starts over). If
 the plan file changed since the record was written and nothing of the plan
 was ever claimed, the tasks that exist are deleted and the plan is created
 again (as before early starts); if something ran, the changed plan is taken
-like any changed plan (a changed ``needs`` of an existing task is refused).
+like any changed plan (a changed ``needs`` of an existing task: rewire.py).
 ``--fresh`` deletes the record with the plan's tasks; ``team run --dry-run``
 says that a creation was interrupted; ``team task list`` shows the tasks
 that exist.
@@ -70,7 +74,7 @@ import hashlib
 import heapq
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,12 +83,13 @@ from ..core import threads
 from ..core.errors import CorruptFile, PlanError
 from ..core.fsutil import atomic_write, fsync_dir
 from ..core.models import Status, Task
-from ..core.paths import creation_record
+from ..core.paths import creation_record, stored
 from ..core.text import plural
 from ..core.threads import Crash
 from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
+from . import rewire
 
 CHUNKS = (32, 64, 128, 256, 512, 1024)
 """Tasks per chunk, in turn; the last size repeats. The first is small: the run starts once it is durable."""
@@ -100,9 +105,12 @@ class Materialised:
     """Task id -> its first backoff after a failure."""
     creation: Creation | None = None
     """The plan's tasks still to create; None when they all exist."""
+    redo: list[int] = field(default_factory=list)
+    """Completed tasks a change of ``needs`` flagged to run again (said already; ``reconcile`` does it)."""
 
 
-def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
+def _spec(lp: LoadedPlan, t: PlanTask, root: Path) -> dict[str, Any]:
+    """The store fields of plan task ``t``; its ``cwd`` relative to the state ``root`` (core/paths.py)."""
     d = lp.plan.defaults
     first = (t.description or t.run or t.prompt or "").strip().splitlines()
     subject = f"{t.id}: {first[0][:80].rstrip()}" if first else t.id
@@ -112,9 +120,9 @@ def _spec(lp: LoadedPlan, t: PlanTask) -> dict[str, Any]:
         assignee=t.assignee, estimate=t.estimate,
         timeout=t.timeout if t.timeout is not None else d.timeout,
         retries=t.retries if t.retries is not None else d.retries,
-        env={**d.env, **t.env}, cwd=str(lp.task_cwd(t)),
+        env={**d.env, **t.env}, cwd=stored(lp.task_cwd(t), root),
         isolation=t.isolation or (lp.plan.isolation if lp.plan.isolation != "none" else None),
-        outputs=_pick(t.outputs, d.outputs) or [], num_cpus=_pick(t.num_cpus, d.num_cpus),
+        outputs=_pick(t.outputs, d.outputs), num_cpus=_pick(t.num_cpus, d.num_cpus),
         resources=_pick(t.resources, d.resources) or {}, lost_retries=_pick(t.lost_retries, d.lost_retries, 3),
     )
 
@@ -174,21 +182,25 @@ def remove_record(root: Path, plan: str) -> None:
         fsync_dir(path.parent)
 
 
-def fingerprint(lp: LoadedPlan) -> str:
-    """The plan file's text and where its tasks run: what the tasks are made of."""
+def fingerprint(lp: LoadedPlan, root: Path) -> str:
+    """The plan file's text and where its tasks run (relative to the state ``root``, so the same in a
+    moved repository): what the tasks are made of."""
     h = hashlib.sha256(lp.path.read_bytes())
-    h.update(str(lp.base).encode())
+    h.update(stored(lp.base, root).encode())
     return h.hexdigest()[:32]
 
 
 # ---------------------------------------------------------------------------- prepare
 def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
-            note: Callable[[str], None] = lambda s: None) -> Materialised:
-    """The tasks that exist brought in line with the plan; the rest as a ``Creation`` (module docstring)."""
+            note: Callable[[str], None] = lambda s: None, quiet: Collection[int] = (),
+            witness: rewire.Witness | None = None, rerun: str = "team run PLAN") -> Materialised:
+    """The tasks that exist brought in line with the plan; the rest as a ``Creation`` (module docstring).
+    ``quiet``: tasks whose resumption the caller tells itself (kept work merged without a re-run).
+    ``witness``: what completed work saw, for changed ``needs`` (rewire.py; default: by time)."""
     plan = lp.plan
     existing = tasks_of(store, plan.name)
     record = Record.read(store.root, plan.name)
-    if record is not None and existing and record.fingerprint != fingerprint(lp) and _never_claimed(store, existing):
+    if record is not None and existing and record.fingerprint != fingerprint(lp, store.root) and _never_claimed(store, existing):
         # the plan changed since a creation was cut short, and nothing ran: start it again from this plan
         store.delete_many([t.id for t in existing], actor=owner, reason="incomplete materialisation")
         note(f"plan {plan.name}: the last run stopped while creating its tasks, and the plan changed since: "
@@ -211,16 +223,10 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                 ids[key] = tid
         missing = sum(1 for k in record.ids if k not in by_key and k in wanted)
 
-    for t in plan.tasks:  # refuse changed dependencies before writing anything
-        old = by_key.get(t.id)
-        if old is None:
-            continue
-        if any(n not in ids for n in t.needs):
-            raise PlanError(f"{lp.path}: tasks.{t.id}.needs: now names a task added since the last run "
-                            f"of plan {plan.name!r}; run again with --fresh to start over")
-        if sorted(ids[n] for n in t.needs) != sorted(old.blockedBy):
-            raise PlanError(f"{lp.path}: tasks.{t.id}.needs: changed since the last run of plan "
-                            f"{plan.name!r}; run again with --fresh to start over")
+    # changed `needs` of tasks that exist: decided before anything is written (rewire.py)
+    changes = _changes(plan.tasks, by_key, ids, {t.id for t in existing} | set(ids.values()))
+    decision = rewire.decide(changes, {k: t for k, t in by_key.items() if k in wanted and k is not None},
+                             witness or rewire.ByTime(), rerun) if changes else None
 
     if record is not None and missing:
         made = sum(1 for k in by_key if k in wanted)
@@ -237,10 +243,15 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
             note(f"plan {plan.name}: {plural(len(new), 'new task')} added")
     creation = None
     if to_create:
-        Record(plan.name, fingerprint(lp), len(plan.tasks), {t.id: ids[t.id] for t in to_create}).write(store.root)
+        Record(plan.name, fingerprint(lp, store.root), len(plan.tasks), {t.id: ids[t.id] for t in to_create}).write(store.root)
         creation = Creation(store, lp, to_create, ids, {t.id: t.blockedBy for t in existing}, owner=owner)
     elif record is not None:  # killed after the last chunk, before the record went
         remove_record(store.root, plan.name)
+    redo: list[int] = []
+    if decision is not None:
+        redo, creation = _rewire(store, lp, decision, changes, ids, creation, owner, note)
+        if redo:  # flagged to run again: their fields are brought in line with the plan below, as pending
+            existing = [store.read(t.id) for t in existing]
 
     plan_tasks = {t.id: t for t in plan.tasks}
     for old in existing:
@@ -251,22 +262,26 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         t = plan_tasks[old.plan_task]
         fields: dict[str, Any] = {}
         if old.status != Status.completed:
-            spec = _spec(lp, t)
+            spec = _spec(lp, t, store.root)
             fields = {k: spec[k] for k in _MUTABLE if getattr(old, k) != spec[k]}
         if old.status == Status.in_progress:
             store.release(old.id, old.epoch, actor=owner, interrupted=True,
                           reason=f"the previous lead died during attempt {old.attempts}; re-running")
-            note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
+            if old.id not in quiet:
+                note(f"#{old.id} ({old.plan_task}) was running when the last lead died: re-running it")
         if old.status in (Status.failed, Status.cancelled):
             store.update(old.id, status=Status.pending, owner="", actor=owner, failures=0, lost=0, error=None,
                          **fields)
-            note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: retrying it")
+            if old.id not in quiet:
+                note(f"#{old.id} ({old.plan_task}) {'failed' if old.status == Status.failed else 'was cancelled'}: "
+                     f"retrying it")
         elif fields:
             store.update(old.id, actor=owner, **fields)
     for tid, (epoch, attempt) in store.unfiled_claims(existing).items():
         store.release_unfiled(tid, epoch, attempt, reason=f"the previous lead died during attempt {attempt} (before "
                                                           "the claim reached the task file); re-running", actor=owner)
-        note(f"#{tid} was starting when the last lead died: re-running it")
+        if tid not in quiet:
+            note(f"#{tid} was starting when the last lead died: re-running it")
 
     # a first run has nothing to re-read
     now = {t.plan_task: t for t in store.all() if t.plan == plan.name} if existing else {}
@@ -277,7 +292,57 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
         priority={ids[k]: v for k, v in remaining.items()},
         retry_delay={ids[t.id]: t.retry_delay if t.retry_delay is not None else d.retry_delay for t in plan.tasks},
         creation=creation,
+        redo=redo,
     )
+
+
+def _changes(tasks: list[PlanTask], by_key: dict[str | None, Task], ids: dict[str, int],
+             plan_ids: set[int]) -> list[rewire.Change]:
+    """The plan's tasks that exist whose ``needs`` differ from their ``blockedBy`` (edges to tasks of
+    other plans, or made by hand, are left as they are)."""
+    out = []
+    names = {t.id: k for k, t in by_key.items() if k is not None} | {i: k for k, i in ids.items()}
+    for t in tasks:
+        old = by_key.get(t.id)
+        if old is None:
+            continue
+        want = {ids[n] for n in t.needs if n in ids}
+        add = [n for n in t.needs if ids.get(n) not in old.blockedBy]
+        remove = {d: names.get(d, f"#{d}") for d in old.blockedBy if d in plan_ids and d not in want}
+        if add or remove:
+            out.append(rewire.Change(old, add, remove))
+    return out
+
+
+def _rewire(store: TaskStore, lp: LoadedPlan, decision: rewire.Decision, changes: list[rewire.Change],
+            ids: dict[str, int], creation: Creation | None, owner: str,
+            note: Callable[[str], None]) -> tuple[list[int], Creation | None]:
+    """Changed ``needs`` applied in a crash-safe order (rewire.py): the tasks whose work they invalidate
+    flagged to run again, then edges taken away, then the tasks new to the plan created when an edge
+    goes to one (an existing task cannot wait on a file that is not there), then edges added. The
+    flagged ids, and the creation still to do."""
+    redo = sorted(decision.redo)
+    if redo:
+        needs = {ids[t.id]: [ids[n] for n in t.needs] for t in lp.plan.tasks}
+        names = {i: k for k, i in ids.items()}
+        store.reopen(redo, actor=owner, reason="its changed needs invalidate its work", redo=True)
+        for tid in redo:
+            extra = [i for i in rewire.downstream_in_plan([tid], needs) if i != tid and i not in decision.redo]
+            note(decision.redo[tid] + ": running it again"
+                 + (f", and what needs it: {', '.join(f'#{i} {names[i]}' for i in extra)}" if extra else ""))
+    for text in decision.notes:
+        note(text)
+    for c in changes:
+        if c.remove:
+            store.update(c.task.id, remove_blocked_by=list(c.remove), actor=owner)
+    if creation is not None and any(not store.path(ids[k]).exists() for c in changes for k in c.add):
+        for _ in creation.chunks():  # created now, before an existing task is made to wait on them
+            pass
+        creation = None
+    for c in changes:
+        if c.add:
+            store.update(c.task.id, add_blocked_by=[ids[k] for k in c.add], actor=owner)
+    return redo, creation
 
 
 def _never_claimed(store: TaskStore, tasks: list[Task]) -> bool:
@@ -285,15 +350,16 @@ def _never_claimed(store: TaskStore, tasks: list[Task]) -> bool:
 
 
 def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
-                note: Callable[[str], None] = lambda s: None) -> Materialised:
+                note: Callable[[str], None] = lambda s: None, quiet: Collection[int] = (),
+                witness: rewire.Witness | None = None, rerun: str = "team run PLAN") -> Materialised:
     """``prepare``, then every task created before returning (a run with worktree isolation, the bench)."""
-    prep = prepare(store, lp, owner=owner, note=note)
+    prep = prepare(store, lp, owner=owner, note=note, quiet=quiet, witness=witness, rerun=rerun)
     if prep.creation is None:
         return prep
     made = {t.plan_task: t for t in prep.tasks}
     for chunk in prep.creation.chunks():
         made.update((t.plan_task, t) for t in chunk)
-    return Materialised([made[t.id] for t in lp.plan.tasks], prep.priority, prep.retry_delay)
+    return Materialised([made[t.id] for t in lp.plan.tasks], prep.priority, prep.retry_delay, redo=prep.redo)
 
 
 # ---------------------------------------------------------------------------- creation
@@ -364,7 +430,7 @@ class Creation:
         at = {self.id_of[t.id]: i for i, t in enumerate(part)}
         specs = []
         for t in part:
-            spec = _spec(self.lp, t)
+            spec = _spec(self.lp, t, self.store.root)
             spec["blockedBy"] = [("new", at[self.id_of[n]]) if self.id_of[n] in at else self.id_of[n] for n in t.needs]
             specs.append(spec)
         made = self.store.create_reserved(specs, [self.id_of[t.id] for t in part], actor=self.owner, known=self.known)

@@ -57,13 +57,13 @@ from ..core.models import Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
 from ..jobs.records import JobRecord
+from ..llm.endpoints import Endpoints
 from ..llm.pricing import Usage
-from ..llm.types import LLMConfig
 from ..roles.roles import Role, check_tools, get_role
 from ..runtime.budgets import Spend
 from ..team.roster import LEAD, Team, check_name
 from ..tools.coordination import agent_registry
-from .agents import STATUS, TIMEOUT_GRACE, max_steps_from_env
+from .agents import STATUS, TIMEOUT_GRACE, max_steps_from_env, run_config
 from .executor import DoneCallback, ExecutorContext, Outcome
 from .ray_backend import (
     NodeNames,
@@ -94,7 +94,6 @@ class _Mate:
     actor: Any  # ray.actor.ActorHandle of a RemoteTeammate
     node_id: str  # where it was placed (the attempt's result says where it ran)
     busy: int = 0  # attempts placed on it and not landed
-    usage: Usage = dataclasses.field(default_factory=Usage)  # its total in this run
 
 
 @dataclass
@@ -120,7 +119,8 @@ class RayAgentExecutor:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.config = LLMConfig.resolve(ctx.model, None)
+        self.endpoints = Endpoints(ctx.model_specs)  # a model's own endpoint, key and price (llm/endpoints.py)
+        self.config = run_config(ctx.model, ctx.model_specs)
         self.max_steps = max_steps_from_env()
         self.ctx, self._ray, self._affinity = ctx, ray, NodeAffinitySchedulingStrategy
         said = connect(address)
@@ -187,7 +187,8 @@ class RayAgentExecutor:
         refused = ray_role_problem(role, plan_mode=name in self.ctx.plan_mode, mcp=bool(self.ctx.mcp_servers))
         if refused:
             raise UserError(f"teammate {name} ({role.name}) {refused}: run this plan with --backend local")
-        config = self.config.model_copy(update={"model": role.model or self.config.model})
+        model = role.model or self.config.model
+        config = self.endpoints.config(model, self.endpoints.spec(model, role.model_spec(model)))
         self.spend.set_budget(name, role.budget)
         self.team.add(name, role.name, status="idle", exist_ok=True, pid=os.getpid(), task=None, plan_mode=False,
                       model=config.model, enrolled=None,
@@ -257,7 +258,7 @@ class RayAgentExecutor:
         except (OSError, TeamError) as e:
             done(Outcome(task.id, epoch, "failed", error=f"cannot start task #{task.id}: {e}"))
             return
-        spec = AttemptSpec(task.id, epoch, task.attempts, "", rel, {}, task.timeout, list(task.outputs),
+        spec = AttemptSpec(task.id, epoch, task.attempts, "", rel, {}, task.timeout, list(task.outputs or []),
                            f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}", self.ident)
         ref = mate.actor.run.remote(spec, task, ws)
         flight = _Flight(task, epoch, done, ref, mate, time.monotonic())
@@ -378,11 +379,8 @@ class RayAgentExecutor:
             return Outcome(task.id, epoch, "failed", node=node,
                            error=f"a result for #{res.task_id} epoch {res.epoch} came back for this attempt")
         usage = Usage(**res.usage)
-        if usage.calls:
-            with self._lock:
-                mate.usage = mate.usage + usage
-                total = mate.usage
-            self.spend.record(mate.name, total)
+        if usage.calls:  # the attempt's calls, as one line of the ledger (llm/ledger.py)
+            self.spend.add(mate.name, usage, task=task.id, model=mate.role.model or self.config.model)
         status = STATUS.get(res.status, "failed")
         error = res.error if status != "completed" else None
         if status == "timeout":

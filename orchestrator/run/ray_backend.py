@@ -318,7 +318,7 @@ class RayExecutor:
         env.update(TEAM_TASK_ID=str(task.id), TEAM_PLAN=task.plan or "", TEAM_PLAN_TASK=task.plan_task or "",
                    TEAM_ATTEMPT=str(task.attempts))
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
-                           list(task.outputs), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
+                           list(task.outputs or []), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
                            self.ident)
         node, spill = self.placement.place(need)
         try:

@@ -28,8 +28,8 @@ same way (the rules above find the same tasks again):
    one compare-and-set of the branch), their kept branches dropped;
 3. the store: ``redo`` and ``merge_commit`` cleared, replayed merges recorded.
 
-``missing_merges`` is the check after a run: a completed task whose recorded
-merge is not on integration means the result holds less than the store says.
+The check after a run (a completed task whose recorded merge is not on
+integration: the result holds less than the store says) is standing.py's.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _take_out(store: TaskStore, tasks: list[Task], wt: Worktrees, todo: list[int
         gone = wt.discard(slug(t))
         if gone is not None and gone.commits:
             out.notes.append(f"dropped the kept branch {gone.branch} of {_label(t)} at {gone.tip[:10]} "
-                             f"({plural(gone.commits, 'commit')} not merged; `git branch {gone.branch} {gone.tip}` "
+                             f"({plural(gone.unmerged, 'commit')} not merged; `git branch {gone.branch} {gone.tip}` "
                              f"brings it back)")
     return todo
 
@@ -168,7 +168,7 @@ def _refuse_unsafe(wt: Worktrees | None, tasks: list[Task], todo: list[int], rer
         inside = [name for name, sha in dropped.items() if wt.git.is_ancestor(sha, kept.branch)]
         if inside:
             raise UserError(
-                f"{_label(t)} keeps {plural(kept.commits, 'commit')} on {kept.branch}, made on top of the merge of "
+                f"{_label(t)} keeps {plural(kept.unmerged, 'commit')} on {kept.branch}, made on top of the merge of "
                 f"{', '.join(inside)} that this redo takes out: merging that branch later would bring it back. "
                 f"Merge it first (resolve it and `{rerun}`), or redo it too (`--redo {slug(t)}`); nothing was "
                 f"changed")
@@ -218,34 +218,38 @@ def request_redo(store: TaskStore, tasks: list[Task], wt: Worktrees | None, redo
     return Redo(todo, notes)
 
 
-def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> list[str]:
-    """What this run will do with the kept branches of tasks that are to run (merge them first)."""
-    notes = []
+WAS = {Status.failed: "failed", Status.in_progress: "was running when the last lead died",
+       Status.cancelled: "was cancelled", Status.pending: "is to run"}
+
+
+def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> dict[int, str]:
+    """Task id -> what this run does with the work kept on its branch (merged without running the
+    task again, or the task fails for uncommitted work there), for the tasks of ``tasks`` (as the
+    store has them before ``materialise``: the note says what they were) that are to run. One note a
+    task: the caller keeps ``materialise`` quiet about them. Counted is the task's own work: the
+    commits integration lacks, not the integration commits a resolution merged into the branch."""
+    notes = {}
     branches = set(wt.task_branches())  # one listing of the plan's branches, not a lookup per task
     for t in tasks:
-        if t.status == Status.completed or t.isolation != "worktree" or slug(t) not in branches:
+        if (t.status == Status.completed or t.isolation != "worktree" or t.redo or t.landed
+                or slug(t) not in branches):
             continue
         kept = wt.kept(slug(t))
         if kept is None or not kept.commits:
             continue
+        was = f"{_label(t)} {WAS.get(t.status, 'is to run')}"
         if kept.dirty:
-            notes.append(f"{_label(t)}: its branch {kept.branch} holds {plural(kept.commits, 'commit')} not on "
-                         f"{wt.integration} and uncommitted changes in {wt.path(slug(t))}: the task fails "
-                         f"until you commit them there, or drop them with `{rerun} --redo {slug(t)}`")
-        else:
-            notes.append(f"{_label(t)}: merging the {plural(kept.commits, 'commit')} kept on {kept.branch} without "
-                         f"running the task again; if they still conflict the task fails again (resolve it "
-                         f"by hand, or drop them and run the task afresh with `{rerun} --redo {slug(t)}`)")
+            notes[t.id] = (f"{was}: its branch {kept.branch} holds {plural(kept.unmerged, 'commit')} not on "
+                           f"{wt.integration} and uncommitted work in {wt.path(slug(t))}: the task fails until you "
+                           f"commit it there, or drop it with `{rerun} --redo {slug(t)}`")
+            continue
+        fork = wt.fork(slug(t))
+        merges = int(wt.git("rev-list", "--count", "--merges", kept.branch, f"^{wt.integration}",
+                            *([f"^{fork}"] if fork else [])).stdout)
+        resolved = f" (your merge of {wt.integration} into it among them)" if merges else ""
+        up_to_date = wt.git.is_ancestor(wt.integration, kept.branch)
+        notes[t.id] = (f"{was}: merging the {plural(kept.unmerged, 'commit')} of its own on {kept.branch}{resolved} "
+                       f"without running the task again"
+                       + ("" if up_to_date else f"; if the merge conflicts, the task fails again (resolve it by hand, or "
+                                                f"drop them and run the task afresh with `{rerun} --redo {slug(t)}`)"))
     return notes
-
-
-def missing_merges(store: TaskStore, ids: Iterable[int], wt: Worktrees) -> list[str]:
-    """Completed tasks (of ``ids``) whose recorded merge is not on the integration branch (the check after a run)."""
-    merges = wt.merges()
-    missing = []
-    for tid in ids:
-        cur = store.read(tid)
-        if (cur.status == Status.completed and cur.isolation == "worktree" and not cur.landed
-                and cur.merge_commit and slug(cur) not in merges):
-            missing.append(f"{_label(cur)} (merge {cur.merge_commit[:10]})")
-    return missing

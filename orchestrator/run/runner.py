@@ -24,7 +24,9 @@ Order of a run (``run_plan``):
    refused in step 1 (``ray_problems``).
 4. ``start_fresh``: ``--fresh`` (or the marker of an interrupted one) deletes
    the plan's branches, worktrees and tasks between writing a marker and
-   removing it, so a kill in between is finished by the next run.
+   removing it, so a kill in between is finished by the next run. A kept
+   worktree with uncommitted work (a conflict resolution under way) refuses
+   it first, right after the lead lock, before anything changed (keptwork.py).
 5. With worktree isolation: a plan whose every task was landed runs nothing;
    otherwise the integration branch is made or repaired
    (``Worktrees.ensure_integration``), warning about uncommitted changes it
@@ -34,7 +36,8 @@ Order of a run (``run_plan``):
 7. ``prepare`` (materialise.py): the plan's tasks that exist are brought in
    line with the plan (completed stay done, failed and cancelled are retried,
    in-flight ones of a dead lead are released, removed ones cancelled,
-   changed ``needs`` refused); the missing ones get their ids reserved and a
+   changed ``needs`` applied, flagging the completed work they invalidate:
+   rewire.py); the missing ones get their ids reserved and a
    creation record, and the first chunk of them is created. The scheduler
    starts with it and is given the other chunks as a thread makes them
    durable; a lead killed meanwhile leaves the record, and the next run
@@ -49,8 +52,10 @@ created, claimed and failed tasks (``TaskStore.observer``), the teammates
 ask it before a completion or going idle, shell completions pass it first
 (hooked.py), and ``run_finished`` is its last event, after the executors
 closed. Budgets: one ``Spend`` (runtime/budgets.py) with the plan's
-``budget:`` and the ``team:`` members' own; ``RunResult.spend`` holds each
-teammate's spend against its budget for the summary.
+``budget:`` and the ``team:`` members' own, writing every model call to the
+ledger of spend (llm/ledger.py) under this run's id (``RunResult.run_id``);
+``RunResult.spend`` holds each teammate's spend in this run, read back from
+the ledger, against its budget for the summary.
 
 9. ``Scheduler.run``; with ``isolation: worktree`` the executors are wrapped
    by ``isolation.Isolation`` (a worktree per task, merged back in completion
@@ -71,7 +76,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import PlanError, UserError
+from ..core.errors import PlanError, UnknownRef, UserError
 from ..core.fsutil import atomic_write
 from ..core.hooks import Hooks, NoHooks
 from ..core.models import Status
@@ -79,21 +84,28 @@ from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
 from ..core.text import plural
 from ..git.land import Land
-from ..git.pool import WorktreePool
-from ..git.worktrees import Start, Worktrees
+from ..git.pool import WorktreePool, rescue
+from ..git.worktrees import Start, Summary, Worktrees
 from ..hooks.config import run_hooks
 from ..hooks.dispatch import HookDispatcher
+from ..llm.ledger import Ledger, new_run_id
+from ..llm.pricing import Usage
 from ..plan.model import LoadedPlan, PlanTask
 from ..runtime.budgets import Spend
 from ..tasks.store import TaskStore
 from ..team.lead import LeadLock
-from .executor import Executor, ExecutorContext
+from . import rewire
+from .command import CommandExecutor
+from .executor import Executor, ExecutorContext, Rooted
 from .hooked import Hooked
 from .isolation import Isolation, warmed_pool
+from .keptwork import refuse_unsaved
+from .land import remember_plan_file
 from .materialise import materialise, prepare, remove_record, tasks_of
-from .reconcile import kept_work_notes, missing_merges, reconcile, request_redo
+from .reconcile import kept_work_notes, reconcile, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
+from .standing import missing_merges
 from .stop import RunStop
 
 
@@ -148,6 +160,9 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     kinds = kinds_of(lp)
     preflight(lp, kinds, backend)  # every refusal that needs no state comes before any state
     hook_config = run_hooks(root, lp.plan.hooks)  # a bad .team/hooks.yaml is refused here: nothing written
+    if backend.name == "ray" and hook_config.tool_call and "agent" in kinds:  # a guard that would not run
+        raise PlanError(f"{lp.path}: hooks.tool_call: teammates on Ray nodes do not run tool_call hooks yet, and a "
+                        "guard must not be skipped silently: run this plan with --backend local")
     redo = check_redo(lp, redo)
     rerun = f"team run {lp.path}"
     wt = worktrees_for(lp, root)  # refuses a plan whose tasks would run outside the repository: nothing written
@@ -190,18 +205,24 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                 store: TaskStore, wt: Worktrees | None, kinds: dict[str, list[str]], workspace: Path, hooks: Hooks,
                 rerun: str, sandbox: Sandbox, backend: Backend) -> RunResult:
     """``_run`` once the lead lock is held and the hooks are set up."""
+    for text in wt.relinked if wt is not None else ():
+        note(text)
     if wt is not None and Land(wt).pending() is not None:
         raise UserError(f"a `team land` of plan {lp.plan.name} was interrupted: run `team land "
                         f"{lp.plan.name}` to finish it before running the plan again")
-    spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note)
+    if wt is not None and (fresh or fresh_marker(root, lp.plan.name).exists()):
+        refuse_unsaved(wt, "--fresh", f"{rerun} --fresh" if fresh else rerun)  # before anything is changed
+    spend = Spend(lp.plan.budget, ask=ask, ask_timeout=ask_timeout_from_env(), on_ask=note, ledger=Ledger(root),
+                  run_id=new_run_id())
     ctx = ExecutorContext(root=root, plan=lp.plan.name, model=lp.model, workspace=workspace,
-                          team=[(m.name, m.role) for m in lp.plan.team],
+                          team=[(m.name, m.role) for m in lp.plan.team if m.kind == "llm"],
                           plan_mode={m.name for m in lp.plan.team if m.plan_mode}, note=note,
                           store=store,  # one store object: the scheduler's pipeline serves the teammates too
                           sandbox=sandbox, stop=stop, hooks=hooks, spend=spend,
                           models={m.name: m.model for m in lp.plan.team if m.model},
                           budgets={m.name: m.budget for m in lp.plan.team if m.budget},
-                          mcp_servers=list(lp.plan.mcp_servers))
+                          mcp_servers=list(lp.plan.mcp_servers), model_specs=dict(lp.plan.models),
+                          command_members=lp.plan.command_members())
     execs = build_executors(set(kinds), ctx, backend)
     iso: Isolation | None = None
     pool: WorktreePool | None = None  # made when the integration branch is, handed to ``iso``
@@ -210,6 +231,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         for ex in execs.values():
             for job in ex.reap_orphans():
                 note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
+        if wt is not None:
+            rescue(wt)  # commits a shell task made itself in a worktree a killed run left: kept work
         start_fresh(store, lp, wt, fresh=fresh, note=note)
         if wt is not None and _landed(store, lp):
             note(f"plan {lp.plan.name} was landed into your branch by `team land` "
@@ -220,13 +243,20 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                 note(older_git)
             start = wt.ensure_integration(include_uncommitted)
             _started(start, wt, include_uncommitted, rerun, note)
+            remember_plan_file(root, lp.plan.name, lp.path)  # `team land NAME` lands what this file says
             pool = warmed_pool(wt, lp.plan, workers or lp.plan.workers, started=start.created)
         asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
         for text in asked.notes:
             note(text)
+        # what becomes of kept work is said once per task, by kept_work_notes, not also by materialise
+        ids_of_plan = {t.id for t in lp.plan.tasks}
+        kept = kept_work_notes([t for t in tasks_of(store, lp.plan.name) if t.plan_task in ids_of_plan], wt,
+                               rerun) if wt is not None else {}
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
-        prep = prepare(store, lp, note=note) if wt is None else materialise(store, lp, note=note)
-        agreed = reconcile(store, prep.tasks, wt, redo=asked.ids, rerun=rerun)
+        witness = rewire.ByTime() if wt is None else rewire.ByHistory(wt)  # what completed work saw (changed needs)
+        prep = (prepare if wt is None else materialise)(store, lp, note=note, quiet=kept, witness=witness,
+                                                        rerun=rerun)
+        agreed = reconcile(store, prep.tasks, wt, redo=[*asked.ids, *prep.redo], rerun=rerun)
         for text in agreed.notes:
             note(text)
         # reconcile writes only for a redo or with worktree isolation: else the tasks are as materialised
@@ -235,26 +265,32 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             stop.check()
             tasks += prep.creation.next_chunk()  # the rest is made while the run goes (materialise.py)
         if wt is not None:
-            for text in kept_work_notes(tasks, wt, rerun):
-                note(text)
+            for tid, text in kept.items():
+                if tid not in agreed.redone:
+                    note(text)
             iso = Isolation(wt, rerun=rerun, emit=emit, pool=pool)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
         opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
-        scheduler = Scheduler(store, tasks, prep.priority, execs, opts, emit, stop=stop, feed=prep.creation)
+        rooted: dict[str, Executor] = {kind: Rooted(ex, root) for kind, ex in execs.items()}  # stored cwds made absolute
+        scheduler = Scheduler(store, tasks, prep.priority, rooted, opts, emit, stop=stop, feed=prep.creation)
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
         result = scheduler.run()
         if iso is not None and wt is not None:
             iso.close()
-            missing = missing_merges(store, ids, wt)
+            result.warnings = iso.warn_junk(lambda slug: _task_id(store, f"{lp.plan.name}.{slug}"))
+            missing = missing_merges([store.read(i) for i in ids], wt)
             if missing:
                 result.incomplete = (f"{wt.integration} lacks the merges of {', '.join(missing)} that the "
                                      f"task store records: run the plan again to redo them")
-            summary = iso.finish()
+            summary = dataclasses.replace(  # suggest landing with the plan file, and only a finished plan
+                iso.finish(), finished=result.ok,
+                commands=Summary.commands_for(wt.plan, wt.integration, plan_file=str(lp.path)))
             result.worktrees = {**dataclasses.asdict(summary), "text": summary.text()}
         result.spend = spend_rows(spend, [m.name for m in lp.plan.team])
+        result.run_id = spend.run_id
         return result
     finally:
         for ex in execs.values():
@@ -263,6 +299,14 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             iso.close()
         elif pool is not None:  # the run stopped before its tasks: what was made ahead goes
             pool.drain()
+
+
+def _task_id(store: TaskStore, name: str) -> int | None:
+    """The id of the task named ``name``, or None when there is none (a merge's task is named by it)."""
+    try:
+        return store.resolve(name)
+    except UnknownRef:
+        return None
 
 
 def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
@@ -280,16 +324,21 @@ def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
 
 
 def spend_rows(spend: Spend, team: list[str]) -> list[dict[str, Any]]:
-    """Per teammate of the run: its usage in this run and its budget (the run summary)."""
-    names = list(dict.fromkeys([*team, *spend.names()]))
+    """Per teammate of the run: what the ledger says it spent in this run, and its budget (the run
+    summary); the row ``run``: the run's total against the plan's ``budget:``."""
+    totals = spend.ledger.totals(spend.run_id) if spend.ledger is not None else None
+    names = list(dict.fromkeys([*team, *spend.names(), *(totals.members if totals is not None else ())]))
     rows = []
     for name in names:
-        used, budget = spend.used(name), spend.budget_of(name)
+        used = totals.members.get(name, Usage()) if totals is not None else spend.used(name)
+        budget = spend.budget_of(name)
         if used.calls or budget is not None:
             rows.append({"name": name, **used.model_dump(),
                          "budget": budget.model_dump(exclude_none=True) if budget is not None else None})
-    if spend.run is not None:
-        rows.append({"name": "run", **spend.total().model_dump(), "budget": spend.run.model_dump(exclude_none=True)})
+    run_cap = spend.run_budget()
+    if run_cap is not None:
+        total = totals.total if totals is not None else spend.total()
+        rows.append({"name": "run", **total.model_dump(), "budget": run_cap.model_dump(exclude_none=True)})
     return rows
 
 
@@ -298,16 +347,21 @@ def preflight(lp: LoadedPlan, kinds: dict[str, list[str]], backend: Backend | No
     leaves no state): the model service's settings of agent tasks (a missing model or key, a bad
     ``TEAM_AGENT_MAX_STEPS``), which the agent executor would otherwise refuse after the job
     server had started; on ``--backend ray``, tasks that could not bring their work back
-    (``ray_problems``)."""
+    (``ray_problems``); a teammate's model that a dollar budget could not hold, or whose key
+    variable is not set (teammodels.py)."""
     if backend is not None and backend.name == "ray":
         problems = ray_problems(lp)
         if problems:
             raise PlanError("\n".join(problems))
     if "agent" in kinds:
-        from ..llm.types import LLMConfig
-        from .agents import max_steps_from_env
+        from .agents import max_steps_from_env, run_config
+        from .teammodels import mcp_problems, model_problems
 
-        LLMConfig.resolve(lp.model, None)
+        # an unpriced model under a dollar budget, a key variable or an MCP header's variable not set
+        problems = model_problems(lp) + mcp_problems(lp)
+        if problems:
+            raise PlanError("\n".join(problems))
+        run_config(lp.model, lp.plan.models)
         max_steps_from_env()
         ask_timeout_from_env()
 
@@ -325,6 +379,9 @@ def ray_problems(lp: LoadedPlan) -> list[str]:
         out.append(f"{lp.path}:{lp.lines.get(('mcp_servers',), 1)}: mcp_servers: teammates on Ray nodes cannot "
                    f"reach MCP servers yet ({', '.join(agents)} are agent tasks): run this plan with --backend local")
     for i, m in enumerate(lp.plan.team):
+        if m.kind == "command":
+            out.append(f"{lp.path}:{lp.lines.get(('team', i), 1)}: team[{i}].kind: {m.name} is an agent CLI (kind: "
+                       f"command), which runs on the lead's machine only for now: run this plan with --backend local")
         if m.plan_mode:
             out.append(f"{lp.path}:{lp.lines.get(('team', i), 1)}: team[{i}].plan_mode: {m.name} would start in "
                        f"plan mode, which teammates on Ray nodes cannot do yet: run this plan with --backend local")
@@ -377,7 +434,7 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
         for task in wt.task_branches():
             kept = wt.kept(task)
             if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.commits, 'commit')} not merged; "
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.unmerged, 'commit')} not merged; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)
@@ -424,20 +481,26 @@ def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | No
     tasks' teammates on its nodes (ray_agents.py)."""
     built: dict[str, Executor] = {}
     ray_shell = None  # the shell executor on the cluster, which agent tasks' executor shares workspaces with
+    clis: CommandExecutor | None = None
+    hooked = ctx.hooks.wants("task_completed")
     try:
-        if "shell" in kinds:
+        local_shell = None  # jobs of this machine: shell tasks', and agent CLIs' (kind: command)
+        if "shell" in kinds or "command" in kinds:
             shell: Executor
-            if backend is not None and backend.name == "ray":
+            if backend is not None and backend.name == "ray" and "shell" in kinds:
                 from .ray_backend import (
                     RayExecutor,  # imports ray: only runs on a cluster pay for it
                 )
 
                 shell = ray_shell = RayExecutor(ctx, backend.address)
             else:
-                shell = ShellExecutor(ctx)
+                shell = local_shell = ShellExecutor(ctx)
             # a shell task's completion passes the task_completed hooks first (agents' teammates ask themselves)
-            built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if ctx.hooks.wants("task_completed") \
-                else shell
+            if "shell" in kinds:
+                built["shell"] = Hooked(shell, ctx.hooks, on_crash=ctx.stop.fail) if hooked else shell
+        if "command" in kinds and local_shell is not None:  # (refused on ray before: runner.ray_problems)
+            clis = CommandExecutor(ctx, local_shell, ctx.command_members)
+            built["command"] = Hooked(clis, ctx.hooks, on_crash=ctx.stop.fail) if hooked else clis
         if "agent" in kinds and backend is not None and backend.name == "ray":
             from .ray_agents import RayAgentExecutor  # teammates as actors on the cluster's nodes
 
@@ -450,7 +513,9 @@ def build_executors(kinds: set[str], ctx: ExecutorContext, backend: Backend | No
                 AgentExecutor,  # imports openai: only plans with agent tasks pay for it
             )
 
-            built["agent"] = AgentExecutor(ctx)
+            built["agent"] = AgentExecutor(ctx, others=clis)  # its control channel reaches the agent CLIs too
+        if clis is not None and "agent" not in built:
+            clis.serve_control()  # `team shutdown NAME` of an agent CLI, with no teammate runtime to ask
     except BaseException:
         for ex in built.values():
             ex.close()

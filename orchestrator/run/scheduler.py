@@ -172,7 +172,9 @@ class RunResult:
     deadlock: str | None = None
     worktrees: dict[str, Any] | None = None  # isolation: where the result is (worktree.Summary as a dict)
     incomplete: str | None = None  # isolation: the result branch lacks work the store says is done
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # isolation: tasks that committed build junk
     spend: list[dict[str, Any]] = field(default_factory=list)  # per teammate: usage and budget (runner.spend_rows)
+    run_id: str = ""  # this run's id in the ledger of spend (llm/ledger.py): its summary counts its lines
 
     @property
     def ok(self) -> bool:

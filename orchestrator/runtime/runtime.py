@@ -75,7 +75,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..agent.loop import DEFAULT_MAX_STEPS, LoopResult
 from ..core import threads
@@ -88,6 +88,7 @@ from ..core.paths import tasks_dir, team_dir
 from ..core.sandbox import Sandbox
 from ..core.threads import Crash
 from ..jobs.manager import JobManager
+from ..llm.endpoints import unpriced
 from ..llm.types import ChatModel
 from ..mcpclient.hub import McpHub
 from ..roles.roles import Permissions, Role, check_tools, get_role
@@ -111,6 +112,15 @@ from .teammate import Assignment, Done, Teammate, TeamServices
 log = logging.getLogger("orchestrator.teammates")
 
 
+class OtherMembers(Protocol):
+    """Members of the run that are not teammate threads of this runtime: agent CLIs (run/command.py).
+    ``team shutdown NAME`` of one of them reaches it through the runtime's control channel."""
+
+    def names(self) -> list[str]: ...
+
+    def shutdown(self, name: str, reason: str = "") -> dict[str, Any]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class MemberSettings:
     """A teammate's own settings (a plan's ``team:`` entry): they win over its role's."""
@@ -130,7 +140,8 @@ class TeamRuntime:
                  hooks: Hooks | None = None, spend: Spend | None = None,
                  members: Mapping[str, MemberSettings] | None = None, approval_timeout: float | None = None,
                  on_approval: Callable[[Request], None] | None = None,
-                 mcp_servers: Sequence[McpServerSpec] = ()):
+                 mcp_servers: Sequence[McpServerSpec] = (), priced: Callable[[Role], bool] | None = None,
+                 others: OtherMembers | None = None):
         """``sandbox``: where every teammate's shell commands run (default: on, core/sandbox.py);
         ``team run`` and ``team chat`` pass the session's choice. ``on_crash``: told when a thread
         of the team dies of an exception (its heartbeats, the control server, a teammate, the job
@@ -141,8 +152,13 @@ class TeamRuntime:
         ``TEAM_APPROVAL_TIMEOUT``, approvals.py); ``on_approval``: told of each new request, tool or
         plan (default: ``tell_lead`` for a tool request; a plan's message reaches the lead by the
         protocol). ``mcp_servers``: the plan's MCP servers (mcpclient/hub.py), started when a
-        teammate that may use them is spawned."""
+        teammate that may use them is spawned. ``priced``: whether a teammate of a role has a known
+        price (llm/endpoints.py); one under a dollar budget without one is refused at spawn.
+        ``others``: the run's members that are not teammate threads (agent CLIs, run/command.py):
+        ``team shutdown`` of one of them is theirs."""
+        self.priced = priced
         self.on_crash = on_crash
+        self.others = others
         self.hooks: Hooks = hooks if hooks is not None else NoHooks()
         self.spend = spend if spend is not None else Spend()
         self.members: dict[str, MemberSettings] = dict(members or {})
@@ -194,7 +210,8 @@ class TeamRuntime:
                      permissions: Permissions | None = None) -> ToolContext:
         """Agent ``name``'s tools: the runtime's workspace, store and sandbox; ``network``: its
         shell commands may use the network (its role says so); ``permissions``: what its role lets
-        its task and worktree tools change (None: everything, as for a context without a role)."""
+        its task and worktree tools change (None: everything, as for a context without a role). Its calls
+        pass the runtime's ``tool_call`` hooks (tools/hookgate.py), a subagent's too."""
         d = team_dir(self.root)
         return ToolContext(
             workspace=self.workspace, root=self.root, agent=name, truth=FileTruth(), store=self.store,
@@ -202,7 +219,7 @@ class TeamRuntime:
             sandbox=self.sandbox, network=network,
             bus=None if subagent else self.bus, jobs=None if subagent else self.jobs,
             spawner=None if subagent else self, subagents=None if subagent else self.subagents,
-            claims=self.claims, claim_lease=self.claims.lease,
+            claims=self.claims, claim_lease=self.claims.lease, hooks=self.hooks,
             permissions=permissions if permissions is not None else Permissions.full())
 
     # -- teammates --------------------------------------------------------------
@@ -228,10 +245,12 @@ class TeamRuntime:
             own = self.members.get(name)
             if own is not None:  # a plan's `team:` entry: its own model and budget win over the role's
                 r = dataclasses.replace(r, model=own.model or r.model, budget=own.budget or r.budget)
+            model = self.model_for(r)
+            if self.priced is not None and self.spend.dollar_capped(r.budget) and not self.priced(r):
+                raise UserError(unpriced(name, str(getattr(model, "model", r.model))))
             self.spend.set_budget(name, r.budget)
             plan_mode = plan_mode or r.plan_mode
             extra = self._mcp_tools(r)  # its MCP servers started first: one that cannot start stops the spawn
-            model = self.model_for(r)
             self.team.add(name, role, status="working" if prompt else "idle", exist_ok=True, pid=os.getpid(),
                           task=None, plan_mode=plan_mode, model=getattr(model, "model", None),
                           budget=r.budget.model_dump(exclude_none=True) if r.budget is not None else None,
@@ -348,6 +367,8 @@ class TeamRuntime:
         ``force`` a stop anyway when the teammate refused or did not answer. The reply's fields:
         ``request_id``, ``approved``, ``text`` (its answer), ``timed_out``, ``forced``, ``stopped``."""
         check_name(name)
+        if self.others is not None and name in self.others.names():
+            return self.others.shutdown(name, reason)
         with self._lock:
             mate = self.mates.get(name)
             running = sorted(n for n, m in self.mates.items() if m.alive)

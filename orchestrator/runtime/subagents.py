@@ -51,9 +51,10 @@ class SubagentRunner:
         self._n = itertools.count(1)
 
     def run(self, prompt: str, role: str, *, parent: str, network: bool = False,
-            permissions: Permissions | None = None) -> LoopResult:
+            permissions: Permissions | None = None, task: int | None = None) -> LoopResult:
         """Run a fresh agent of ``role``; ``network``: whether the caller's commands may use it;
-        ``permissions``: the caller's (the subagent gets what both its role and the caller have)."""
+        ``permissions``: the caller's (the subagent gets what both its role and the caller have);
+        ``task``: the caller's task, which the subagent's spend is counted to (budgets.py)."""
         r = get_role(role, self.workspace)
         while True:
             name = f"sub{next(self._n)}-{parent}"
@@ -67,6 +68,7 @@ class SubagentRunner:
         agent = Agent(name=name, role=r, model=self.model_for(r), tools=tools, ctx=ctx,
                       transcript=Transcript(transcript_path(self.root, name)), team_name=self.team_name,
                       max_steps=self.max_steps,
-                      on_usage=None if spend is None else lambda total: spend.record(name, total, charge=parent),
+                      on_call=None if spend is None else
+                      lambda usage, model: spend.add(name, usage, charge=parent, task=task, model=model),
                       limit=None if spend is None else lambda: spend.check(parent))
         return agent.run(prompt)

@@ -46,7 +46,9 @@ own conversation and transcript::
   the pending plan switches a plan-mode teammate (``ctx.mode == "plan"``:
   write/execute tools refused) to normal.
 * Roster (``.team/config.json``): status working/idle/shutdown, current
-  task, usage totals (carried across restarts), its model and budget.
+  task, its model and budget. What it spends goes to ``TeamServices.spend``
+  call by call (the ledger every report reads: llm/ledger.py), with the task
+  the call worked on, None for a turn woken by messages.
 * Hooks (``TeamServices.hooks``, docs/hooks.md): before an attempt's
   completion is reported, ``task_completed`` hooks decide; a veto (exit 2)
   hands the hook's stderr to the agent as a message (``hook_feedback``) and
@@ -57,7 +59,8 @@ own conversation and transcript::
 * Budgets (``TeamServices.spend``, budgets.py): the agent loop asks
   ``_limit`` before each model call; a reached cap ends the attempt as failed
   with "budget reached: ...", or with ``--ask`` first asks the lead
-  (team/protocols.py ``ask_budget``) and, approved, goes on.
+  (team/protocols.py ``ask_budget``) and, approved, goes on (the grant covers
+  the call that asked; the next call over the raised cap asks again).
 """
 
 from __future__ import annotations
@@ -227,15 +230,13 @@ class Teammate:
         self._stop = threading.Event()
         self.stop_reason: str | None = None
         """Why the teammate was halted, if someone said (``team shutdown --force``)."""
-        member = next((m for m in services.roster.members() if m.name == name), None)
-        self.base_usage = Usage(**member.usage) if member is not None and member.usage else Usage()
         ctx.mode = "plan" if plan_mode else "normal"
         tools = list(dict.fromkeys([*role.tools, *HARNESS_TOOLS, *(["submit_plan"] if plan_mode else [])]))
         self.agent = Agent(
             name=name, role=role, model=model, tools=services.registry.only(tools).add(*extra_tools), ctx=ctx,
             transcript=Transcript(transcript_path(services.root, name), secrets=services.secrets), team_name=services.team_name,
             inbox=self._fetch, jobs=services.jobs, roster=services.roster.members, max_steps=services.max_steps,
-            on_usage=self._usage, limit=self._limit)
+            on_call=self._spent, limit=self._limit)
         self.handshakes = TeammateHandshakes(services.bus, name, ctx, idle=self._idle, stop=self._stop,
                                              cancelled=self.agent.cancelled, requests=services.requests,
                                              on_request=services.on_request)
@@ -300,26 +301,27 @@ class Teammate:
             self.handshakes.see(m)
         return batch.messages, batch.ack
 
-    def _usage(self, total: Usage) -> None:
-        self.services.spend.record(self.name, total)
-        self._set(usage=(self.base_usage + total).model_dump())
+    def _spent(self, usage: Usage, model: str) -> None:
+        """One model call: to the run's spend and the ledger (budgets.py), with the task it worked on."""
+        self.services.spend.add(self.name, usage, task=self.ctx.task_id, model=model)
 
     def _limit(self) -> str | None:
         """Before each model call: the budget this teammate (or the run) reached, else None.
 
         With ``--ask`` (``Spend.ask``) the lead is asked first (team/protocols.py ``ask_budget``):
-        approved, the cap grows and the teammate goes on."""
+        approved, the caps that were reached are raised to cover the call that asked (budgets.py
+        ``grant``) and the teammate goes on; a later call that reaches them asks again."""
         spend = self.services.spend
-        reached = spend.check(self.name)
-        if reached is None or not spend.ask:
-            return reached
-        answer = self._ask_budget(reached, spend.ask_timeout, spend.on_ask)
-        if answer is None:
-            return f"{reached} (no answer from the lead)"
-        if not answer.approve:
-            return f"{reached} (the lead said no: {answer.text.strip()[:200]})"
-        spend.grant(self.name)
-        return spend.check(self.name)
+        while (reached := spend.check(self.name)) is not None:
+            if not spend.ask:
+                return reached
+            answer = self._ask_budget(reached, spend.ask_timeout, spend.on_ask)
+            if answer is None:
+                return f"{reached} (no answer from the lead)"
+            if not answer.approve:
+                return f"{reached} (the lead said no: {answer.text.strip()[:200]})"
+            spend.grant(self.name)
+        return None
 
     def _ask_budget(self, reached: str, timeout: float,
                     on_ask: Callable[[str], None] | None) -> protocols.Response | None:

@@ -4,7 +4,7 @@ Shared by ``team status`` / ``team jobs`` / ``team inbox`` (cli/teamcmds.py)
 and the chat's slash commands (chat/session.py), so both show the same thing. Pure
 reads: the roster and liveness from team/roster.py, unread counts from team/inbox.py,
 task counts from the store, jobs from jobs/manager.py, the lead from team/lead.py and the
-token accounting from usage.py. Nothing here prints.
+token accounting from usage.py (the ledger of spend, llm/ledger.py). Nothing here prints.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..core.models import Message, Status
 from ..core.text import plural, shown
 from ..jobs.manager import JobManager
 from ..jobs.records import JobRecord, job_orphaned, shown_status
+from ..llm.ledger import Ledger
 from ..tasks import graph
 from ..tasks.store import TaskStore
 from ..team.inbox import Bus
@@ -87,7 +88,7 @@ def status_data(root: Path) -> dict[str, Any]:
         "tasks": {"total": len(tasks), **counts, "ready": ready, "unreadable": len(bad)},
         "nodes": {"tasks": dict(sorted(nodes.items())), "lost_attempts": lost},
         "jobs": {"total": len(jobs), "running": [job_data(j) for j in running]},
-        "usage": usage.report(roster.members, tasks, usage.lead_usage(root)),
+        "usage": usage.report(Ledger(root).totals(), roster.members, tasks),
         "requests": [r.model_dump(exclude_none=True) for r in Requests(root).pending()],
     }
 

@@ -5,7 +5,9 @@
 its own commits, the files it changed, its status), then every task that is
 not merged, with why: a kept branch and the error that kept it, "changed
 nothing" for a completed task without a merge, "landed" once ``team land``
-took the result. ``task_change`` is one task's own change for ``team diff``.
+took the result, and for a completed task whose recorded merge integration no
+longer holds, that it is missing (run/standing.py: the same rule ``team land``
+and ``team run`` apply). ``task_change`` is one task's own change for ``team diff``.
 Data only; the CLI renders it.
 """
 
@@ -20,6 +22,7 @@ from ..core.models import Status, Task
 from ..core.text import plural
 from ..git.history import Change, History
 from ..git.worktrees import Worktrees
+from ..run.standing import Standing
 from ..tasks.store import TaskStore
 
 
@@ -62,8 +65,9 @@ def plan_log(root: Path, plan: str) -> PlanLog:
                         f"(plans here: {', '.join(sorted({t.plan for t in store.all() if t.plan})) or 'none'})")
     by_slug = {_slug(t): t for t in tasks}
     history = History(wt)
+    standing = Standing.read(wt)  # what `team land` and `team run` go by too
     merged, steps = [], []
-    for s in history.steps():
+    for s in standing.steps:
         if not (s.is_task_merge and s.task):
             steps.append(f"{s.sha[:10]} {s.subject}")
             continue
@@ -76,17 +80,19 @@ def plan_log(root: Path, plan: str) -> PlanLog:
     for t in tasks:
         if _slug(t) in seen:
             continue
-        other.append(Entry(_slug(t), t.id, t.status.value, note=_why(t, wt)))
+        other.append(Entry(_slug(t), t.id, t.status.value, note=_why(t, wt, standing)))
     base = wt.base()
     return PlanLog(plan, wt.integration, base.commit if base else history.since(), merged, other, steps)
 
 
-def _why(t: Task, wt: Worktrees) -> str:
+def _why(t: Task, wt: Worktrees, standing: Standing) -> str:
     if t.landed:
         return f"landed in {t.landed[:10]}"
+    if standing.state(t) == "missing":
+        return standing.missing_note(t)
     kept = wt.kept(_slug(t)) if t.isolation == "worktree" else None
     if kept is not None and (kept.commits or kept.dirty):
-        what = f"{plural(kept.commits, 'commit')} not merged" + (", uncommitted changes" if kept.dirty else "")
+        what = f"{plural(kept.unmerged, 'commit')} not merged" + (", uncommitted changes" if kept.dirty else "")
         first = (t.error or "").splitlines()[0] if t.error else ""
         return f"branch {kept.branch}: {what}" + (f" ({first})" if first else "")
     if t.status == Status.completed:

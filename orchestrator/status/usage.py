@@ -1,31 +1,31 @@
-"""Token accounting: who spent which tokens, per agent and per task, and what it cost.
+"""Token accounting: who spent which tokens, per agent, task and model, and what it cost.
 
-Facts come from where they are already stored; nothing is double-stored:
+Every figure comes from one place, the ledger of spend (llm/ledger.py,
+``.team/spend.jsonl``: one line per model call, with its run, agent, member,
+task and model), so every report counts the same calls: teammates' task
+attempts, their turns outside a task (woken by a message), tasks they
+claimed by themselves, subagents (charged to their teammate), compactions,
+and the chat lead. Nothing is summed from roster or task files.
 
-    agent   roster member ``usage`` (.team/config.json; teammates, summed across runs)
-            + the chat lead's ``usage`` in .team/chat.json (written by chat/session.py)
-    task    task ``usage`` (.tasks/task_N.json; the attempt that ended it)
-
-Each record is a ``pricing.Usage`` dict: ``prompt_tokens``,
-``completion_tokens``, ``cached_tokens`` (part of prompt), ``cost`` (US
-dollars, ``None`` when any summed call had no known price) and ``calls``.
-The total is the sum over *agents*: task usage is part of the usage of the
-agent that ran it, so adding both would count it twice. ``run_usage`` (the
-end of ``team run``) sums the tasks that ran.
-
-``report`` returns data (for ``--json``), ``render`` text lines (for
-``team status``, ``/cost`` and the ``team run`` summary).
+``report(totals, members, tasks)`` turns ledger ``Totals`` into data (for
+``--json``): ``agents`` (by member), ``tasks`` (by task), ``models`` (by
+model) and ``total``; ``root_report(root)`` is every run's (``team status``,
+``/cost``, the API's status, the board), ``run_usage(root, run_id)`` one
+run's (the end of ``team run``). Each row is a ``pricing.Usage`` dict:
+``prompt_tokens``, ``completion_tokens``, ``cached_tokens`` (part of
+prompt), ``cost`` (US dollars, ``None`` when any summed call had no known
+price) and ``calls``. ``render`` makes text lines of it.
 
 Budgets (core/budget.py): a roster member keeps the budget its runtime
 enforced (``budget``), so every table shows a teammate's spend against it,
 and a task's spend against the budget of the teammate that ran it
 (``against``); ``render_spend`` is the run summary's table of each
-teammate's spend in that run (and the run's, row ``run``).
+teammate's spend in that run (and the run's, row ``run``). Money is printed
+with enough digits to see a small cap or spend (core/budget.py ``money``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..core.budget import Budget, describe
-from ..core.paths import team_dir
-from ..core.text import plural
+from ..core.budget import money as budget_money
+from ..core.models import Member, Task
+from ..core.text import plural, shown
+from ..llm.ledger import Ledger, Totals
 from ..llm.pricing import Usage
 
-CHAT_STATE = "chat.json"
-"""The chat lead's state file under .team/ (chat/session.py writes it; ``usage`` is read here)."""
+SUBJECT_SHOWN = 24
+"""Characters of an unnamed task's subject in its row."""
 
 
 def as_usage(raw: Mapping[str, Any] | Usage | None) -> Usage | None:
@@ -62,15 +64,6 @@ def total(usages: Iterable[Usage | None]) -> Usage:
     return out
 
 
-def lead_usage(root: Path) -> Usage | None:
-    """The chat lead's usage totals, if a chat session ever ran here."""
-    try:
-        data = json.loads((team_dir(root) / CHAT_STATE).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return as_usage(data.get("usage")) if isinstance(data, dict) else None
-
-
 def _row(name: str, u: Usage, **extra: Any) -> dict[str, Any]:
     return {"name": name, **extra, **u.model_dump()}
 
@@ -85,59 +78,62 @@ def _budget(raw: Any) -> Budget | None:
         return None
 
 
-def report(members: Iterable[Any], tasks: Iterable[Any], lead: Usage | None = None) -> dict[str, Any]:
-    """``{"agents": [...], "tasks": [...], "total": {...}}``; rows only for records with usage.
+def report(totals: Totals, members: Iterable[Member] = (), tasks: Iterable[Task] = ()) -> dict[str, Any]:
+    """``{"agents": [...], "tasks": [...], "models": [...], "total": {...}}`` of ledger ``totals``.
 
-    An agent with a budget has it in its row (``budget``); a task's row carries its owner's
-    (``budget``, ``budget_of``): what the teammate that spent it may spend."""
-    agents = [_row("lead", lead)] if lead is not None and lead.calls else []
-    budgets: dict[str, Budget] = {}
-    for m in members:
-        budget = _budget(getattr(m, "budget", None))
-        if budget is not None:
-            budgets[m.name] = budget
-        u = as_usage(getattr(m, "usage", None))
-        if u is not None and u.calls:
-            extra: dict[str, Any] = {"budget": budget.model_dump(exclude_none=True)} if budget is not None else {}
-            agents.append(_row(m.name, u, role=m.role, **extra))
+    ``members`` and ``tasks`` only name the rows: a member's role and budget (``budget``), a
+    task's label and subject and its owner's budget (``budget``, ``budget_of``: what the teammate
+    that spent it may spend). A member or task the ledger knows and the store does not (a task
+    removed by ``--fresh``) keeps its row. Agents are in name order (the chat lead first), tasks
+    in id order, models in name order."""
+    roster = {m.name: m for m in members}
+    budgets = {name: b for name, m in roster.items() if (b := _budget(getattr(m, "budget", None))) is not None}
+    agents = []
+    for name, u in sorted(totals.members.items(), key=lambda kv: (kv[0] != "lead", kv[0])):
+        m = roster.get(name)
+        extra: dict[str, Any] = {"role": m.role} if m is not None else {}
+        if name in budgets:
+            extra["budget"] = budgets[name].model_dump(exclude_none=True)
+        agents.append(_row(name, u, **extra))
+    by_id = {t.id: t for t in tasks}
     rows = []
-    for t in tasks:
-        u = as_usage(getattr(t, "usage", None))
-        if u is not None and u.calls:
-            owner = getattr(t, "owner", "") or ""
-            extra = {"budget": budgets[owner].model_dump(exclude_none=True), "budget_of": owner} \
-                if owner in budgets else {}
-            rows.append(_row(t.label(), u, task=t.id, subject=t.subject, **extra))
-    agent_total = total(as_usage(r) for r in agents)
-    return {"agents": agents, "tasks": rows, "total": agent_total.model_dump()}
+    for tid, u in sorted(totals.tasks.items()):
+        t = by_id.get(tid)
+        owner = (t.owner or "") if t is not None else ""
+        extra = {"budget": budgets[owner].model_dump(exclude_none=True), "budget_of": owner} if owner in budgets else {}
+        if t is not None:  # an unnamed task (made by a teammate or by hand) is shown with its subject
+            label = t.label() if t.name else f"#{tid} {shown(t.subject)[:SUBJECT_SHOWN]}"
+            rows.append(_row(label, u, task=tid, subject=t.subject, **extra))
+        else:
+            rows.append(_row(f"#{tid}", u, task=tid, subject=""))
+    models = [_row(name or "(unnamed)", u) for name, u in sorted(totals.models.items())]
+    return {"agents": agents, "tasks": rows, "models": models, "total": totals.total.model_dump()}
 
 
 def root_report(root: Path) -> dict[str, Any]:
-    """``report`` over what is on disk under ``root``."""
+    """``report`` of every run under ``root`` (``team status``, ``/cost``, the board, the API)."""
     from ..tasks.store import TaskStore
     from ..team.roster import Team
 
     tasks, _bad = TaskStore(root).scan()
-    return report(Team(root).members(), tasks, lead_usage(root))
+    return report(Ledger(root).totals(), Team(root).members(), tasks)
 
 
-def run_usage(root: Path, task_ids: Iterable[int]) -> dict[str, Any] | None:
-    """Usage of the tasks that ran in one ``team run`` (None when no agent task ran)."""
+def run_usage(root: Path, run_id: str) -> dict[str, Any] | None:
+    """``report`` of one ``team run`` (None when it made no model call)."""
     from ..tasks.store import TaskStore
+    from ..team.roster import Team
 
-    wanted = set(task_ids)
-    tasks, _bad = TaskStore(root).scan()
-    r = report((), [t for t in tasks if t.id in wanted])
-    if not r["tasks"]:
+    totals = Ledger(root).totals(run_id)
+    if not totals.total.calls:
         return None
-    t = total(as_usage(row) for row in r["tasks"])
-    return {"tasks": r["tasks"], "total": t.model_dump()}
+    tasks, _bad = TaskStore(root).scan()
+    return report(totals, Team(root).members(), tasks)
 
 
 def money(cost: float | None) -> str:
-    if cost is None:
-        return "cost unknown"
-    return f"${cost:.4f}" if cost < 1 else f"${cost:,.2f}"
+    """A cost as every report prints it (core/budget.py ``money``), or "cost unknown"."""
+    return "cost unknown" if cost is None else budget_money(cost)
 
 
 def against(r: Mapping[str, Any]) -> str:
@@ -175,7 +171,9 @@ def render(data: Mapping[str, Any], title: str = "tokens") -> list[str]:
     if not agents and not tasks:
         return []
     labels = [a["name"] + (f" ({a['role']})" if a.get("role") else "") for a in agents]
-    width = max([len(x) for x in [*labels, *(t["name"] for t in tasks), "total", "by agent:"]] + [len(title) - 1])
+    models = data.get("models") or []
+    names = [*labels, *(t["name"] for t in tasks), *(m["name"] for m in models if len(models) > 1)]
+    width = max([len(x) for x in [*names, "total", "by agent:"]] + [len(title) - 1])
     head = f"{title}:".ljust(width + 2)
     lines = [f"{head}  {'prompt':>10} {'completion':>10} {'cached':>10} {'calls':>6}  cost"]
     if agents:
@@ -184,5 +182,8 @@ def render(data: Mapping[str, Any], title: str = "tokens") -> list[str]:
     if tasks:
         lines.append("  by task:")
         lines += [_line(t["name"], t, width) for t in tasks]
+    if len(models) > 1:
+        lines.append("  by model:")
+        lines += [_line(m["name"], m, width) for m in models]
     lines.append(_line("total", data["total"], width))
     return lines

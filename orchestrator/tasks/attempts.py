@@ -149,8 +149,10 @@ class Attempts:
             self.files.write([task])
             return task
 
-    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task:
-        """Pass a running attempt to ``owner`` (the lead claims, a teammate works).
+    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None,
+                  **fields: Any) -> Task:
+        """Pass a running attempt to ``owner`` (the lead claims, a teammate works), with ``fields`` set
+        (an agent CLI's attempt: ``cli_member``, edits.py ``_reported``).
 
         Epoch-checked like ``finish``: the attempt, lease and epoch stay the
         same; only who holds it changes, so ``task blocked`` can say who runs it.
@@ -158,8 +160,11 @@ class Attempts:
         with self.files.locked_on(ref):
             task = self.files.get(ref)
             self._check_epoch(task, epoch)
-            if task.owner != owner:
+            changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
+            if task.owner != owner or changed:
                 previous, task.owner = task.owner, owner
+                for key, value in changed.items():
+                    setattr(task, key, value)
                 self.files.save(task, "handed_over", actor or previous or owner, None, owner=owner,
                             previous_owner=previous, epoch=epoch)
             return task

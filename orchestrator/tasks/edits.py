@@ -332,6 +332,9 @@ class TaskEdits:
                 task.owner = owner
             for key, value in fields.items():
                 setattr(task, key, value)
+            reported = self._reported(task, new_status, actor)
+            if reported is not None:
+                new_status = None  # the run records it when the agent CLI's process ends
             if new_status is not None and new_status != before:
                 apply_status(task, new_status, self.files.clock())
                 if new_status == Status.pending and owner is None and task.owner:
@@ -344,12 +347,27 @@ class TaskEdits:
                 changed.append("owner")
             changed.extend(fields)
             records = []
+            if reported is not None:
+                records.append(self.files.event_record(task, "reported", actor, None, status=reported["status"],
+                                                       epoch=task.epoch))
             if new_status is not None and new_status != before:
                 records.append(self.files.event_record(task, "status", actor, before))
             if changed:
                 records.append(self.files.event_record(task, "updated", actor, None, fields=changed))
             self.files.write([task], records)
             return task
+
+    def _reported(self, task: Task, status: Status | None, actor: str) -> dict[str, Any] | None:
+        """An agent CLI (``cli_member``) ending its own running attempt: the end is kept in ``reported``
+        (returned) instead of set, so the run records it when the agent's process ends, after its work is
+        merged (run/command.py); a lead killed meanwhile leaves the attempt to be re-run, never a
+        completion without its work. Anyone else's update is applied as usual."""
+        if (status not in (Status.completed, Status.failed) or task.status != Status.in_progress
+                or not task.cli_member or actor != task.cli_member or task.owner != actor):
+            return None
+        task.reported = {"status": status.value, "result": task.result, "epoch": task.epoch, "by": actor,
+                         "at": round(self.files.clock(), 3)}
+        return task.reported
 
     def reopen(self, ids: Iterable[int], *, actor: str, reason: str, **fields: Any) -> list[Task]:
         """Make finished tasks pending again, unowned, with a fresh retry budget (``team task

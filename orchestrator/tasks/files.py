@@ -81,7 +81,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import ConflictError, CorruptFile, NotWritable, UnknownRef
+from ..core.errors import AmbiguousRef, ConflictError, CorruptFile, NotWritable, UnknownRef
 from ..core.fsutil import (
     append_line,
     atomic_write,
@@ -114,6 +114,16 @@ def task_id_from_filename(fname: str) -> int | None:
         if digits.isdigit():
             return int(digits)
     return None
+
+
+def _near(text: str, tasks: list[Task]) -> str:
+    """`` (did you mean 'demo.build'?)`` for a ref close to a task's name or plan id, else ``""``."""
+    import difflib
+
+    names = {t.name: t.name for t in tasks if t.name}
+    names.update((t.plan_task, t.name) for t in tasks if t.plan_task and t.name)
+    near = difflib.get_close_matches(text, list(names), n=1)
+    return f" (did you mean {names[near[0]]!r}?)" if near else ""
 
 
 def parse_task(path: Path, data: bytes) -> Task:
@@ -453,7 +463,10 @@ class TaskFiles:
 
     # ------------------------------------------------------------------ refs
     def resolve(self, ref: int | str) -> int:
-        """Numeric id (``4``, ``#4``) or task name -> id; UnknownRef otherwise."""
+        """The one resolver of a task REF (every command, tool and board action that takes one):
+        a numeric id (``4``, ``#4``), a task name (``build.src-make``), or a plan task's id alone
+        (``src-make``) when one plan has it. A bare id that several plans have is refused with the
+        ``PLAN.ID`` names that match (``AmbiguousRef``); anything else is ``UnknownRef``."""
         if isinstance(ref, int):
             if 1 <= ref <= MAX_TASK_ID and self.path(ref).exists():
                 return ref
@@ -465,10 +478,17 @@ class TaskFiles:
         hit = self.name_lookup(text)
         if hit is not None:
             return hit
-        for task in self.all():
+        tasks = self.scan()[0]
+        for task in tasks:
             if task.name == text:
                 return task.id
-        raise UnknownRef(f"no task named {text!r}; `team task list` shows the tasks")
+        plans = [t for t in tasks if t.plan and t.plan_task == text]
+        if len(plans) == 1:
+            return plans[0].id
+        if plans:
+            names = ", ".join(f"{t.name or f'{t.plan}.{t.plan_task}'} (#{t.id})" for t in plans)
+            raise AmbiguousRef(f"task {text!r} is in {len(plans)} plans: {names}; name one of them as PLAN.{text}")
+        raise UnknownRef(f"no task named {text!r}{_near(text, tasks)}; `team task list` shows the tasks")
 
     def get(self, ref: int | str) -> Task:
         """The task ``ref`` names (one read for a numeric ref)."""

@@ -130,7 +130,11 @@ def dependents(tasks: Iterable[Task]) -> dict[int, list[int]]:
 
 def downstream(tasks: Iterable[Task], roots: Iterable[int]) -> list[int]:
     """``roots`` and every task that needs one of them, transitively (sorted ids)."""
-    kids = dependents(tasks)
+    return reach(dependents(tasks), roots)
+
+
+def reach(kids: dict[int, list[int]], roots: Iterable[int]) -> list[int]:
+    """``roots`` and every id ``kids`` (id -> its dependents) leads to from them, transitively (sorted)."""
     seen: set[int] = set()
     stack = list(roots)
     while stack:

@@ -192,8 +192,8 @@ class TaskStore:
     def renew_many(self, leases: dict[int, int], lease: float) -> list[int]:
         return self.attempts.renew_many(leases, lease)
 
-    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None) -> Task:
-        return self.attempts.hand_over(ref, epoch, owner, actor=actor)
+    def hand_over(self, ref: int | str, epoch: int, owner: str, *, actor: str | None = None, **fields: Any) -> Task:
+        return self.attempts.hand_over(ref, epoch, owner, actor=actor, **fields)
 
     def finish(self, ref: int | str, epoch: int, status: str | Status, *, result: str | None = None,
                error: str | None = None, actor: str | None = None, **fields: Any) -> Task:

@@ -119,6 +119,8 @@ class Team:
         for m in data["members"]:
             if not m.get("usage"):
                 m.pop("usage", None)
+            if m.get("kind") == "llm":  # the default: a roster of teammates keeps the seed's shape
+                m.pop("kind")
         atomic_write(self.config, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
     @contextmanager

@@ -2,7 +2,7 @@
 
 Every model tool call goes through ``ToolRegistry.call``: parse → validate →
 path policy → freshness → permission policy (plan mode, shell rules) →
-``ask`` approval → execute → bound → record, and always comes back as an ``Observation``
+``tool_call`` hooks → ``ask`` approval → execute → bound → record, and always comes back as an ``Observation``
 (see registry.py). Modules:
 
     base.py          Tool, Args, Call, ToolOutput, Observation, ToolContext, ToolError, @tool
@@ -11,6 +11,7 @@ path policy → freshness → permission policy (plan mode, shell rules) →
     policy.py        path confinement, plan mode
     shellpolicy.py   the shell policy: rules a bash command must pass
     approval.py      ``ask`` rules: calls a person approves first (ApprovalGate)
+    hookgate.py      ``tool_call`` hooks: shell commands that see a call first and may refuse it
     filetruth.py     read baselines; stale/partial edits refused with the changed lines
     bound.py         head + tail results, full output saved and referenced
     files.py         read_file, write_file, edit_file

@@ -70,25 +70,27 @@ class AskRule:
         pattern = m.group("pattern")
         return cls(m.group("tool"), None if pattern is None else pattern.strip(), entry.strip())
 
-    def subjects(self, call: Call) -> list[str]:
-        """What the pattern is matched against in ``call``."""
-        t = call.tool
-        if t.command is not None:
-            command = str(getattr(call.args, t.command) or "")
-            whole = " ".join(command.split())
-            try:
-                parts = [" ".join(seg) for seg in _segments(command)]
-            except ValueError:  # unbalanced quotes: the whole text still counts
-                parts = []
-            return [whole, *parts]
-        return [call.ctx.rel(p) for p in call.paths.values()]
-
     def matches(self, call: Call) -> bool:
         if call.tool.name != self.tool:
             return False
         if self.pattern is None:
             return True
-        return any(fnmatch.fnmatchcase(s, self.pattern) for s in self.subjects(call))
+        return any(fnmatch.fnmatchcase(s, self.pattern) for s in subjects(call))
+
+
+def subjects(call: Call) -> list[str]:
+    """What a ``TOOL(PATTERN)`` rule is matched against in ``call`` (module docstring); the
+    ``tool_call`` hooks' matchers use the same (hookgate.py)."""
+    t = call.tool
+    if t.command is not None:
+        command = str(getattr(call.args, t.command) or "")
+        whole = " ".join(command.split())
+        try:
+            parts = [" ".join(seg) for seg in _segments(command)]
+        except ValueError:  # unbalanced quotes: the whole text still counts
+            parts = []
+        return [whole, *parts]
+    return [call.ctx.rel(p) for p in call.paths.values()]
 
 
 def parse_rules(entries: Iterable[str], tools: dict[str, Tool], *, where: str = "ask") -> tuple[AskRule, ...]:

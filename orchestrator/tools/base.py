@@ -23,6 +23,8 @@ decide on a call *before* running anything:
   server's tool: its ``inputSchema``); the pipeline validates against it (``jsonschema``),
   the model sees it, and the handler gets the arguments as a dict. ``args`` is then
   ``JsonArgs`` and takes no part.
+* ``server``: the MCP server whose tool it is (tools/mcptools.py); None for a built-in tool.
+  A ``tool_call`` hook's matcher also knows it as ``mcp__<server>__<tool>``.
 
 A handler takes one ``Call`` and returns ``str`` or ``ToolOutput``. Expected
 failures (file missing, no match, a store conflict) raise ``ToolError`` or a
@@ -52,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ..core.hooks import Hooks
 from ..core.redact import Secrets
 from ..core.sandbox import Sandbox
 from ..roles.roles import Permissions
@@ -190,6 +193,7 @@ class Tool:
     command: str | None = None
     authorize: Authorize | None = None
     schema: dict[str, Any] | None = None
+    server: str | None = None
 
     def __post_init__(self) -> None:
         if self.risk not in RISKS:
@@ -297,6 +301,9 @@ class ToolContext:
     """The workspace before ``worktree_enter`` (``worktree_leave`` goes back); None: not in one."""
     approvals: ApprovalGate | None = None
     """The agent's ``ask`` rules and who answers them (tools/approval.py); None: nothing asks."""
+    hooks: Hooks | None = None
+    """The run's hooks (core/hooks.py): its ``tool_call`` hooks see each call before it runs and may
+    refuse it (hookgate.py); None: no hooks."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()

@@ -151,7 +151,7 @@ def subagent(call: Call) -> str:
     (bounded). Use it to keep long explorations out of your own context. Subagents cannot nest."""
     a = call.args
     result = call.ctx.need_subagents().run(a.prompt, a.role, parent=call.ctx.agent, network=call.ctx.network,
-                                           permissions=call.ctx.permissions)
+                                           permissions=call.ctx.permissions, task=call.ctx.task_id)
     if len(result.result) > SUBAGENT_RESULT_CHARS:
         text = result.result[:SUBAGENT_RESULT_CHARS] + f"\n[... cut at {SUBAGENT_RESULT_CHARS} chars]"
     else:

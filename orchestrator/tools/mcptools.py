@@ -54,7 +54,7 @@ def mcp_tools(conn: McpConnection, allow: tuple[str, ...] | None = None,
         desc = " ".join(remote.description.split())[:DESCRIPTION_CHARS] or f"{remote.name} (no description)"
         out.append(Tool(name=name, description=f"[MCP {conn.name}] {desc}",
                         args=JsonArgs, risk="read" if remote.read_only else "execute",
-                        handler=_handler(holder, remote.name), schema=remote.input_schema))
+                        handler=_handler(holder, remote.name), schema=remote.input_schema, server=conn.name))
     return out
 
 

@@ -13,6 +13,8 @@ proposal through the contract, in this order::
     path      confine path fields     → error: resolved location, nothing touched
     fresh     edits of existing files → error: read first / partial / changed lines
     policy    plan mode, shell rules  → error: which rule, command not run
+    hook      the run's ``tool_call`` hooks whose ``match`` takes the call (hookgate.py): exit 2,
+              or a hook that fails    → error: the hook's stderr (or how it failed); not run
     approval  an ``ask`` rule matches → a person decides (approval.py); denied or no
                                         answer in time → error: the rule, who, why
     execute   the handler             → ToolError/TeamError/OSError: error observation
@@ -47,7 +49,7 @@ from pydantic import ValidationError
 from ..core.errors import TeamError
 from ..core.fsutil import append_line, file_lock
 from ..core.jsonutil import canonical, dumps, stable_json
-from . import bound
+from . import bound, hookgate
 from .base import Call, Observation, Refused, Tool, ToolContext, ToolError, ToolOutput
 from .policy import check_plan, check_skill, confine
 from .shellpolicy import check_shell
@@ -132,6 +134,7 @@ class ToolRegistry:
             check_plan(ctx, t.name, t.risk)
             if t.command is not None:
                 check_shell(getattr(call.args, t.command))
+            hookgate.check(call)
             if ctx.approvals is not None:
                 ctx.approvals.check(call)
             obs = self._execute(call)

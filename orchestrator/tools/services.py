@@ -103,8 +103,9 @@ class AgentAnswer(Protocol):
 
 class Subagents(Protocol):
     def run(self, prompt: str, role: str, *, parent: str, network: bool = False,
-            permissions: Permissions | None = None) -> AgentAnswer:
-        """A fresh agent's answer; ``network`` and ``permissions``: the caller's own (never widened)."""
+            permissions: Permissions | None = None, task: int | None = None) -> AgentAnswer:
+        """A fresh agent's answer; ``network`` and ``permissions``: the caller's own (never widened);
+        ``task``: the caller's current task (its spend is counted there)."""
         ...
 
 

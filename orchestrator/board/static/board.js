@@ -37,7 +37,15 @@
     if (s < 3600) return Math.floor(s / 60) + "m " + Math.round(s % 60) + "s";
     return Math.floor(s / 3600) + "h " + Math.round((s % 3600) / 60) + "m";
   }
-  const money = (c) => (c === null || c === undefined) ? "cost unknown" : "$" + (c < 1 ? c.toFixed(4) : c.toFixed(2));
+  // as core/budget.py money(): cents from $1 up, below that 3 significant digits (never "$0.00" for a spend)
+  const dollars = (c) => {
+    if (c === 0) return "$0.00";
+    if (Math.abs(c) >= 1) return "$" + c.toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2});
+    const places = Math.max(2, -Math.floor(Math.log10(Math.abs(c))) + 2);
+    const [whole, frac] = c.toFixed(places).split(".");
+    return "$" + whole + "." + frac.replace(/0+$/, "").padEnd(2, "0");
+  };
+  const money = (c) => (c === null || c === undefined) ? "cost unknown" : dollars(c);
   const clock = (ts) => new Date(ts * 1000).toLocaleTimeString([], { hour12: false });
   const api = (path) => path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token);
 
@@ -183,7 +191,7 @@
     let text = "spend: " + (s.calls ? money(s.cost) + " · " + tokens.toLocaleString() + " tokens" : "no model calls");
     if (s.budget !== null && s.budget !== undefined) {
       const pct = s.cost ? 100 * s.cost / s.budget : 0;
-      text += " of $" + s.budget.toFixed(2) + " budget (" + pct.toFixed(0) + "%)";
+      text += " of " + dollars(s.budget) + " budget (" + pct.toFixed(0) + "%)";
       const m = el("meter");
       m.min = 0; m.max = s.budget; m.value = Math.min(s.cost || 0, s.budget); m.high = 0.8 * s.budget;
       e.append(el("span", null, text + " "), m);
