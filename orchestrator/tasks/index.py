@@ -189,7 +189,7 @@ def read_rows(tasks_dir: Path, *, update: bool = True) -> tuple[list[Row], list[
                 continue
             seed = seed_form(raw, tid)
             if seed is not None:  # checked as cheaply as the index would vouch for it: nothing to remember
-                rows.append(Row(seed, raw if raw == dumps(seed).encode() else None))
+                rows.append(Row(seed))  # (printed with dumps: a comparison with the bytes cost more)
                 continue
             path = tasks_dir / fname
             data, why = _validate(path, tid, raw)
