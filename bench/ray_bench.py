@@ -31,7 +31,23 @@ transitions per second (a claim and a completion per task) for N tasks with
 ``workers`` 64 and 1024. What docs/scale.md says about scaling past one lead
 comes from here.
 
+(d) Shipping only what changed (issue 28): the same plans on an empty
+workspace and on a big one, per-task cost = (makespan big - makespan empty) /
+tasks. Target: <= 50 ms/task.
+
+* outputs mode: ``--ship-tasks`` (60) trivial tasks, each bringing back one
+  small output file, in an empty folder and in a folder of ``--folder-mb``
+  (40) MB of incompressible files;
+* worktree mode: a chain of ``--chain`` (12) dependent worktree tasks (each
+  forks from the integration branch its predecessor merged into, so each has
+  a new base commit) in a repository with one commit and in one with
+  ``--history-mb`` (30) MB of history (commits replacing a 1 MB random file).
+
+``--code DIR`` runs the lead and the nodes on the ``orchestrator`` package in
+DIR (another checkout: the "before" column).
+
 Usage: python bench/ray_bench.py [--tasks 1000] [--cpus 1] [--layers 6] [--width 12] [--ceiling 5000 (0: skip)]
+       [--only a,b,d] [--ship-tasks 60] [--folder-mb 40] [--chain 12] [--history-mb 30] [--code DIR]
        [--profile DIR (cProfile stats of each `team run`)] [--events DIR (its `--json` events)]
 """
 
@@ -71,9 +87,13 @@ print(json.dumps({"wall": cold, "warm": time.perf_counter() - t0, "ok": codes.co
 """
 
 
+CODE = REPO
+"""Where the lead and the nodes import ``orchestrator`` from (``--code``)."""
+
+
 def env_for(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEAM_", "RAY_ADDRESS"))}
-    env.update(TEAM_ROOT=str(root), PYTHONPATH=str(REPO))
+    env.update(TEAM_ROOT=str(root), PYTHONPATH=str(CODE))
     return env
 
 
@@ -102,6 +122,11 @@ runpy.run_module("orchestrator", run_name="__main__", alter_sys=True)
 """
 
 
+DURATIONS: dict[str, list[float]] = {}
+"""Each `team run`'s tasks' durations as the nodes measured them (workspace made, command run, work
+packed), by the run's folder name."""
+
+
 def team_run(cluster: LocalCluster, root: Path, plan: str) -> tuple[float, float, dict]:
     """(makespan, process wall, summary) of one `team run --backend ray --json`; the lead's CPU seconds
     (user + system, start-up included) go into ``LEAD_CPU[root.name]``."""
@@ -119,6 +144,7 @@ def team_run(cluster: LocalCluster, root: Path, plan: str) -> tuple[float, float
     if KEEP is not None:
         (KEEP / f"{root.name}.jsonl").write_text(r.stdout)
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    DURATIONS[root.name] = [e["duration"] for e in events if e["event"] == "completed"]
     start = next(e["ts"] for e in events if e["event"] == "run_started")
     end = max(e["ts"] for e in events if e["event"] == "completed")
     return end - start, wall, events[-1]
@@ -148,6 +174,89 @@ def layered_plan(layers: int, width: int, slots: int, body: float) -> str:
                 needs = f", needs: [{a}, {b}]"
             lines.append(f"  - {{id: l{layer}x{i}, run: 'sleep {body}', estimate: {body}{needs}}}")
     return "\n".join(lines) + "\n"
+
+
+def git(cwd: Path, *args: str) -> str:
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@x"}
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout
+
+
+def outputs_plan(n: int, slots: int) -> str:
+    lines = ["name: ship", f"workers: {slots}", "tasks:"]
+    lines += [f"  - {{id: t{i}, run: 'mkdir -p out && echo t{i} > out/t{i}', outputs: [out/t{i}]}}" for i in range(n)]
+    return "\n".join(lines) + "\n"
+
+
+def chain_plan(n: int) -> str:
+    lines = ["name: chain", "workers: 1", "isolation: worktree", "tasks:"]
+    for i in range(n):
+        needs = f", needs: [c{i - 1}]" if i else ""
+        lines.append(f"  - {{id: c{i}, run: 'echo c{i} > c{i}.txt'{needs}}}")
+    return "\n".join(lines) + "\n"
+
+
+def big_folder(root: Path, mb: int) -> None:
+    data = root / "data"
+    data.mkdir(parents=True)
+    for i in range(mb):
+        (data / f"blob{i}.bin").write_bytes(os.urandom(1 << 20))
+
+
+def repo(root: Path, history_mb: int) -> None:
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    (root / ".gitignore").write_text(".team/\n.tasks/\n")
+    (root / "README").write_text("bench\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "start")
+    for i in range(history_mb):  # the history grows by 1 MB a commit; the tree stays one file
+        (root / "blob.bin").write_bytes(os.urandom(1 << 20))
+        git(root, "add", "blob.bin")
+        git(root, "commit", "-qm", f"blob {i}")
+    git(root, "gc", "-q")
+
+
+def shipping(cluster: LocalCluster, base: Path, args: argparse.Namespace, slots: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, mb in (("empty", 0), ("big", args.folder_mb)):
+        root = base / f"ship-{name}"
+        root.mkdir()
+        if mb:
+            big_folder(root, mb)
+        ms, wall, s = team_run(cluster, root, outputs_plan(args.ship_tasks, slots))
+        assert s["counts"] == {"completed": args.ship_tasks}, s["counts"]
+        out[f"outputs-{name}"] = ms
+    for name, mb in (("empty", 0), ("big", args.history_mb)):
+        root = base / f"chain-{name}"
+        repo(root, mb)
+        ms, wall, s = team_run(cluster, root, chain_plan(args.chain))
+        assert s["counts"] == {"completed": args.chain}, s["counts"]
+        out[f"chain-{name}"] = ms
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else 0.0
+
+
+def _report_shipping(ship: dict[str, float], args: argparse.Namespace) -> None:
+    print()
+    print("(d) shipping only what changed: makespan; per-task cost = (big - empty) / tasks; and the median")
+    print("    task duration on its node (its workspace made, the command, its work packed), big - empty")
+    n, c = args.ship_tasks, args.chain
+    per_out = (ship["outputs-big"] - ship["outputs-empty"]) / n * 1000
+    per_chain = (ship["chain-big"] - ship["chain-empty"]) / c * 1000
+    med_out = (_median(DURATIONS["ship-big"]) - _median(DURATIONS["ship-empty"])) * 1000
+    med_chain = (_median(DURATIONS["chain-big"]) - _median(DURATIONS["chain-empty"])) * 1000
+    print(f"    outputs mode, {n} tasks: empty folder {ship['outputs-empty']:.2f}s · {args.folder_mb} MB folder "
+          f"{ship['outputs-big']:.2f}s · {per_out:+.1f} ms/task (target <= 50) · median task {med_out:+.1f} ms")
+    print(f"    worktree mode, a chain of {c}: 1-commit repo {ship['chain-empty']:.2f}s · {args.history_mb} MB of "
+          f"history {ship['chain-big']:.2f}s · {per_chain:+.1f} ms/task (target <= 50) · median task "
+          f"{med_chain:+.1f} ms")
 
 
 def lead_ceiling(base: Path, n: int, workers: int) -> float:
@@ -188,8 +297,17 @@ def main() -> None:
     ap.add_argument("--ceiling", type=int, default=5000, help="tasks for (c) (0: skip it)")
     ap.add_argument("--profile", type=Path, help="run each `team run` under cProfile, stats into this folder")
     ap.add_argument("--events", type=Path, help="keep the `--json` events of each `team run` in this folder")
+    ap.add_argument("--only", default="a,b,c,d", help="which parts to run (a,b,c,d)")
+    ap.add_argument("--ship-tasks", type=int, default=60)
+    ap.add_argument("--folder-mb", type=int, default=40)
+    ap.add_argument("--chain", type=int, default=12)
+    ap.add_argument("--history-mb", type=int, default=30)
+    ap.add_argument("--code", type=Path, help="import orchestrator from this checkout (lead and nodes)")
     args = ap.parse_args()
-    global PROFILE, KEEP
+    parts = set(args.only.split(","))
+    global PROFILE, KEEP, CODE
+    if args.code is not None:
+        CODE = args.code.resolve()
     if args.events is not None:
         args.events.mkdir(parents=True, exist_ok=True)
         KEEP = args.events.resolve()
@@ -201,34 +319,55 @@ def main() -> None:
         raise SystemExit(f"ray_bench: {why}")
     base = Path(tempfile.mkdtemp(prefix="rb", dir="/tmp"))
     t0 = time.perf_counter()
-    cluster = LocalCluster(base / "c", workers=2, cpus=args.cpus)
-    print(f"cluster: head + 2 worker nodes, {args.cpus} CPUs each, up in {time.perf_counter() - t0:.1f}s")
+    cluster = LocalCluster(base / "c", workers=2, cpus=args.cpus, env={"PYTHONPATH": str(CODE)})
+    print(f"cluster: head + 2 worker nodes, {args.cpus} CPUs each, up in {time.perf_counter() - t0:.1f}s; "
+          f"code: {CODE}")
     slots = 3 * args.cpus
+    ship: dict[str, float] = {}
     try:
-        r = cluster.run([sys.executable, "-c", RAW, str(args.tasks), cluster.address],
-                        capture_output=True, text=True, timeout=1800, env=env_for(base))
-        if r.returncode != 0:
-            raise SystemExit(f"raw ray failed:\n{r.stderr[-2000:]}")
-        raw = json.loads(r.stdout.strip().splitlines()[-1])
-        assert raw["ok"] == 2 * args.tasks
-        (base / "noop").mkdir()
-        team_ms, team_wall, s = team_run(cluster, base / "noop", noop_plan(args.tasks))
-        assert s["counts"] == {"completed": args.tasks}, s["counts"]
-        per_task = (team_ms - raw["warm"]) / args.tasks * 1000
-
-        (base / "dag").mkdir()
-        body = 0.2
-        n = args.layers * args.width
-        bound = max(args.layers * body, n * body / slots)
-        dag_ms, dag_wall, s2 = team_run(cluster, base / "dag", layered_plan(args.layers, args.width, slots, body))
-        assert s2["counts"] == {"completed": n}, s2["counts"]
+        if "a" in parts:
+            r = cluster.run([sys.executable, "-c", RAW, str(args.tasks), cluster.address],
+                            capture_output=True, text=True, timeout=1800, env=env_for(base))
+            if r.returncode != 0:
+                raise SystemExit(f"raw ray failed:\n{r.stderr[-2000:]}")
+            raw = json.loads(r.stdout.strip().splitlines()[-1])
+            assert raw["ok"] == 2 * args.tasks
+            (base / "noop").mkdir()
+            team_ms, team_wall, s = team_run(cluster, base / "noop", noop_plan(args.tasks))
+            assert s["counts"] == {"completed": args.tasks}, s["counts"]
+            per_task = (team_ms - raw["warm"]) / args.tasks * 1000
+        if "b" in parts:
+            (base / "dag").mkdir()
+            body = 0.2
+            n = args.layers * args.width
+            bound = max(args.layers * body, n * body / slots)
+            dag_ms, dag_wall, s2 = team_run(cluster, base / "dag", layered_plan(args.layers, args.width, slots, body))
+            assert s2["counts"] == {"completed": n}, s2["counts"]
+        if "d" in parts:
+            ship = shipping(cluster, base, args, slots)
     finally:
         cluster.stop()
     try:
-        ceiling = {w: lead_ceiling(base, args.ceiling, w) for w in (64, 1024)} if args.ceiling else {}
+        ceiling = {w: lead_ceiling(base, args.ceiling, w) for w in (64, 1024)} \
+            if args.ceiling and "c" in parts else {}
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    if "a" in parts:
+        _report_noop(args, raw, team_ms, team_wall, per_task, slots)
+    if "b" in parts:
+        print()
+        print(f"(b) layered DAG, {args.layers} layers x {args.width} tasks of sleep {body}, {slots} slots")
+        print(f"    makespan {dag_ms:.2f}s · bound max(critical path {args.layers * body:.2f}s, work/slots "
+              f"{n * body / slots:.2f}s) = {bound:.2f}s · ratio {dag_ms / bound:.3f}× (target <= 1.15×)")
+    if ceiling:
+        _report_ceiling(ceiling, args.ceiling, 2 * args.tasks / team_ms if "a" in parts else 0.0)
+    if ship:
+        _report_shipping(ship, args)
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
+
+def _report_noop(args: argparse.Namespace, raw: dict, team_ms: float, team_wall: float, per_task: float,
+                 slots: int) -> None:
     print()
     print(f"(a) {args.tasks} no-op tasks (`true`), {slots} slots")
     print(f"    {'':34}{'seconds':>10}{'ms/task':>10}")
@@ -238,13 +377,6 @@ def main() -> None:
     print(f"    {'team run (process wall)':34}{team_wall:10.2f}")
     print(f"    {'team run lead CPU (user + system)':34}{LEAD_CPU['noop']:10.2f}{LEAD_CPU['noop'] / args.tasks * 1000:10.2f}")
     print(f"    overhead of team over raw Ray: {per_task:.2f} ms/task (target <= 2 ms)")
-    print()
-    print(f"(b) layered DAG, {args.layers} layers x {args.width} tasks of sleep {body}, {slots} slots")
-    print(f"    makespan {dag_ms:.2f}s · bound max(critical path {args.layers * body:.2f}s, work/slots "
-          f"{n * body / slots:.2f}s) = {bound:.2f}s · ratio {dag_ms / bound:.3f}× (target <= 1.15×)")
-    if ceiling:
-        _report_ceiling(ceiling, args.ceiling, 2 * args.tasks / team_ms)
-    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

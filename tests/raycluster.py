@@ -56,6 +56,14 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def _cmdline_has(pid: int, text: str) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -135,7 +143,8 @@ class LocalCluster:
             raise box["error"]  # type: ignore[misc]
         return box["value"]  # type: ignore[return-value]
 
-    def _start(self, name: str, head: bool = False, wait: bool = True) -> subprocess.Popen:
+    def _start(self, name: str, head: bool = False, wait: bool = True,
+               env: dict[str, str] | None = None) -> subprocess.Popen:
         temp = self.base / name
         self.nodes[name] = temp
         argv = [str(BIN / "ray"), "start", "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp),
@@ -145,7 +154,8 @@ class LocalCluster:
             argv += ["--resources", json.dumps(self.resources[name])]
         argv += ["--head", "--port", str(PORT), "--include-dashboard", "false"] if head else \
             ["--address", self.address]
-        p = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        p = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                       env={**self.env, **(env or {})})
         if wait:
             self._wait(p)
         return p
@@ -155,8 +165,23 @@ class LocalCluster:
         if p.returncode != 0:
             raise RuntimeError(f"ray start failed:\n{out.decode(errors='replace')[-3000:]}")
 
-    def add_node(self, name: str) -> None:
-        self._start(name)
+    def add_node(self, name: str, env: dict[str, str] | None = None) -> None:
+        """Start another node (``env``: what its processes get on top of the cluster's)."""
+        self._start(name, env=env)
+
+    def remove_node(self, name: str) -> None:
+        """Stop node ``name`` as ``ray stop`` would, its processes only: SIGTERM (its raylet tells the head
+        it leaves, so the cluster stops listing it at once), then SIGKILL what is left after 10 s."""
+        pids = self.pids(name)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 10
+        while any(os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids) and time.time() < deadline:
+            time.sleep(0.05)
+        self.kill_node(name)
 
     def pids(self, name: str) -> list[int]:
         """Every process of node ``name``: those naming its temp dir, and their descendants."""
@@ -211,3 +236,99 @@ class LocalCluster:
             time.sleep(0.1)
         self.ns.kill()
         self.ns.wait()
+
+
+SUBNET = "10.77.0"
+
+
+class Machines:
+    """Several machines on this host, for a real multi-machine cluster (tests of docs/scale.md's walk-through).
+
+    Each machine is a network, PID and mount namespace of its own (``unshare --net --pid --fork
+    --mount-proc``), with its own ``/tmp`` and ``/dev/shm`` (tmpfs: gone with the machine),
+    ``HOME=/tmp/home``, loopback, and one interface on
+    a bridge in a namespace of its own (``SUBNET``.N/24: nothing leaves the bridge). A process on one
+    machine sees only that machine's processes (Ray finds "the nodes of this machine" by listing them)
+    and reaches the others by their address; the rest of the filesystem (this repository, its venv) is
+    shared, as an installed package would be. ``kill`` SIGKILLs a machine's first process: every process
+    of the machine dies with it, as with a power cut. ``path(name, p)`` is where the host sees a file of
+    the machine's ``/tmp``."""
+
+    def __init__(self, names: list[str]):
+        self.init: dict[str, int] = {}
+        self.ip: dict[str, str] = {}
+        self._procs: list[subprocess.Popen] = []
+        try:
+            self.switch = self._namespace("ip link add br0 type bridge && ip link set br0 up && ip link set lo up")
+            for i, name in enumerate(names):
+                self.init[name] = self._namespace("ip link set lo up && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && "
+                                                  "mkdir /tmp/home")
+                ip = f"{SUBNET}.{i + 1}"
+                self._ip_in(self.switch, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0",
+                            "netns", str(self.init[name]))
+                self._ip_in(self.switch, "link", "set", f"v{i}", "master", "br0", "up")
+                self._ip_in(self.init[name], "addr", "add", f"{ip}/24", "dev", "eth0")
+                self._ip_in(self.init[name], "link", "set", "eth0", "up")
+                self.ip[name] = ip
+        except BaseException:
+            self.stop()
+            raise
+
+    def _namespace(self, setup: str) -> int:
+        """A new machine's first process (after ``setup`` ran in it): its pid as the host sees it."""
+        p = subprocess.Popen(["unshare", "--net", "--pid", "--fork", "--mount-proc", "sh", "-c",
+                              f"{setup} && touch /tmp/.up && exec sleep 1000000"], stdin=subprocess.DEVNULL)
+        self._procs.append(p)
+        deadline = time.time() + 10
+        while True:
+            kids = _children().get(p.pid, [])
+            if kids and os.path.exists(f"/proc/{kids[0]}/root/tmp/.up"):
+                return kids[0]
+            if time.time() > deadline or p.poll() is not None:
+                raise RuntimeError("a machine's namespaces did not come up")
+            time.sleep(0.02)
+
+    def _ip_in(self, pid: int, *args: str) -> None:
+        subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", *args], check=True, capture_output=True)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """A user's environment on a machine: the venv's programs first, HOME on the machine."""
+        keep = ("LANG", "LC_ALL", "TERM")
+        env = {k: v for k, v in os.environ.items() if k in keep}
+        env.update(PATH=f"{BIN}:/usr/local/bin:/usr/bin:/bin", HOME="/tmp/home", RAY_USAGE_STATS_ENABLED="0")
+        env.update(extra)
+        return env
+
+    def argv(self, name: str, argv: list[str]) -> list[str]:
+        return ["nsenter", "-t", str(self.init[name]), "-n", "-p", "-m", *argv]
+
+    def sh(self, name: str, script: str, *, timeout: float = 120, env: dict[str, str] | None = None,
+           cwd: str = "/tmp/home") -> subprocess.CompletedProcess:
+        """``script`` run by ``sh`` on machine ``name`` (in ``cwd`` there)."""
+        return subprocess.run(self.argv(name, ["sh", "-c", f"cd {cwd} && {script}"]), env=env or self.env(),
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def popen(self, name: str, script: str, *, env: dict[str, str] | None = None, cwd: str = "/tmp/home",
+              **kw) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(name, ["sh", "-c", f"cd {cwd} && exec {script}"]), env=env or self.env(),
+                                stdin=subprocess.DEVNULL, **kw)
+
+    def path(self, name: str, inside: str) -> Path:
+        """The host's way to a path under machine ``name``'s own ``/tmp``."""
+        return Path(f"/proc/{self.init[name]}/root") / inside.lstrip("/")
+
+    def kill(self, name: str) -> None:
+        """Every process of machine ``name`` SIGKILLed at once (its first one: the PID namespace goes)."""
+        pid = self.init.pop(name, None)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        for name in list(self.init):
+            self.kill(name)
+        for p in self._procs:
+            p.kill()
+            p.wait()

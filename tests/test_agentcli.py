@@ -93,7 +93,7 @@ team:
     assert write["result"] == "wrote hello.txt (attempt 1)"  # what it gave task_update
     assert "cli_member" not in write and "reported" not in write
     assert tasks["check"]["status"] == "completed"  # the dependent saw its work
-    assert (root / "hello.txt").read_text().endswith("lead: the word is banana\n")
+    assert (root / "hello.txt").read_text().endswith("lead: the word is banana\n— 1 message read; none left unread\n")
     seen = report(reports, write["id"])
     # its prompt on stdin; the team's tools over MCP; what it was told about them
     assert "Write hello.txt with the word from your inbox." in seen["prompt"]
@@ -175,7 +175,7 @@ team:
     seen = report(reports, write["id"])
     assert seen["cwd"] == str(repo / ".team" / "worktrees" / "clw" / "write")
     assert "a git worktree on branch team/clw/write" in seen["prompt"]
-    assert show(repo, "team/clw/integration", "hello.txt").endswith("lead: the word is kiwi\n")
+    assert show(repo, "team/clw/integration", "hello.txt").endswith("lead: the word is kiwi\n— 1 message read; none left unread\n")
     assert "kiwi" in show(repo, "team/clw/integration", "seen.txt")  # the dependent ran on the merged work
     assert not (repo / "hello.txt").exists()  # the user's checkout is untouched until `team land`
     assert git(repo, "status", "--porcelain") == ""
@@ -306,3 +306,28 @@ tasks:
     kinds = {m.name: m.kind for m in Team(root).members()}
     assert kinds == {"alice": "llm", "codex": "command", "stuck": "command"}
     assert running(f"{AGENT}\0{reports}") == []
+
+
+def test_an_agent_clis_completion_asks_the_task_completed_hooks_once(tmp_path):
+    """The agent's own completion over MCP is a report the run decides when its process ends, hooks
+    included; `team mcp` does not ask `.team/hooks.yaml` too (the same hook ran twice for one completion).
+    A completion over MCP of a task that is not its attempt (the notes task it made) asks them there."""
+    root, reports = folders(tmp_path)
+    (root / ".team").mkdir()
+    (root / ".team" / "hooks.yaml").write_text(f"task_completed: '(cat; echo) >> {reports}/decided.jsonl'\n")
+    (root / "plan.yaml").write_text(f"""\
+name: once
+team:
+{member("codex", reports)}tasks:
+  - id: write
+    assignee: codex
+    prompt: Write hello.txt.
+""")
+    r = run_team(root, "run", "plan.yaml", CLI_TOKEN=TOKEN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tasks = tasks_by_name(root)
+    write = tasks["write"]
+    notes = next(t for t in tasks.values() if t["subject"] == f"notes for #{write['id']}")
+    asked = [json.loads(line)["task"]["id"] for line in (reports / "decided.jsonl").read_text().split("\n") if line]
+    assert sorted(asked) == sorted([write["id"], notes["id"]])
+    assert completions(root, write["id"]) == 1

@@ -42,8 +42,11 @@ def test_hooks_bench_runs_a_plan_without_and_with_hooks_and_prints_the_ratios():
 
 
 def test_mcp_bench_prints_the_tool_list_cost_and_the_read_latencies():
-    out = run_bench("bench/mcp_bench.py", "--calls", "5")
-    assert re.search(r"team mcp tool list: 11 tools, \d+ tokens", out)
+    out = run_bench("bench/mcp_bench.py", "--calls", "5")  # reads on the default 2,000-task graph
+    assert re.search(r"team mcp tool list: 11 tools, \d+ tokens .*, \d+ cl100k tokens", out)
+    assert re.search(r"team mcp tool list \(--as lead\): 15 tools", out)
+    m = re.search(r"largest default read: \w+, ([\d,]+) cl100k tokens \(target <= 8,000", out)
+    assert m and int(m.group(1).replace(",", "")) <= 8000, out
     rows = [line for line in out.splitlines() if line.startswith(("team task show", "task_get over", "MCP fx__peek"))]
     assert len(rows) == 4
 

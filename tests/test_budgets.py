@@ -357,3 +357,34 @@ def test_team_spawn_during_a_run_with_a_dollar_budget_refuses_a_teammate_whose_m
         assert lead.returncode == 0, out + err
         srv.assert_complete()
     assert "dave" not in members(tmp_path)
+
+
+CLI_PLAN = """\
+name: cli
+{budget}team:
+  - name: codex
+    kind: command
+    command: cat > /dev/null
+tasks:
+  - {{id: port, assignee: codex, prompt: Port the parser.}}
+"""
+NOT_COUNTED = ("warning: plan.yaml:2: budget: codex is an agent CLI (kind: command), calling its own model with its "
+               "own key: team does not see that spend, so the plan's budget counts only the LLM teammates' calls; "
+               "cap it in the CLI's own settings\n")
+
+
+def test_a_budget_over_a_plan_with_an_agent_cli_says_once_that_the_clis_spend_is_not_counted(tmp_path):
+    """An agent CLI (kind: command) pays for its model calls with its own key: no line of ours records
+    them, so the plan's budget cannot hold them. Before, nothing said so."""
+    (tmp_path / "plan.yaml").write_text(CLI_PLAN.format(budget="budget: {dollars: 1}\n"))
+    check = run_team(tmp_path, "plan", "check", "plan.yaml")
+    assert (check.returncode, check.stderr) == (0, NOT_COUNTED)  # a warning, not a refusal
+    dry = run_team(tmp_path, "run", "plan.yaml", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.count(NOT_COUNTED) == 1
+    r = run_team(tmp_path, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr == NOT_COUNTED
+    assert tasks_by_name(tmp_path)["port"]["status"] == "completed"
+
+    (tmp_path / "plan.yaml").write_text(CLI_PLAN.format(budget=""))  # no budget: nothing to say
+    assert run_team(tmp_path, "plan", "check", "plan.yaml").stderr == ""

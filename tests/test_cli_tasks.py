@@ -173,8 +173,41 @@ def test_corrupt_file_and_unwritable_root_are_one_clear_line(team, tmp_path):
     )
     not_dir = tmp_path / "plain-file"
     not_dir.write_text("")
-    r = run_team(team.root, "task", "create", "x", "--root", str(not_dir))
+    r = run_team(team.root, "task", "create", "x", "--root", str(not_dir))  # --root is checked first (paths.py)
+    bad(r, f"UserError: --root {not_dir} is a file, not a directory; did you mean {tmp_path}? give the project's "
+           "directory")
+    r = run_team(team.root, "task", "create", "x", TEAM_ROOT=str(not_dir))
     bad(r, f"NotWritable: cannot create {not_dir}/.tasks: Not a directory; pass a writable --root or set TEAM_ROOT")
+
+
+def test_a_mistyped_root_is_refused_naming_the_one_meant_and_creates_nothing(team, tmp_path):
+    """A --root with a typo used to start a new, empty store there, quietly (issue 27 item 6)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    ok(team("task", "create", "real work", "--root", str(project)))
+    typo = tmp_path / "projcet"
+    meant = f"did you mean {project}?"
+    for args in (("task", "list"), ("task", "update", "1", "--status", "completed"), ("status",),
+                 ("task", "create", "lost work"), ("send", "lead", "hi"), ("mcp", "--as", "claude")):
+        for r in (team(*args, "--root", str(typo), input=""), team("--root", str(typo), *args, input="")):
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, (args, r.stderr)
+            assert r.stderr.startswith(f"UserError: --root {typo} does not exist; {meant}"), (args, r.stderr)
+    assert not typo.exists()
+    # an existing directory without a store: reads are refused with the way to start one; creating starts it
+    empty = tmp_path / "fresh"
+    empty.mkdir()
+    r = team("status", "--root", str(empty))
+    assert r.returncode == 2 and "holds no team state (no .tasks/ or .team/); a new project starts with" in r.stderr
+    assert not any(empty.iterdir())
+    ok(team("task", "create", "first", "--root", str(empty)))
+    assert ok(team("task", "list", "--root", str(empty))) == "[ ] #1: first\n"
+    # a new project: a missing directory is made by a creating command, unless a store has a close name
+    assert team("mcp", "--init", "--as", "claude", "--root", str(tmp_path / "newbie"), input="").returncode == 0
+    assert (tmp_path / "newbie" / ".tasks").is_dir()
+    r = team("task", "create", "x", "--root", str(tmp_path / "newbee"))
+    assert r.returncode == 2 and f"did you mean {tmp_path / 'newbie'}?" in r.stderr
+    (tmp_path / "newbee").mkdir()
+    ok(team("task", "create", "x", "--root", str(tmp_path / "newbee")))
 
 
 def test_root_option_and_env_agree(team, tmp_path):
@@ -238,3 +271,18 @@ def test_the_state_root_comes_from_the_command_then_team_root_then_the_environme
     assert run_team(b, "task", "list", "--root", str(a)).stdout == "[ ] #1: in a\n"
     assert run_team(a, "--root", str(a), "task", "list", "--root", str(b)).stdout == "[ ] #1: in b\n"
     assert run_team(b, "task", "list").stdout == "[ ] #1: in b\n"
+
+
+def test_a_nonsense_estimate_is_refused_and_nothing_is_written(team):
+    """A negative, zero, NaN, infinite or absurd estimate weighed the critical path with nonsense
+    (issue 27 item 6); both command-line parsers and `task update` refuse it, naming the bound."""
+    assert team("task", "create", "keep").returncode == 0
+    for value in ("-5", "0", "nan", "inf", "1e300", "2592001"):
+        for args in (("task", "create", "x", "--estimate", value), ("task", "create", "x", f"--estimate={value}"),
+                     ("task", "update", "1", "--estimate", value)):
+            r = team(*args)
+            assert r.returncode == 2 and r.stderr.startswith("UserError: invalid estimate "), (args, r.stderr)
+            assert "above 0 and at most 2,592,000 (30 days)" in r.stderr and "Traceback" not in r.stderr
+    tasks = json.loads(team("task", "list", "--json").stdout)
+    assert [(t["subject"], t.get("estimate")) for t in tasks] == [("keep", None)]
+    assert team("task", "update", "1", "--estimate", "90").returncode == 0

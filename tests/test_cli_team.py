@@ -82,7 +82,7 @@ time.sleep(600)
 
 def test_status_tells_idle_from_dead(crew):
     root = crew.root
-    Team(root).add("carol")
+    Team(root).add("carol", model="gpt-4.1-mini")
     Team(root).update("carol", status="shutdown")
     procs = {}
     for name in ("alice", "bob"):
@@ -111,7 +111,9 @@ def test_status_tells_idle_from_dead(crew):
         assert plain[2].split()[:3] == ["alice", "coder", "idle"]
         assert plain[3].split()[:3] == ["bob", "tester", "dead"]
         assert plain[3].endswith(f"process {procs['bob'].pid} is gone")
-        assert plain[4].split() == ["carol", "coder", "shutdown", "no", "heartbeat"]
+        # each member's kind and model (docs/agents.md)
+        assert plain[4].split() == ["carol", "coder", "shutdown", "llm", "gpt-4.1-mini", "no", "heartbeat"]
+        assert plain[2].split()[3:5] == ["llm", "-"]  # never started by a lead: no model yet
         assert plain[5:] == ["tasks: 2 pending · 1 completed (2 ready)", "jobs: 0 running, 0 in total"]
     finally:
         procs["alice"].kill()

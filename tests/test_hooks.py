@@ -245,6 +245,62 @@ tasks:
         [("wait", "lead", "lead"), ("work", "alice", "alice")]
 
 
+def test_a_teammate_idle_veto_after_the_runs_last_task_is_honoured_before_the_run_ends(tmp_path):
+    """The veto comes when the run's work is done: the run waits for the teammate to do what the
+    hook asked (issue 27 item 6: it used to be logged and dropped, the run exiting 0)."""
+    (tmp_path / "plan.yaml").write_text(f"""\
+name: last
+team:
+  - {{name: alice, role: coder}}
+hooks:
+  teammate_idle: |
+    if [ -f {tmp_path}/notes.txt ]; then exit 0; fi
+    echo "write notes.txt before you stop" >&2; exit 2
+tasks:
+  - {{id: work, assignee: alice, prompt: Do the work.}}
+""")
+
+    def after_veto(body: dict) -> Reply:
+        assert "write notes.txt before you stop" in json.dumps(body["messages"])
+        return Reply(tool_calls=[tool_call("write_file", {"path": "notes.txt", "content": "notes\n"})])
+
+    script = {"alice": [
+        Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed", "result": "worked"})]),
+        after_veto, Reply(content="notes written"),
+    ]}
+    with ScriptedServer(script) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
+        srv.assert_complete()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "notes.txt").read_text() == "notes\n"
+    assert [(x["event"], x["status"]) for x in hook_log(tmp_path)] == [("teammate_idle", "veto"),
+                                                                        ("teammate_idle", "ok")]
+
+
+def test_a_teammate_idle_hook_that_never_consents_fails_the_run_naming_it(tmp_path):
+    (tmp_path / "plan.yaml").write_text("""\
+name: stubborn
+team:
+  - {name: alice, role: coder}
+hooks:
+  teammate_idle: 'echo "the changelog is still empty" >&2; exit 2'
+tasks:
+  - {id: work, assignee: alice, prompt: Do the work.}
+""")
+    script = {"alice": [
+        Reply(tool_calls=[tool_call("task_update", {"task": 1, "status": "completed", "result": "worked"})]),
+        Reply(content="did it"), Reply(content="did it again"), Reply(content="and again"),
+    ]}
+    with ScriptedServer(script) as srv:
+        r = run_team(tmp_path, "run", "plan.yaml", **llm_env(srv))
+        srv.assert_complete()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert tasks_by_name(tmp_path)["work"]["status"] == "completed"  # the task stays done
+    assert ("INCOMPLETE: alice's teammate_idle hooks refused to let it go idle 3 times in a row: "
+            "the changelog is still empty") in r.stdout + r.stderr
+    assert [x["status"] for x in hook_log(tmp_path)] == ["veto"] * 3
+
+
 def test_team_chat_runs_the_hooks_of_team_hooks_yaml_for_what_its_lead_and_teammates_do(tmp_path):
     from orchestrator.chat.session import ChatSession
     from orchestrator.llm.client import LLMClient

@@ -342,6 +342,29 @@ def test_agent_tasks_work_in_their_own_worktree_and_are_merged(tmp_path):
     assert snapshot(repo) == before and not (repo / "greet.txt").exists()
 
 
+def test_doctor_does_not_call_a_cancelled_tasks_kept_branch_an_orphan(tmp_path):
+    """A cancelled task runs again on the next `team run`, which merges the work its branch keeps; the old
+    doctor called that branch an orphan and said to `git branch -D` it."""
+    plan = ("name: doc\nworkers: 2\nisolation: worktree\ntasks:\n"
+            "  - id: a\n    run: echo a > s.txt\n  - id: b\n    run: echo b > s.txt\n")
+    repo = make_repo(tmp_path / "repo", {"s.txt": "0\n"}, plan)
+    assert run_team(repo, "run", "plan.yaml", "-k").returncode == 1  # one of them conflicts: its branch is kept
+    kept = next(p.name for p in (repo / ".team/worktrees/doc").iterdir() if p.name in ("a", "b"))
+    assert run_team(repo, "task", "update", kept, "--status", "cancelled").returncode == 0
+    r = run_team(repo, "doctor")
+    assert (r.returncode, r.stdout) == (0, f"team doctor: {repo}\nOK: no problems found.\n")
+    again = run_team(repo, "run", "plan.yaml")
+    assert f" {kept} was cancelled: merging the 1 commit of its own on team/doc/{kept} without running" in again.stderr
+    assert git(repo, "branch", "--list", f"team/doc/{kept}").strip()  # it conflicts again: still kept
+    other = "a" if kept == "b" else "b"  # taken out of the plan (so cancelled), nothing comes back for it: an orphan
+    assert run_team(repo, "task", "update", kept, "--status", "pending").returncode == 0
+    (repo / "plan.yaml").write_text(f"name: doc\nisolation: worktree\ntasks:\n  - id: {other}\n    run: echo {other} > s.txt\n"
+                                    "  - id: c\n    run: echo c > c.txt\n")
+    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    r = run_team(repo, "doctor")
+    assert r.returncode == 1 and f"plan doc: task {kept}: branch team/doc/{kept} (1 unmerged commit)" in r.stdout
+
+
 def test_doctor_reports_orphaned_worktrees_but_not_a_failed_tasks_kept_branch(tmp_path):
     plan = ("name: doc\nworkers: 2\nisolation: worktree\ntasks:\n"
             "  - id: a\n    run: echo a > s.txt\n  - id: b\n    run: echo b > s.txt\n")

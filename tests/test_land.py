@@ -432,6 +432,32 @@ def test_ref_locks_a_killed_git_left_under_the_plans_refs_block_neither_land_nor
     assert git(repo, "rev-parse", "--verify", "-q", INTEG).strip() and _ref_locks(repo) == []
 
 
+def test_an_index_lock_held_by_a_running_git_refuses_the_land_before_its_intent_is_recorded(tmp_path):
+    """The old land refused only after writing land.json: "nothing was changed", yet `team run` then
+    refused to start because "a `team land` of plan ld was interrupted"."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    lock, ready = repo / ".git" / "index.lock", tmp_path / "holding"
+    holder = subprocess.Popen(["sh", "-c", f"exec 3>'{lock}'; touch '{ready}'; exec sleep 120"])
+    try:
+        wait_until(ready.exists, timeout=60, what="the lock held open")
+        before = _snapshot(repo)
+        r = run_team(repo, "land", PLAN)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr == (f"LandRefused: {lock} exists: a git command is running in your checkout; wait for it to "
+                            f"end (or remove the file if none is), then `team land` again; nothing was changed\n")
+        assert not (repo / ".team/worktrees" / PLAN / "land.json").exists()
+        assert _snapshot(repo) == before and INTEG in branches(repo)
+        again = run_team(repo, "run", "plan.yaml")
+        assert again.returncode == 0 and "interrupted" not in again.stdout + again.stderr, again.stdout + again.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    lock.unlink()  # as the git holding it does when it ends
+    r = run_team(repo, "land", PLAN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "HEAD") == serial
+
+
 def test_a_packed_refs_lock_a_killed_git_left_is_removed_but_never_a_live_one(tmp_path):
     """git takes `.git/packed-refs.lock` to delete any ref; a `team land` SIGKILLed in its `git branch -D`
     leaves it, and every later ref deletion fails (found by `make chaos`: the next `team land` failed).

@@ -7,71 +7,20 @@ concurrent clients claiming the same tasks on one store each win a task at most 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import re
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-from conftest import REPO, run_team, team_env
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from conftest import run_team
+from mcp import ClientSession
+from mcpkit import call, http_server, http_session, ok, stdio_session
 
 from orchestrator.team.roster import Team
 
 TOOLS = {"task_create", "task_update", "task_get", "task_list", "task_blocked", "task_critical", "task_claim",
          "message_send", "message_broadcast", "inbox_read", "team_status"}
-
-
-def _stdio_params(root: Path, caller: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "orchestrator", "--root", str(root), "mcp", "--as", caller],
-                                 env={"PYTHONPATH": str(REPO)}, cwd=str(root))
-
-
-@contextlib.asynccontextmanager
-async def stdio_session(root: Path, caller: str = "claude") -> AsyncIterator[ClientSession]:
-    """A session with a fresh ``team mcp`` process over its stdin/stdout."""
-    async with stdio_client(_stdio_params(root, caller)) as (r, w), ClientSession(r, w) as s:
-        await s.initialize()
-        yield s
-
-
-@contextlib.contextmanager
-def http_server(root: Path, caller: str = "claude"):
-    """``team mcp --http --port 0`` in a subprocess; yields its URL (read from its stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "mcp", "--http", "--port", "0", "--as", caller],
-                            cwd=root, env=team_env(root), stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        m = re.search(r"(http://127\.0\.0\.1:\d+/mcp)", line)
-        assert m, f"no URL in {line!r}"
-        yield m.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-@contextlib.asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (r, w), ClientSession(r, w) as s:
-        await s.initialize()
-        yield s
-
-
-async def call(s: ClientSession, tool: str, /, **args) -> tuple[str, bool]:
-    res = await s.call_tool(tool, args)
-    return "".join(c.text for c in res.content if c.type == "text"), bool(res.is_error)
-
-
-async def ok(s: ClientSession, tool: str, /, **args) -> str:
-    text, err = await call(s, tool, **args)
-    assert not err, f"{tool}({args}) failed: {text}"
-    return text
 
 
 async def every_tool(s: ClientSession, root: Path) -> None:
@@ -105,13 +54,19 @@ async def every_tool(s: ClientSession, root: Path) -> None:
     Team(root).add("alice", "coder")
     assert "sent" in await ok(s, "message_send", to="lead", text="design is done")
     assert "design is done" in await ok(s, "inbox_read", name="lead", peek=True)
-    assert "design is done" in await ok(s, "inbox_read", name="lead")
-    assert "no unread messages" in await ok(s, "inbox_read", name="lead")
+    assert "design is done" in await ok(s, "inbox_read", name="lead", peek=True)  # peek consumes nothing
+    assert run_team(root, "send", "claude", "thanks for the design").returncode == 0
+    mine = await ok(s, "inbox_read")  # its own inbox by default: the client is a member
+    assert "lead: thanks for the design" in mine and mine.endswith("none left unread")
+    assert "no unread messages for claude" in await ok(s, "inbox_read")
     assert await ok(s, "message_broadcast", text="hello all") == "broadcast to alice"
-    assert "hello all" in await ok(s, "inbox_read", name="alice")
+    assert "hello all" in await ok(s, "inbox_read", name="alice", peek=True)
     status = await ok(s, "team_status")
     assert "tasks: 2 pending · 1 completed (1 ready)" in status and "alice" in status
-    assert status == run_team(root, "status").stdout.strip()  # the same text as `team status`
+    same = functools.partial(re.sub, r"heartbeat \S+ ago", "heartbeat … ago")  # seconds go by between the two
+    assert same(status) == same(run_team(root, "status").stdout.strip())  # the same text as `team status`
+    line = next(x for x in status.splitlines() if x.split()[:1] == ["claude"])
+    assert line.split()[:5] == ["claude", "coder", "idle", "external", "-"]  # a member while it is connected
 
 
 async def errors(s: ClientSession, root: Path) -> None:
@@ -121,6 +76,7 @@ async def errors(s: ClientSession, root: Path) -> None:
         ("task_get", {"task": 99}, ["task", "show", "99"]),
         ("task_update", {"task": "one", "add_blocked_by": ["two"]}, ["task", "update", "one", "--add-blocked-by", "two"]),
         ("task_create", {"subject": "x", "name": "bad name/"}, ["task", "create", "x", "--name", "bad name/"]),
+        ("task_create", {"subject": "x", "estimate": -5}, ["task", "create", "x", "--estimate=-5"]),
         ("task_update", {"task": "one", "status": "completed", "owner": "bad/owner"},
          ["task", "update", "one", "--status", "completed", "--owner", "bad/owner"]),
     ]
@@ -134,7 +90,7 @@ async def errors(s: ClientSession, root: Path) -> None:
     text, err = await call(s, "task_claim", task="two")
     assert err and text.startswith("ConflictError: ")
     await ok(s, "task_claim", task="one")
-    text, err = await call(s, "task_claim", task="one", owner="other")
+    text, err = await call(s, "task_claim", task="one")
     assert err and text == "ConflictError: task #1 is in_progress, not pending"
     text, err = await call(s, "message_send", to="nobody", text="hi")
     assert err and "nobody" in text
@@ -238,7 +194,7 @@ def test_concurrent_http_sessions_on_one_server_claim_each_task_once(tmp_path):
             for owner in won:
                 tg.start_soon(client, url, owner)
 
-    with http_server(tmp_path) as url:
+    with http_server(tmp_path, "lead") as url:  # one server, claiming for three owners: the lead's right
         anyio.run(main, url)
     _check_claims(tmp_path, won)
 
@@ -265,3 +221,71 @@ def test_bad_caller_name_and_taken_port_are_one_line_errors(team):
         s.listen(1)
         r = team("mcp", "--http", "--port", str(s.getsockname()[1]))
     assert r.returncode == 2 and "UserError: cannot listen on 127.0.0.1" in r.stderr and "Traceback" not in r.stderr
+
+
+def _next_cursor(page: str) -> int | None:
+    m = re.search(r"next page: \w+\((?:.*, )?cursor=(\d+)\)$", page)
+    return int(m.group(1)) if m else None
+
+
+def test_reads_come_in_pages_that_state_the_total_and_the_next_call(tmp_path):
+    from orchestrator.mcpserver.paging import MAX_CHARS
+    from orchestrator.tasks.store import TaskStore
+    from orchestrator.team.inbox import Bus
+
+    root = tmp_path
+    long = "port the handler to the new client and keep its retries, " * 3
+    # 300 tasks, each waiting on the one before (a chain: every task but the first is blocked)
+    TaskStore(root).create_many([{"subject": f"{i:03d} {long}", "blockedBy": [("new", i - 1)] if i else []}
+                                 for i in range(300)])
+
+    async def main():
+        async with stdio_session(root, "ann") as s:
+            first = await ok(s, "task_list")
+            assert len(first) <= MAX_CHARS + 200
+            lines = first.splitlines()
+            assert re.fullmatch(r"— (\d+) of 300 tasks \(#1–#\1\); next page: task_list\(cursor=\1\)", lines[-1])
+            await ok(s, "task_create", subject="late")  # made between two pages: on a later page, none shifts
+            seen, page = [], first
+            while True:
+                seen += [int(m) for m in re.findall(r"^\[ \] #(\d+):", page, re.M)]
+                cursor = _next_cursor(page)
+                if cursor is None:
+                    break
+                page = await ok(s, "task_list", cursor=cursor)
+            assert page.splitlines()[-1].startswith("— ") and "next page" not in page
+            assert seen == list(range(1, 302))  # every task once, in order, the late one last
+            # filters are repeated in the next call
+            small = await ok(s, "task_list", blocked=True, limit=10)
+            assert small.splitlines()[-1] == ("— 10 of 299 matching tasks (301 in all) (#2–#11); next page: "
+                                              "task_list(blocked=true, cursor=11)")
+            # blocked chains: a page of them, then the next
+            chains = await ok(s, "task_blocked", limit=3)
+            assert re.findall(r"^#(\d+) ", chains, re.M) == ["1", "2", "3"] and _next_cursor(chains) == 3
+            more = await ok(s, "task_blocked", limit=3, cursor=3)
+            assert re.findall(r"^#(\d+) ", more, re.M) == ["4", "5", "6"]
+            # the critical path and its waves, paged the same way
+            crit = json.loads(await ok(s, "task_critical", limit=50))
+            assert (crit["path"], crit["path_length"], crit["wave_count"]) == (list(range(1, 51)), 300, 300)
+            assert crit["waves"] == [[1, 301], *([i] for i in range(2, 50))]  # 50 ids: the late task runs at once
+            assert crit["next"] == "task_critical(limit=50, cursor=49)"
+            rest = json.loads(await ok(s, "task_critical", limit=50, cursor=49))
+            assert rest["first_wave"] == 50 and rest["waves"][0] == [50]
+            # an inbox: consumed a page at a time, the rest left unread
+            bus = Bus(root)
+            for i in range(45):
+                bus.send("ann", f"note {i}", sender="lead")
+            peeked = await ok(s, "inbox_read", peek=True, limit=10, cursor=40)
+            assert re.findall(r"note (\d+)", peeked) == ["40", "41", "42", "43", "44"]
+            read = await ok(s, "inbox_read")
+            assert re.findall(r"note (\d+)", read) == [str(i) for i in range(20)]
+            assert read.endswith("— 20 messages read; 25 more unread: call inbox_read again")
+            read = await ok(s, "inbox_read", limit=30)
+            assert read.endswith("— 25 messages read; none left unread")
+            # one task: long text is cut, saying where the rest is
+            big = json.loads(await ok(s, "task_create", subject="big", description="x" * 50_000))
+            got = json.loads(await ok(s, "task_get", task=big["id"]))
+            assert len(got["description"]) < 4_200 and got["description"].endswith(
+                f"more characters); `team task show {big['id']}` has it all")
+
+    anyio.run(main)

@@ -312,3 +312,25 @@ def test_a_retry_after_the_server_died_gets_the_server_back(tmp_path):
     assert (t["status"], t["result"], t["attempts"], t["failures"]) == ("completed", "UTC after a restart", 2, 1)
     restarted = int((root / "server.pid").read_text())
     assert restarted != killed[0] and gone(restarted) and gone(killed[0])
+
+
+def test_a_server_that_prints_junk_on_stdout_is_one_line_naming_it_not_tracebacks(tmp_path):
+    """A server's stdout is the protocol; one that prints a two-line banner there costs the run
+    one line for each, naming the server, and its tools still work."""
+    root = tmp_path
+    (root / "agents").mkdir()
+    (root / "agents" / "clockwatcher.md").write_text(WATCHER)
+    (root / "plan.yaml").write_text(plan(f"{TIME_SERVER} --local-timezone UTC").replace(
+        "env > server.env;", "env > server.env; echo welcome to the time server; echo v1.0;"))
+    script = {"alice": [Reply(tool_calls=[tool_call("time__get_current_time", {"timezone": "UTC"})]),
+                        Reply(content="It is now.")]}
+    with ScriptedServer(script) as srv:
+        r = run_team(root, "run", "plan.yaml", timeout=180, **llm_env(srv))
+        srv.assert_complete()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "validation error" not in r.stderr, r.stderr
+    said = [line for line in r.stderr.splitlines() if "printed a line on stdout" in line]
+    assert said == [f"mcp server 'time' printed a line on stdout that is not MCP (JSON-RPC); ignored: {junk!r} "
+                    "(an MCP server's stdout is the protocol: it should log to stderr)"
+                    for junk in ("welcome to the time server", "v1.0")], r.stderr
+    assert json.loads(tool_messages(srv.chat_requests("alice")[1].body)[-1]["content"])["timezone"] == "UTC"

@@ -198,3 +198,43 @@ def test_a_run_killed_after_flagging_but_before_the_edges_changed_is_finished_by
     merges = git(repo, "log", "--first-parent", "--merges", "--format=%(trailers:key=Team-Task,valueonly)",
                  "team/nw/integration")
     assert sorted(merges.split()) == ["a", "b", "t", "u"]
+
+
+def test_a_redo_the_changed_needs_cannot_make_is_refused_before_anything_is_written(tmp_path):
+    """t's added need b invalidates t, and u, which needs t, is to run again with it; but u's kept worktree
+    holds a resolution under way. The old run flagged t and changed its edges, then refused in reconcile
+    saying "nothing was changed": putting the needs back still re-ran t (the flag stayed)."""
+    ledger, gates = tmp_path / "ledger", tmp_path / "gates"
+    gates.mkdir()
+    integ = "team/nw/integration"
+    tasks = {"a": ([], "echo a > a.txt"),
+             "b": ([], f"until [ -f {gates}/t ]; do sleep 0.02; done; echo b > b.txt"),  # merged after t forked
+             "t": (["a"], f"touch {gates}/t; cat a.txt b.txt > t.txt 2>/dev/null; true"),
+             "x": ([], f"until [ -f {tmp_path}/repo/.team/worktrees/nw/.fork-u ]; do sleep 0.02; done; "
+                       "printf \"v = 1\\n\" > s.py"),  # merged after u forked (its fork recorded): u conflicts
+             "u": (["t"], f"until git show {integ}:s.py 2>/dev/null | grep -q 1; do sleep 0.02; done; "
+                          "printf \"v = 2\\n\" > s.py")}
+    repo = make_project(tmp_path / "repo", wt_plan(tasks, ledger), {"s.py": "v = 0\n"}, modules=0)
+    first = run_team(repo, "run", "plan.yaml", "--keep-going")
+    assert first.returncode == 1 and "FAILED #5 u: merge conflict" in first.stdout, first.stdout + first.stderr
+    wt = repo / ".team/worktrees/nw/u"
+    git(wt, "merge", integ, check=False)  # the user resolves it, not committed yet
+    (wt / "s.py").write_text("v = 3\n")
+    ran(ledger)
+
+    before = sorted(p.read_text() for p in (repo / ".tasks").glob("task_*.json"))
+    original = (repo / "plan.yaml").read_text()
+    tasks["t"] = (["a", "b"], tasks["t"][1])
+    (repo / "plan.yaml").write_text(wt_plan(tasks, ledger))
+    r = run_team(repo, "run", "plan.yaml")
+    assert (r.returncode, r.stderr) == (2, (
+        "UserError: #3 t: its needs changed (+b) and it ran without b's work, so it runs again with what needs it; "
+        f"#5 u is to run again, but its kept branch team/nw/u has uncommitted changes in {wt}: commit them there "
+        "(`git add -A && git commit`) or throw them away (`git checkout -- . && git clean -fd`), then `team run "
+        "plan.yaml` again; nothing was changed\n"))
+    assert sorted(p.read_text() for p in (repo / ".tasks").glob("task_*.json")) == before
+    assert (wt / "s.py").read_text() == "v = 3\n"
+
+    (repo / "plan.yaml").write_text(original)  # the needs put back: nothing of the refused change is left
+    r = run_team(repo, "run", "plan.yaml")
+    assert "start #3 t" not in r.stdout and ran(ledger) == [], r.stdout + r.stderr

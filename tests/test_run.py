@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, run_team, team_env
 from util import wait_until
 
@@ -317,3 +318,46 @@ tasks:
                 and procs.environ(pid).get("TEAM_ROOT") == str(tmp_path)]
 
     wait_until(lambda: not job_processes(), timeout=15, what="the job killed")
+
+
+@pytest.mark.parametrize("ends", ["fails with retries left", "fails", "completes"])
+def test_a_task_cancelled_from_another_shell_while_it_runs_is_cancelled_in_the_run(tmp_path, ends):
+    """`team task update slow --status cancelled` from a second shell while the run's attempt of `slow`
+    runs: the old scheduler crashed on its retry (`ConflictError: task #1 attempt 1 is stale`, exit 2,
+    no summary), and said "completion refused: epoch 1 is stale" otherwise (a deadlock when it
+    completed). Now the run ends with the task cancelled, says so, and cancels what needs it."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    code = "exit 0" if ends == "completes" else "exit 1"
+    retries = 2 if ends == "fails with retries left" else 0
+    plan(tmp_path, f"""name: c
+tasks:
+  - id: slow
+    run: "touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; {code}"
+    retries: {retries}
+  - id: after
+    needs: [slow]
+    run: "true"
+  - id: other
+    run: "true"
+""")
+    lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
+                            env=team_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(started.exists, timeout=60, what="slow's attempt running")
+        upd = run_team(tmp_path, "task", "update", "slow", "--status", "cancelled")
+        assert upd.returncode == 0, upd.stderr
+        go.touch()
+        out, err = lead.communicate(timeout=60)
+    finally:
+        if lead.poll() is None:
+            lead.kill()
+            lead.communicate()
+    assert lead.returncode == 1, out + err
+    assert err == "", err  # no traceback, no ConflictError
+    said = ("#1 slow: cancelled by another process while attempt 1 ran; its end ("
+            + ("completed" if ends == "completes" else "failed: exit code 1") + ") was not recorded")
+    assert f"skip  {said}" in out and f"cancelled {said}" in out
+    assert "cancelled #2 after: needs #1 (slow), which was cancelled" in out
+    assert "stale" not in out and "deadlock" not in out
+    status = {n: t.status.value for n, t in tasks_by_name(tmp_path).items()}
+    assert status == {"slow": "cancelled", "after": "cancelled", "other": "completed"}

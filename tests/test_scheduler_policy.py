@@ -119,6 +119,28 @@ def test_a_completion_is_refused_once_another_owner_holds_the_task(store):
     assert result.runs[ids["a"]].status == "lost" and not result.ok
 
 
+@pytest.mark.parametrize("verdict,retries", [("failed", 1), ("failed", 0), ("completed", 0)])
+def test_a_task_cancelled_by_another_process_while_it_ran_is_cancelled_with_what_needs_it(store, verdict, retries):
+    """`team task update --status cancelled` during the attempt: the scheduler's retry (release) or its
+    record of the end is refused; the task is cancelled in the run, and so is what needs it (the
+    retry's refusal crashed the run; a refused completion had unlocked its dependent: a deadlock)."""
+    ids = plan(store, {"a": [], "child": ["a"], "other": []}, a={"retries": retries})
+    events: list[dict] = []
+
+    def decide(task):
+        if task.name == "a":
+            store.update(task.id, status="cancelled", actor="cli")
+        return verdict if task.name == "a" else "completed"
+
+    result, ex = run(store, ids, decide, workers=1, events=events)
+    assert names(ids, ex.started) == ["a", "other"]
+    reason = f"cancelled by another process while attempt 1 ran; its end ({verdict}" + \
+        (" (decided by the test)" if verdict == "failed" else "") + ") was not recorded"
+    assert {"event": "cancelled", "task": ids["a"], "name": "a", "reason": reason} in events
+    assert result.counts == {"cancelled": 2, "completed": 1} and not result.deadlock
+    assert store.read(ids["child"]).error == f"needs #{ids['a']} (a), which was cancelled"
+
+
 def test_a_dependency_outside_the_plan_that_never_completes_is_a_deadlock_not_a_wait(store):
     outside = store.create("outside, never done").id
     ids = plan(store, {"a": []})

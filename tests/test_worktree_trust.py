@@ -26,6 +26,7 @@ from refactor_project import (
     plan_yaml,
     serial_tree,
     tree,
+    yaml_str,
 )
 from util import wait_until
 
@@ -207,6 +208,85 @@ def test_redo_and_a_plain_rerun_keep_a_merge_under_way_whose_result_equals_the_b
     assert ("#2 bump failed: its branch team/clash/bump holds 1 commit not on team/clash/integration and "
             f"uncommitted work in {wt}: the task fails until you commit it there") in plain.stderr
     assert (wt / ".git").is_file() and git(wt, "rev-parse", "-q", "--verify", "MERGE_HEAD").strip()
+
+
+# ---------------------------------------------------------------- a failed task's own commits
+def _committing_plan(count: Path, retries: int = 0) -> str:
+    """Task `own` commits `a.txt` itself (as an agent CLI or a script may), then exits 1 on its first
+    attempt and 0 after; `count` (outside the repository) counts its attempts."""
+    run = (f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}; echo attempt$n > a.txt; "
+           f"git add -A && git -c user.name=me -c user.email=me@x commit -qm \"own attempt $n\"; test $n -ge 1")
+    return ("name: w\nisolation: worktree\ntasks:\n"
+            f"  - id: own\n    run: {yaml_str(run)}\n    retries: {retries}\n"
+            "  - id: next\n    needs: [own]\n    run: cat a.txt\n")
+
+
+def test_a_failed_task_that_committed_on_its_branch_runs_again_and_its_commits_are_not_merged(tmp_path):
+    """The old code took commits on a clean kept branch for finished work: the next run merged the failed
+    attempt's commit as the task's result without running it again (exit 0, a.txt "attempt0")."""
+    count = tmp_path / "count"
+    repo = make_project(tmp_path / "repo", _committing_plan(count), modules=0)
+    first = run_team(repo, "run", "plan.yaml")
+    assert first.returncode == 1, first.stdout + first.stderr
+    failed = git(repo, "rev-parse", "team/w/own").strip()
+    assert git(repo, "log", "-1", "--format=%s", failed).strip() == "own attempt 0"  # there to look at
+    assert (f"FAILED #1 own: failed: exit code 1\n    the 1 commit it made on team/w/own ({failed[:10]}) is not "
+            f"merged: the next attempt starts afresh (`git branch own-failed {failed[:10]}` keeps a copy)"
+            ) in first.stdout
+    log = run_team(repo, "log", "w").stdout
+    assert "#1 own  [failed]  branch team/w/own: 1 commit of a failed attempt, not merged (failed: exit code 1)\n" \
+        in log
+    second = run_team(repo, "run", "plan.yaml")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert count.read_text() == "2\n"  # it ran again
+    assert ("#1 own failed: running it again; the 1 commit its failed attempt left on team/w/own "
+            f"({failed[:10]}) is not merged (`git branch own-failed {failed[:10]}` keeps a copy)\n") in second.stderr
+    assert git(repo, "show", "team/w/integration:a.txt") == "attempt1\n"
+    assert "own attempt 0" not in git(repo, "log", "--format=%s", "team/w/integration")
+    assert git(repo, "cat-file", "-t", failed).strip() == "commit"
+
+
+def test_a_retry_in_the_same_run_does_not_merge_the_failed_attempts_commits(tmp_path):
+    """With `retries: 1` the old code's second attempt merged the first one's commit without running."""
+    count = tmp_path / "count"
+    repo = make_project(tmp_path / "repo", _committing_plan(count, retries=1), modules=0)
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert count.read_text() == "2\n"
+    assert git(repo, "show", "team/w/integration:a.txt") == "attempt1\n"
+    assert "own attempt 0" not in git(repo, "log", "--format=%s", "team/w/integration")
+
+
+@pytest.mark.parametrize("how", ["--redo", "task retry"])
+def test_redo_and_task_retry_of_a_failed_task_drop_its_commits_saying_how_to_bring_them_back(tmp_path, how):
+    count = tmp_path / "count"
+    repo = make_project(tmp_path / "repo", _committing_plan(count), modules=0)
+    assert run_team(repo, "run", "plan.yaml").returncode == 1
+    failed = git(repo, "rev-parse", "team/w/own").strip()
+    if how == "task retry":
+        assert run_team(repo, "task", "retry", "own").returncode == 0
+    r = run_team(repo, "run", "plan.yaml", *(["--redo", "own"] if how == "--redo" else []))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (f"dropped the kept branch team/w/own of #1 own at {failed[:10]} (1 commit of a failed attempt; "
+            f"`git branch team/w/own {failed}` brings it back)") in r.stderr
+    assert count.read_text() == "2\n" and git(repo, "show", "team/w/integration:a.txt") == "attempt1\n"
+
+
+def test_commits_made_by_hand_on_a_failed_attempts_branch_are_merged_without_running_it_again(tmp_path):
+    """Committing in a failed task's worktree keeps what is there: the next run merges the branch, as it
+    merges a conflict's resolution; the task does not run again."""
+    count = tmp_path / "count"
+    repo = make_project(tmp_path / "repo", _committing_plan(count), modules=0)
+    assert run_team(repo, "run", "plan.yaml").returncode == 1
+    wt = repo / ".team/worktrees/w/own"
+    (wt / "a.txt").write_text("fixed by hand\n")
+    git(wt, "commit", "-qam", "own: fixed by hand")
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert count.read_text() == "1\n"  # not run again
+    assert "#1 own failed: merging the 2 commits of its own on team/w/own without running the task again" \
+        in r.stderr
+    assert git(repo, "show", "team/w/integration:a.txt") == "fixed by hand\n"
 
 
 # ---------------------------------------------------------------- SIGKILL during --fresh, --redo and merges

@@ -12,6 +12,9 @@ cp "$here/plan.yaml" "$dir/plan.yaml"
 echo "results/" >> "$dir/.git/info/exclude"
 tmp=$(mktemp -d /tmp/team-ray.XXXXXX)    # short: Ray's socket paths live under it
 port=${TEAM_RAY_PORT:-6399}
+# Ray's token authentication (docs/scale.md, step 2): a token left in ~/.ray by an embedded run would turn
+# it on for this cluster's nodes; the example's nodes and lead all run here, on 127.0.0.1, without it.
+export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 
 stop() {
     for sig in TERM KILL; do

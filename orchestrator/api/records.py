@@ -42,7 +42,8 @@ class MemberStatus:
     name: str
     role: str
     liveness: str
-    """``working``, ``idle``, ``waiting`` (enrolled, not started yet), ``dead`` or ``shutdown``."""
+    """``working``, ``idle``, ``waiting`` (enrolled, not started yet), ``dead``, ``shutdown``, or
+    ``offline`` (an external member whose ``team mcp`` is not running)."""
     reason: str = ""
     """Why it counts as dead (or what it waits for)."""
     task: int | None = None
@@ -51,6 +52,10 @@ class MemberStatus:
     """Messages in its inbox it has not read."""
     heartbeat_age: float | None = None
     """Seconds since its last heartbeat; ``None``: none yet."""
+    kind: str = "llm"
+    """``llm`` (a teammate the lead runs) or ``external`` (an MCP client, ``team mcp --as NAME``)."""
+    model: str | None = None
+    """The model an llm teammate talks to, once a lead has started it."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,8 @@ class TeamStatus:
         lead, jobs = data["lead"], data["jobs"]
         members = tuple(MemberStatus(name=m["name"], role=m["role"], liveness=m["liveness"],
                                      reason=m.get("reason", ""), task=m.get("task"), unread=m.get("unread", 0),
-                                     heartbeat_age=m.get("heartbeat_age")) for m in data["members"])
+                                     heartbeat_age=m.get("heartbeat_age"), kind=m.get("kind", "llm"),
+                                     model=m.get("model")) for m in data["members"])
         return cls(team_name=data["team_name"], lead_running=bool(lead["alive"]), lead_pid=lead.get("pid"),
                    members=members, tasks=dict(data["tasks"]), jobs_running=len(jobs["running"]),
                    jobs_total=int(jobs["total"]), data=dict(data))

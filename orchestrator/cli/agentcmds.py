@@ -34,7 +34,7 @@ def spawn_cmd(
     the next lead starts it (`team chat` when it opens, `team run` when a task names it)."""
     from ..runtime.enrol import spawn
 
-    done = spawn(root_of(root, ctx), name, role, prompt, plan_mode=plan_mode, timeout=timeout)
+    done = spawn(root_of(root, ctx, creates=True), name, role, prompt, plan_mode=plan_mode, timeout=timeout)
     if json_out:
         print_json({"name": done.name, "role": done.role, "pid": done.pid, "started": done.started})
         return

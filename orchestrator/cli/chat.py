@@ -145,7 +145,7 @@ def chat_cmd(
     def notice(text: str) -> None:  # from a teammate's thread, maybe while the prompt waits
         console.notice(f"({text})")
 
-    session = ChatSession(root_of(root, ctx), model_for=model_for, resume=resume, max_steps=max_steps,
+    session = ChatSession(root_of(root, ctx, creates=True), model_for=model_for, resume=resume, max_steps=max_steps,
                           on_text=console.text, on_tool=console.tool, ask_user=ask_user, on_notice=notice)
     signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..core.paths import resolve_root
+from ..core.paths import check_root, resolve_root
 from .output import err, out, print_json, silence, write_guarded
 
 __all__ = ["JsonOpt", "RootOpt", "err", "exit_with", "out", "print_json", "root_of", "silence", "write_guarded"]
@@ -24,14 +24,18 @@ RootOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def root_of(root: Path | None, ctx: typer.Context) -> Path:
+def root_of(root: Path | None, ctx: typer.Context, *, creates: bool = False) -> Path:
     """The state root: this command's ``--root``, else ``team --root DIR`` (kept on the
     command's context by the app's callback, never in the environment), else $TEAM_ROOT,
-    else the current directory."""
+    else the current directory. A ``--root`` is checked (core/paths.py ``check_root``): it must
+    exist, and hold a store unless the command ``creates`` one."""
     if root is None:
         given = ctx.find_root().obj
         root = given if isinstance(given, Path) else None
-    return resolve_root(root)
+    resolved = resolve_root(root)
+    if root is not None:
+        check_root(resolved, creates=creates)
+    return resolved
 
 
 def exit_with(code: int) -> None:

@@ -25,12 +25,9 @@ from typing import Annotated
 
 import typer
 
-from ..core.errors import UserError, WorkFailed
+from ..core.errors import WorkFailed
 from ..core.text import shown
 from .common import JsonOpt, RootOpt, out, print_json, root_of
-
-SHUTDOWN_MARGIN = 15.0
-"""Seconds ``team shutdown`` waits for the lead beyond the handshake's own timeout."""
 
 
 def shutdown_cmd(
@@ -45,40 +42,13 @@ def shutdown_cmd(
     root: RootOpt = None,
 ) -> None:
     """Ask a teammate of the running lead to shut down, wait for its answer and print it."""
-    from ..team.control import request
-    from ..team.roster import LEAD, Team, check_name
+    from ..team.control import ask_shutdown
 
-    where = root_of(root, ctx)
-    check_name(name, "teammate name")
-    if name == LEAD:
-        raise UserError("'lead' is the lead itself: stop `team run` with Ctrl-C, leave `team chat` with /quit")
-    states = {s.name: s for s in Team(where).states()}
-    state = states.get(name)
-    if state is None:
-        known = ", ".join(n for n in states if n != LEAD) or "none"
-        raise UserError(f"unknown teammate {name!r}; teammates: {known} (see `team status`)")
-    if state.liveness == "shutdown":
-        raise UserError(f"{name} has already shut down; nothing to do")
-    if state.liveness == "dead":
-        raise UserError(f"{name} is not running ({state.reason or 'dead'}); nothing to shut down")
-    reply = request(where, "shutdown", {"name": name, "reason": reason, "timeout": timeout, "force": force},
-                    timeout=timeout + SHUTDOWN_MARGIN)
+    reply, msg = ask_shutdown(root_of(root, ctx), name, reason=reason, timeout=timeout, force=force)
     if json_out:
         print_json(reply)
-    rid, text = reply.get("request_id"), shown(str(reply.get("text") or ""))
-    if reply.get("kind") == "command":  # an agent CLI: no handshake, its process is stopped (run/command.py)
-        msg = f"{name} (an agent CLI, kind command) was shut down: {text}"
-    elif reply.get("approved"):
-        msg = f"{name} approved shutdown request {rid}" + (f": {text}" if text else "")
-        msg += "; it has shut down" if reply.get("stopped") else "; it is stopping"
-    elif reply.get("timed_out"):
-        msg = text  # the handshake's own words: who, which request, how long
     else:
-        msg = f"{name} refused shutdown request {rid}" + (f": {text}" if text else "")
-    if reply.get("forced"):
-        msg += "; stopped anyway (--force): its running task attempt, if any, ended as interrupted"
-    if not json_out:
-        out(msg)
+        out(shown(msg))
     if not reply.get("approved") and not reply.get("forced"):
         raise WorkFailed(f"{name} was not shut down; `team shutdown {name} --force` stops it anyway")
 

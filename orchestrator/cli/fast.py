@@ -17,6 +17,9 @@ error message, usage error and ``--help`` stays typer's. "Exactly" means:
   unknown, abbreviated or clustered option, ``-``, ``--``, ``-h``/``--help``,
   a missing value, too many or too few arguments: all left to typer.
 
+A ``--root`` is checked as the typer commands check it (core/paths.py ``check_root``; ``creates``:
+``task create`` and ``run`` may start a store).
+
 The table below repeats the options typer declares for these commands
 (cli/tasks.py, cli/runcmd.py); tests/test_fast_cli.py compares it with typer's own parse
 of the same commands, so the two cannot drift apart.
@@ -29,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..core.paths import resolve_root
+from ..core.paths import check_root, resolve_root
 
 
 class Opt(NamedTuple):  # (not a dataclass: importing dataclasses costs this path ~8 ms)
@@ -45,8 +48,11 @@ class Opt(NamedTuple):  # (not a dataclass: importing dataclasses costs this pat
 class Hot:
     """One hot command: its body, its arguments in order, its options."""
 
-    def __init__(self, run: Callable[..., int], args: tuple[Opt, ...] = (), opts: tuple[Opt, ...] = ()):
+    def __init__(self, run: Callable[..., int], args: tuple[Opt, ...] = (), opts: tuple[Opt, ...] = (),
+                 creates: bool = False):
         self.run = run
+        self.creates = creates
+        """It may create the store (else a ``--root`` must hold one: core/paths.py ``check_root``)."""
         self.args = args
         self.opts = opts
         self.by_name = {name: opt for opt in opts for name in opt.names}
@@ -94,7 +100,8 @@ HOT: dict[tuple[str, ...], Hot] = {
     ("task", "create"): Hot(_create, args=(Opt((), "subject"),),
                             opts=(Opt(("-d", "--description"), "description"),
                                   Opt(("--blocked-by",), "blocked_by", many=True), Opt(("--owner",), "owner"),
-                                  Opt(("--name",), "name"), Opt(("--estimate",), "estimate", "number"), JSON, ROOT)),
+                                  Opt(("--name",), "name"), Opt(("--estimate",), "estimate", "number"), JSON, ROOT),
+                            creates=True),
     ("task", "update"): Hot(_update, args=(Opt((), "ref"),),
                             opts=(Opt(("--status",), "status"), Opt(("--owner",), "owner"),
                                   Opt(("--add-blocked-by",), "add_blocked_by", many=True),
@@ -107,7 +114,7 @@ HOT: dict[tuple[str, ...], Hot] = {
                         _flag("--include-uncommitted", "include_uncommitted"), _flag("--dry-run", "dry_run"),
                         Opt(("--model",), "model"), _flag("--ask", "ask"), _flag("--board", "board"),
                         Opt(("--backend",), "backend"), Opt(("--address",), "address"),
-                        _flag("--json", "json_out"), ROOT)),
+                        _flag("--json", "json_out"), ROOT), creates=True),
 }
 
 
@@ -178,7 +185,10 @@ def parse(argv: list[str]) -> tuple[Hot, Path, dict[str, Any]] | None:
         kw[arg.dest] = value
     own = kw.pop("root", None)
     given = own if own is not None else (Path(top).absolute() if top is not None else None)
-    return hot, resolve_root(given), kw
+    root = resolve_root(given)
+    if given is not None:
+        check_root(root, creates=hot.creates)
+    return hot, root, kw
 
 
 def run(argv: list[str]) -> int | None:

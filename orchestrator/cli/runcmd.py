@@ -31,7 +31,7 @@ def run_cmd(
     root: RootOpt = None,
 ) -> None:
     """Run a plan: every unblocked task in parallel, resumable after a crash."""
-    exit_with(run_plan_file(root_of(root, ctx), plan_file, workers=workers, keep_going=keep_going, fresh=fresh,
+    exit_with(run_plan_file(root_of(root, ctx, creates=True), plan_file, workers=workers, keep_going=keep_going, fresh=fresh,
                         redo=redo, include_uncommitted=include_uncommitted, dry_run=dry_run, model=model, ask=ask,
                         board=board, backend=backend, address=address, json_out=json_out))
 
@@ -55,18 +55,19 @@ def check_cmd(
     root (--root, $TEAM_ROOT or the current directory): every task must run inside it.
     With `backend: ray`, that every shell task brings its work back (outputs: or a worktree).
     With agent tasks, that each teammate's model has a price when a dollar budget covers it,
-    and that a key variable named under `models:` is set."""
+    and that a key variable named under `models:` is set. A `budget:` with agent CLI members
+    (kind: command) is warned about: their own spend is not counted against it."""
     from ..core.errors import PlanError
     from ..plan.load import load_plan
     from ..run.runner import ray_problems
-    from ..run.teammodels import mcp_problems, model_problems
+    from ..run.teammodels import mcp_problems, model_problems, spend_warnings
 
     lp = load_plan(plan_file, model=model)
     if lp.plan.backend == "ray" and (problems := ray_problems(lp)):
         raise PlanError("\n".join(problems))
     if problems := model_problems(lp) + mcp_problems(lp):  # an unpriced model under a dollar budget, a variable not set
         raise PlanError("\n".join(problems))
-    for w in isolation_check(lp, root_of(root, ctx)):
+    for w in isolation_check(lp, root_of(root, ctx, creates=True)) + spend_warnings(lp):  # a plan check needs no store
         err(w)
     out(f"{plan_file}: ok ({plural(len(lp.plan.tasks), 'task')})")
 

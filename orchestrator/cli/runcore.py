@@ -127,6 +127,10 @@ def dry_run_of(lp, state_root: Path, workers: int | None, json_out: bool) -> Non
     from ..tasks.index import read_rows
 
     warnings = isolation_check(lp, state_root)
+    if lp.plan.command_members():
+        from ..run.teammodels import spend_warnings
+
+        warnings += spend_warnings(lp)
     agents = [t.id for t in lp.plan.tasks if t.kind == "agent"]
     if agents and not lp.model:
         warnings.append(f"warning: agent tasks need a model to run ({', '.join(agents)}): set `model:` in the "

@@ -163,7 +163,7 @@ def create_cmd(
     root: RootOpt = None,
 ) -> None:
     """Create a task with the next id. Dependencies must exist."""
-    exit_with(create_task(root_of(root, ctx), subject, description=description, blocked_by=blocked_by, owner=owner,
+    exit_with(create_task(root_of(root, ctx, creates=True), subject, description=description, blocked_by=blocked_by, owner=owner,
                       name=name, estimate=estimate, as_json=as_json))
 
 

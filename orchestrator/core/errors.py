@@ -8,6 +8,7 @@
     │   ├── CycleError             a dependency that would close a cycle
     │   ├── InvalidName            a name with a path separator or other bad characters
     │   ├── PlanError              plan.yaml is invalid (file:line: field: problem)
+    │   ├── NotAllowed             the actor's permissions, or a hook's veto, refuse the change
     │   └── SandboxUnavailable     agent shell commands need a sandbox that cannot be set up here
     ├── StateError                 the state on disk is unusable
     │   ├── CorruptFile            a file under .tasks/ or .team/ does not parse
@@ -17,6 +18,7 @@
     ├── LeadRunning                another lead holds the state root
     ├── ModelError                 the LLM service failed after retries (exit 1)
     ├── WorkFailed                 work ran and failed (exit 1)
+    ├── ClusterUnreachable         the Ray cluster named does not answer (exit 1)
     ├── ThreadDied                 a thread the process depends on died of an exception (exit 1)
     └── JobServerDied              team run's job server process died under it (exit 1)
 
@@ -63,6 +65,10 @@ class InvalidName(UserError):
 
 class PlanError(UserError):
     """A plan file that failed validation."""
+
+
+class NotAllowed(UserError):
+    """A change the actor may not make (its role's permissions), or one a hook vetoed; nothing was written."""
 
 
 class SandboxUnavailable(UserError):
@@ -132,6 +138,12 @@ class ModelError(TeamError):
 
 class WorkFailed(TeamError):
     """Work ran and failed."""
+
+    exit_code = 1
+
+
+class ClusterUnreachable(TeamError):
+    """The Ray cluster a run was pointed at does not answer (a wrong address, a head that is down)."""
 
     exit_code = 1
 

@@ -137,6 +137,7 @@ MemberKind = Literal["llm", "external", "command"]
 """What a roster member is: ``llm`` (the default, and every seed entry), a teammate thread of the lead
 running its own agent loop; ``external``, an MCP client that joined as ``team mcp --as NAME``;
 ``command``, an agent CLI a run starts for each task assigned to it (run/command.py)."""
+MEMBER_KINDS: tuple[str, ...] = ("llm", "external", "command")
 
 
 class Member(BaseModel):

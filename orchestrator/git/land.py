@@ -16,7 +16,9 @@ This is the one place ``team`` writes to the user's checkout, and it is careful:
    deletion (``git rm``, ``rm``), a mode change (``chmod +x``) or a type change
    (a file made a symlink), staged or not, counts like an edit. Anything else is
    work the land would overwrite: refused, naming the paths. A detached ``HEAD``, a branch that does not contain the plan's
-   base, a ``.git/index.lock`` held by a running git: refused too.
+   base, a ``.git/index.lock`` held by a running git: refused too. Every refusal
+   comes before step 3, so "nothing was changed" holds: no intent is left for
+   ``team run`` to call an interrupted land.
 3. Record the intent (``land.json``: branch, from, to, the commit of each task) in
    the plan's worktree folder.
 4. Apply. The changed paths are written into the user's checkout (``git checkout TO
@@ -128,8 +130,13 @@ class Land:
             if intent.old == intent.new:
                 return Landing(intent)
             self._check(intent, recovering=False)
+            self._index_lock(recovering=False)  # every refusal comes before the intent is recorded
             atomic_write(self.intent_path, json.dumps(asdict(intent), indent=1) + "\n")
-            self._apply(intent, fd, recovering=False)
+            try:
+                self._apply(intent, fd, recovering=False)
+            except LandRefused:  # a git took the index lock since: refused before anything was written
+                self.intent_path.unlink(missing_ok=True)
+                raise
             return Landing(intent)
 
     def finish(self) -> None:

@@ -1,4 +1,4 @@
-"""Orphans of worktree isolation, for ``team doctor``: find them (``find_orphans``), remove them (``clean_up``).
+"""Orphans of worktree isolation, for ``team doctor``: found (``find_orphans``), never removed here.
 
 An orphan is what a plan's worktree directory holds that no live task will
 come back for (``live``: the task slugs still expected to run or merge)::
@@ -11,19 +11,21 @@ come back for (``live``: the task slugs still expected to run or merge)::
 
 The last two are only reported when the plan's flock can be taken at once:
 if a merge holds it, its MERGE_HEAD and locks are live, not leftovers.
-``clean_up`` removes every orphan under the lock (unmerged orphan branches
-included), repairing the integration worktree first; it works through
-``Worktrees``' own lock and removal (``locked``, ``remove_task``...), so a
-removal killed halfway finishes on the next call like any other.
+
+Nothing here removes them. A task branch no live task names may still hold
+work (its own commits, a worktree with uncommitted changes: run/keptwork.py
+keeps both from ``--fresh``, ``--redo`` and ``team land``), so only a person
+removes one, after looking (``team doctor`` prints how); the merge's
+leftovers are repaired by the next merge (``Worktrees.setup_integration``).
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..core.fsutil import LockTimeout
+from ..core.text import plural
 from .worktrees import Worktrees
 
 
@@ -43,7 +45,7 @@ def find_orphans(wt: Worktrees, live: Iterable[str] = ()) -> list[Orphan]:
         detail = []
         if wt.git.rev(wt.branch(task)) is not None:
             n = int(wt.git("rev-list", "--count", f"{wt.integration}..{wt.branch(task)}").stdout)
-            detail.append(f"branch {wt.branch(task)} ({n} unmerged commits)")
+            detail.append(f"branch {wt.branch(task)} ({plural(n, 'unmerged commit')})")
         if wt.path(task).resolve() in wts:
             detail.append(f"worktree {wt.path(task)}")
         out.append(Orphan("task", task, ", ".join(detail)))
@@ -67,22 +69,3 @@ def find_orphans(wt: Worktrees, live: Iterable[str] = ()) -> list[Orphan]:
     except LockTimeout:
         pass  # a merge is running right now: its MERGE_HEAD and locks are live
     return out
-
-
-def clean_up(wt: Worktrees, live: Iterable[str] = (), timeout: float = 30) -> list[str]:
-    """Remove what ``find_orphans(wt, live)`` reports (unmerged orphan branches included); what was done."""
-    live, done = set(live), []
-    with wt.locked(timeout=timeout) as fd:
-        done += wt.setup_integration(fd) if wt.git.rev(wt.integration) else []
-        for o in find_orphans(wt, live):
-            if o.kind == "task":
-                wt.remove_task(o.name, fd)
-                done.append(f"removed task {o.name}: {o.detail}")
-            elif o.kind == "stray-dir" and o.name != "_integration":
-                shutil.rmtree(wt.base_dir / o.name)
-                done.append(f"removed stray directory {wt.base_dir / o.name}")
-        for p, info in wt.git.worktrees().items():
-            if "prunable" in info or not p.exists():
-                wt.git("worktree", "remove", "-f", "-f", str(p), fd=fd)
-                done.append(f"removed the git worktree entry for missing {p}")
-    return done

@@ -130,8 +130,8 @@ def rescue(wt: Worktrees) -> list[str]:
             branch = wt.branch(path.name)
             fork, head = wt.fork(path.name), wt.git.rev("HEAD", cwd=path)
             if (fork is None or head is None or head == fork or wt.git.rev(branch) is not None
-                    or not wt.git.is_ancestor(fork, head)):
-                continue
+                    or not wt.git.is_ancestor(fork, head) or wt.git.is_ancestor(head, wt.integration)):
+                continue  # nothing of its own (integration's commits are nobody's own work)
             wt.git("update-ref", f"refs/heads/{branch}", head, "", fd=fd)  # "": only if there is none
             wt.git("symbolic-ref", "HEAD", f"refs/heads/{branch}", cwd=path, fd=fd)
             found.append(path.name)
@@ -207,13 +207,13 @@ class WorktreePool:
                 else:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     self.git("worktree", "add", "-f", "-q", "--no-checkout", "--detach", str(path), fork, fd=fd)
-            wt.record_fork(task, fork, durable=False)  # what ``rescue`` counts a task's own commits from
         # in the task's own worktree, in parallel with the others: no list of worktrees changes here
         self.git("checkout", "-q", "-f", "--detach", fork, cwd=path)
         self.git("clean", "-q", "-ffdx", cwd=path)
         if kept is not None:  # its branch, without commits of its own: an attempt cut short, or failed
             self.git("update-ref", "-d", f"refs/heads/{kept.branch}", kept.tip)
-        return Lease(task, path, fork)
+        wt.record_fork(task, fork, durable=False)  # what ``rescue`` counts a task's own commits from (last:
+        return Lease(task, path, fork)              # a failed attempt's mark goes with the branch it is on)
 
     def commit(self, lease: Lease, message: str) -> str | None:
         """Commit everything the task changed (``add -A``: ignored files stay out) on a new branch
@@ -262,6 +262,9 @@ class WorktreePool:
         wt.record_fork(lease.task, lease.fork)
         with wt.locked() as fd:
             if self.git.rev(wt.branch(lease.task)) is None:
+                head = self.git.rev("HEAD", cwd=lease.path)
+                if head is not None and head != lease.fork:  # it committed itself: no result (failed_attempt),
+                    wt.failed_attempt(lease.task, tip=head)    # said before its branch exists
                 self.git("checkout", "-q", "-b", wt.branch(lease.task), cwd=lease.path, fd=fd)
             else:  # committed before it failed (a merge that could not run): the branch is its commit
                 self.git("symbolic-ref", "HEAD", f"refs/heads/{wt.branch(lease.task)}", cwd=lease.path, fd=fd)

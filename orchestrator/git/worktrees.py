@@ -49,8 +49,8 @@ commit is found by its trailer is "up-to-date" too. ``prepare`` likewise
 reuses a healthy worktree, and rebuilds a half-created one (``git worktree
 add`` killed mid-checkout leaves it ``locked initializing``) or a stray dir;
 a ``.removing-<task>`` marker makes an interrupted removal finish next time.
-Leftovers nobody will come back for (``team doctor``) are found and removed by orphans.py,
-through this class's public methods.
+Leftovers nobody will come back for are found by orphans.py (``team doctor``), through this
+class's public methods; only a person removes them.
 
 Kept work. When a task branch is made, its fork point is recorded
 (``.fork-<task>``); the commits after it are the task's own (``kept``). Such
@@ -58,7 +58,14 @@ commits are never deleted unless the caller says so: ``prepare(fresh=True)``
 refuses without ``discard=True``; ``discard`` is the explicit way
 (``--redo``). Counting from the fork point, not from what integration lacks,
 matters after a rebuild (history.py): history taken out of integration is
-not the task's work.
+not the task's work. One exception: the commits a *failed* attempt made
+itself (a command that runs ``git commit``, then exits non-zero) are not
+finished work. ``failed_attempt`` records the branch tip when an attempt
+failed (``.failed-<task>``), before the failure is recorded anywhere else;
+while the branch still ends there, ``kept`` counts those commits as
+``failed``, not ``commits``, and the next attempt starts afresh without
+them. A commit made on top (a person fixing the work by hand) makes the
+branch finished work again, like a conflict's resolution.
 
 The plan's base. ``ensure_integration`` records where the integration branch
 started (``base.json``: the user's commit and branch) and, asked to
@@ -127,6 +134,8 @@ class Kept:
     dirty: bool  # uncommitted work in its worktree (an attempt cut short, a hand edit, a merge under way)
     unmerged: int = 0  # of ``commits``, those integration lacks: the task's work and a resolution made on
     # the branch, not the integration commits such a resolution merged in (what messages count)
+    failed: int = 0  # own commits a failed attempt made, nothing committed on top: not work to merge (then
+    # ``commits`` is 0); the task's next attempt, ``--redo`` and ``--fresh`` drop them, saying so
 
 
 @dataclass(frozen=True)
@@ -474,7 +483,8 @@ class Worktrees:
         ``commit`` runs only after a successful attempt, so commits on a clean branch are
         finished work whose merge did not happen (the lead died, a merge conflicted, or a
         conflict was resolved by hand). Such work is never deleted without being merged,
-        unless the user says so (``--redo``, ``--fresh``).
+        unless the user says so (``--redo``, ``--fresh``). Unless a failed attempt made them
+        and the branch still ends where it failed (``failed_attempt``): then they are ``failed``.
         """
         branch = self.branch(task)
         tip = self.git.rev(branch)
@@ -484,9 +494,32 @@ class Worktrees:
         # count history a rebuild (--redo) took out of integration as this task's work.
         since = self.fork(task) or (self.integration if self.git.rev(self.integration) else None)
         commits = int(self.git("rev-list", "--count", f"{since}..{branch}").stdout) if since else 0
+        dirty = self.git.dirty(self.path(task))
+        if commits and self._failed_tip(task) == tip:
+            return Kept(task, branch, tip, 0, dirty, 0, failed=commits)
         unmerged = int(self.git("rev-list", "--count", f"{since}..{branch}", f"^{self.integration}").stdout) \
             if commits and self.git.rev(self.integration) else commits
-        return Kept(task, branch, tip, commits, self.git.dirty(self.path(task)), unmerged)
+        return Kept(task, branch, tip, commits, dirty, unmerged)
+
+    def failed_attempt(self, task: str, tip: str | None = None) -> Kept | None:
+        """An attempt of the task failed: what its branch holds now is that attempt's, not finished work
+        (``Kept.failed``); recorded before the failure is, so a kill in between is read the same way.
+        What the branch holds then (None: no branch). ``tip``: the commit the branch is about to be made
+        at (pool.py ``keep``: recorded first, so a kill before the branch is made is read the same way)."""
+        tip = tip or self.git.rev(self.branch(task))
+        if tip is None:
+            return None
+        atomic_write(self._failed_path(task), tip + "\n")
+        return self.kept(task)
+
+    def _failed_path(self, task: str) -> Path:
+        return self.base_dir / f".failed-{task}"
+
+    def _failed_tip(self, task: str) -> str | None:
+        try:
+            return self._failed_path(task).read_text().strip() or None
+        except FileNotFoundError:
+            return None
 
     def discard(self, task: str) -> Kept | None:
         """Delete the task's branch and worktree, kept work included (the user said so); what was there."""
@@ -568,13 +601,13 @@ class Worktrees:
                 self.remove_task(task, fd)
             for scratch in self.base_dir.glob("_*"):
                 self.drop_worktree(scratch, fd)
-            for fork in self.base_dir.glob(".fork-*"):
-                fork.unlink()
+            for record in [*self.base_dir.glob(".fork-*"), *self.base_dir.glob(".failed-*")]:
+                record.unlink()
             if self.git.rev(self.integration) is not None:
                 self.git("branch", "-D", self.integration, fd=fd)
             self._base_path().unlink(missing_ok=True)
 
-    # -- the lock and repairs (orphans.py uses locked, task_names, setup_integration, remove_task) --
+    # -- the lock and repairs (orphans.py uses locked and task_names) --
     @contextmanager
     def locked(self, timeout: float | None = None) -> Iterator[int]:
         """Hold the plan's flock (its fd, for git children to inherit); ``UserError`` on timeout."""
@@ -726,13 +759,16 @@ class Worktrees:
         return self.base_dir / f".fork-{task}"
 
     def record_fork(self, task: str, sha: str, durable: bool = True) -> None:
-        """Remember the integration commit the task's branch forks from (before the branch is made)."""
+        """Remember the integration commit the task's branch forks from (before the branch is made); a
+        failed attempt's mark on an earlier branch no longer applies."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self._fork_path(task), sha + "\n", durable=durable)
+        self._failed_path(task).unlink(missing_ok=True)
 
     def forget_fork(self, task: str) -> None:
-        """The task's branch is gone (merged): so is its fork point."""
+        """The task's branch is gone (merged, removed): so are its fork point and a failed attempt's mark."""
         self._fork_path(task).unlink(missing_ok=True)
+        self._failed_path(task).unlink(missing_ok=True)
 
     def fork(self, task: str) -> str | None:
         """The integration commit the task's branch was forked from (recorded when it was made)."""

@@ -5,6 +5,8 @@
                    call, close); McpStartFailed, McpServerDied, McpCallTimeout
     hub.py         McpHub: a run's servers, started on first need with the environment
                    allow-list, shared by its teammates, closed (processes reaped) with the run
+    noise.py       a server that prints non-JSON-RPC on stdout: one line naming it instead of the
+                   SDK's tracebacks
 
 The SDK is imported only when a server is started: a plan without ``mcp_servers:`` never loads
 it. What a server's tools look like to the model, and how a call goes through the tool pipeline,

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..core.errors import UserError, WorkFailed
 from ..core.mcpspec import McpServerSpec
 from ..core.redact import Secrets
+from . import noise
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -100,7 +101,7 @@ class McpConnection:
         self._tools: list[RemoteTool] = []
         self._failure: str | None = None
         self._dead: str | None = None
-        self._thread = threading.Thread(target=self._run, name=f"mcp-{spec.name}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{noise.THREAD_PREFIX}{spec.name}", daemon=True)
 
     @property
     def name(self) -> str:
@@ -109,6 +110,7 @@ class McpConnection:
     # -- the facade (any thread) ------------------------------------------------------
     def start(self) -> McpConnection:
         """Connect, initialise and list the tools; ``McpStartFailed`` saying why not."""
+        noise.install()  # stdout junk from a server: one line naming it, not the SDK's tracebacks
         self._thread.start()
         if not self._ready.wait(self.spec.startup_timeout):
             self.close()

@@ -38,7 +38,7 @@ class Description:
 def describe(root: Path, caller: str = "mcp") -> Description:
     import anyio
 
-    server = build(root, caller)
+    server, _ = build(root, caller)
 
     async def listed() -> list[Any]:
         return list(await server.list_tools())

@@ -58,7 +58,7 @@ from typing import Any
 from ..core.budget import Budget
 from ..core.errors import UserError
 from ..core.mcpspec import McpServerSpec
-from ..core.models import NAME_RE
+from ..core.models import NAME_RE, Task
 from ..core.modelspec import ModelSpec
 
 ROLE_KEYS = ("name", "description", "tools", "model", "models", "plan_mode", "network", "budget", "permissions", "ask", "mcp_servers",
@@ -93,6 +93,33 @@ class Permissions:
     def describe(self) -> str:
         tasks = ", ".join(r for r in TASK_RIGHTS if r in self.tasks) or "read only"
         return f"tasks: {tasks}; worktrees: {self.worktrees}"
+
+    def refuse_create(self, actor: str, owner: str) -> str | None:
+        """Why ``actor`` may not create a task owned by ``owner`` (``""``: nobody), else None."""
+        if not self.may("create"):
+            return "your role may not create tasks"
+        if owner not in ("", actor) and not self.may("assign"):
+            return (f"only the lead assigns tasks to others: create it without an owner (or owner {actor!r}), "
+                    f"not for {owner!r}")
+        return None
+
+    def refuse_update(self, actor: str, task: Task, owner: str | None, working_on: int | None = None) -> str | None:
+        """Why ``actor`` may not update ``task`` (setting its owner to ``owner`` unless None), else None.
+
+        Its own: it owns the task, or created it and nobody owns it, or it is the attempt the actor
+        was given (``working_on``)."""
+        if self.may("update-any") and self.may("assign"):
+            return None
+        mine = (task.owner == actor or (not task.owner and task.created_by == actor) or task.id == working_on)
+        if not self.may("update-any") and not (mine and self.may("update-own")):
+            whose = (f"owned by {task.owner}" if task.owner
+                     else f"owned by nobody and was created by {task.created_by or 'someone else'}")
+            return f"task #{task.id} is {whose}: you may update only tasks you own or created"
+        if owner is not None and owner != task.owner and not self.may("assign"):
+            if task.owner not in ("", actor) or owner not in ("", actor):
+                now = f"from {task.owner} " if task.owner else ""
+                return f"only the lead reassigns tasks: task #{task.id} cannot go {now}to {owner or 'nobody'} by your hand"
+        return None
 
 
 @dataclass(frozen=True)

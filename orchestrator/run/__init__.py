@@ -13,8 +13,13 @@
     command.py    CommandExecutor: a kind: command member's tasks, each run by its agent CLI (a job) with
                   the team's MCP server offered to it
     ray_backend.py  RayExecutor: shell tasks on a Ray cluster (--backend ray; imports ray lazily),
-                  workspaces shipped through the object store, outputs and commits brought back
+                  the start check of the nodes, placement, outputs and commits brought back
+    ray_connect.py  the lead's connection: which cluster, checked first, its head watched
+    ray_ship.py   what the lead ships: small workspaces inline, big ones as layers put once
+    ray_outputs.py  outputs brought back behind an undo record: kept only if their attempt is accepted
     ray_remote.py what runs on a cluster node for one attempt (workspace in, command, work out)
+    ray_cache.py  a node's cache of the layers a run ships (fetched once per node)
+    ray_reaper.py a node's registry of running attempts, and what kills them once their lead is gone
     ray_agents.py RayAgentExecutor: agent tasks' teammates as Ray actors on the cluster's nodes
     ray_service.py LeadService: the lead's store, inboxes and roster for them (an actor on the lead's node)
     ray_teammate.py RemoteTeammate: a teammate on a node, with typed proxies of the lead's service

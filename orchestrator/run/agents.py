@@ -36,6 +36,11 @@ A plan's ``mcp_servers:`` reach the runtime, which starts each server when a tea
 use it is spawned and stops them when it closes (docs/mcp.md); a server that cannot start
 fails the task that needed the teammate, and one that dies mid-run fails the task in flight.
 
+When the run's work is done the runner waits for the teammates to settle (``settle``, added to
+``ExecutorContext.settlers``): one whose ``teammate_idle`` hooks vetoed going idle after its last
+attempt works on what they asked before the run ends; hooks still refusing after
+``MAX_IDLE_VETOES`` tries make the run incomplete (exit 1), naming the teammate and the feedback.
+
 Idle teammates also claim ready non-plan tasks by themselves (runtime/autoclaim.py);
 ``TEAM_AUTOCLAIM=0`` turns that off. A ``team:`` member with ``plan_mode:
 true`` starts in plan mode (team/protocols.py).
@@ -136,6 +141,9 @@ class AgentExecutor:
         except BaseException:
             self.runtime.close()
             raise
+        stop = ctx.stop
+        # the run's work is done: its teammates' teammate_idle hooks still decide (a veto is worked on)
+        ctx.settlers.append(lambda: self.runtime.settle(lambda: stop.signum is not None or stop.error is not None))
 
     def _approval(self, r: Request) -> None:
         """A teammate waits for a person: an ``ask`` call (the lead's inbox gets the request) or a

@@ -110,6 +110,13 @@ class Executor(Protocol):
         ...
 
 
+Settle = Callable[[], list[str]]
+"""Called by the runner when a run's work is done, before the executors close: waits for what must
+still happen inside the run (a teammate working on a ``teammate_idle`` veto of its last attempt)
+and returns what was left unsatisfied, one line each (the run is then incomplete, exit 1). An
+executor that needs it adds one to ``ExecutorContext.settlers`` when it is built."""
+
+
 @dataclass
 class ExecutorContext:
     """What an executor is built with: the state root and run-wide settings."""
@@ -132,6 +139,8 @@ class ExecutorContext:
     mcp_servers: list[McpServerSpec] = field(default_factory=list)  # the plan's MCP servers (teammates' tools)
     model_specs: dict[str, ModelSpec] = field(default_factory=dict)  # the plan's `models:` (llm/endpoints.py)
     command_members: list[TeamMember] = field(default_factory=list)  # the plan's agent CLIs (kind: command)
+    settlers: list[Settle] = field(default_factory=list)  # what the run waits for once its work is done (below)
+    slots: int | None = None  # set by a cluster's executor when built: its CPU slots (the run's default workers)
 
 
 class Wrapper:

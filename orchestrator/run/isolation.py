@@ -31,8 +31,11 @@ free ones at its end (``finish``).
   turn, then merges; ``emit`` reports ``merge_queued`` (with how many are
   ``ahead``) and ``merging``. The attempt keeps its worker slot until its
   merge landed (the scheduler hears of it only then).
-* A failed attempt keeps its worktree and branch (the task records both). A
-  merge conflict fails the task with ``MergeConflict``'s message (the files,
+* A failed attempt keeps its worktree and branch (the task records both). What
+  it committed itself is not its result: ``Worktrees.failed_attempt`` records
+  that before the failure is reported, the failure says so, and the next
+  attempt starts afresh (a commit made on top by hand makes it work to merge
+  again). A merge conflict fails the task with ``MergeConflict``'s message (the files,
   the commands to resolve it) plus how to drop the work (``--redo``); the
   branch and worktree are kept.
 * Kept work is never dropped here. Per attempt (resumed or retried):
@@ -241,6 +244,12 @@ class Isolation:
         if not out.ok:
             if a.lease is not None:  # its worktree leaves the pool, on its branch, with what it left
                 self.pool.keep(a.lease)
+            left = self.wt.failed_attempt(slug)  # before the failure is recorded: its commits are no result
+            if left is not None and left.failed:
+                out = dataclasses.replace(out, error=(
+                    f"{out.describe()}\nthe {plural(left.failed, 'commit')} it made on {left.branch} "
+                    f"({left.tip[:10]}) {'is' if left.failed == 1 else 'are'} not merged: the next attempt starts "
+                    f"afresh (`git branch {slug}-failed {left.tip[:10]}` keeps a copy)"))
             a.done(dataclasses.replace(out, fields={**(out.fields or {}), **self._kept(a.task)}))
             return
         self.emit({"event": "merging", "task": a.task.id, "name": slug})

@@ -21,6 +21,11 @@ Which worktrees count:
     team land                  any task worktree with uncommitted work: a land needs every task
                                completed, and a completed task's worktree is gone after its merge,
                                so whatever is uncommitted there is a person's
+
+And which task branches the next run comes back for (``comes_back``): those of
+every task not completed, cancelled ones too (a run retries them, merging what
+their branches keep), except a task cancelled because the plan file no longer
+has it. ``team doctor`` reports only the others as orphans.
 """
 
 from __future__ import annotations
@@ -30,7 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import UserError
+from ..core.models import Status, Task
 from ..git.worktrees import Worktrees
+
+REMOVED = "removed from the plan"
+"""Why materialise cancels a task the plan file no longer has (its ``error``)."""
+
+
+def comes_back(task: Task) -> bool:
+    """Whether the next run of the task's plan comes back for its branch (module docstring)."""
+    return task.status != Status.completed and not (task.status == Status.cancelled and task.error == REMOVED)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import threads
-from ..core.errors import CorruptFile, PlanError
+from ..core.errors import CorruptFile, PlanError, UserError
 from ..core.fsutil import atomic_write, fsync_dir
 from ..core.models import Status, Task
 from ..core.paths import creation_record, stored
@@ -90,6 +90,7 @@ from ..plan.analysis import analyse
 from ..plan.model import LoadedPlan, PlanTask
 from ..tasks.store import TaskStore
 from . import rewire
+from .keptwork import REMOVED
 
 CHUNKS = (32, 64, 128, 256, 512, 1024)
 """Tasks per chunk, in turn; the last size repeats. The first is small: the run starts once it is durable."""
@@ -193,10 +194,13 @@ def fingerprint(lp: LoadedPlan, root: Path) -> str:
 # ---------------------------------------------------------------------------- prepare
 def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
             note: Callable[[str], None] = lambda s: None, quiet: Collection[int] = (),
-            witness: rewire.Witness | None = None, rerun: str = "team run PLAN") -> Materialised:
+            witness: rewire.Witness | None = None, rerun: str = "team run PLAN",
+            refuse: Callable[[list[int]], None] = lambda ids: None) -> Materialised:
     """The tasks that exist brought in line with the plan; the rest as a ``Creation`` (module docstring).
     ``quiet``: tasks whose resumption the caller tells itself (kept work merged without a re-run).
-    ``witness``: what completed work saw, for changed ``needs`` (rewire.py; default: by time)."""
+    ``witness``: what completed work saw, for changed ``needs`` (rewire.py; default: by time).
+    ``refuse(ids)``: raises ``UserError`` if the tasks a changed ``needs`` makes run again (with what
+    needs them) cannot be: called before anything is written (reconcile's ``refuse_unsafe``)."""
     plan = lp.plan
     existing = tasks_of(store, plan.name)
     record = Record.read(store.root, plan.name)
@@ -227,6 +231,12 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
     changes = _changes(plan.tasks, by_key, ids, {t.id for t in existing} | set(ids.values()))
     decision = rewire.decide(changes, {k: t for k, t in by_key.items() if k in wanted and k is not None},
                              witness or rewire.ByTime(), rerun) if changes else None
+    if decision is not None and decision.redo:
+        try:
+            refuse(rewire.again(decision, plan.tasks, {k: t for k, t in by_key.items() if k in wanted and k}))
+        except UserError as e:
+            why = "; ".join(decision.redo[i] for i in sorted(decision.redo))
+            raise UserError(f"{why}, so it runs again with what needs it; {e}") from None
 
     if record is not None and missing:
         made = sum(1 for k in by_key if k in wanted)
@@ -257,7 +267,7 @@ def prepare(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
     for old in existing:
         if old.plan_task not in wanted:
             if old.status not in (Status.completed, Status.cancelled):
-                store.cancel(old.id, "removed from the plan", actor=owner)
+                store.cancel(old.id, REMOVED, actor=owner)
             continue
         t = plan_tasks[old.plan_task]
         fields: dict[str, Any] = {}
@@ -351,9 +361,10 @@ def _never_claimed(store: TaskStore, tasks: list[Task]) -> bool:
 
 def materialise(store: TaskStore, lp: LoadedPlan, *, owner: str = "lead",
                 note: Callable[[str], None] = lambda s: None, quiet: Collection[int] = (),
-                witness: rewire.Witness | None = None, rerun: str = "team run PLAN") -> Materialised:
+                witness: rewire.Witness | None = None, rerun: str = "team run PLAN",
+                refuse: Callable[[list[int]], None] = lambda ids: None) -> Materialised:
     """``prepare``, then every task created before returning (a run with worktree isolation, the bench)."""
-    prep = prepare(store, lp, owner=owner, note=note, quiet=quiet, witness=witness, rerun=rerun)
+    prep = prepare(store, lp, owner=owner, note=note, quiet=quiet, witness=witness, rerun=rerun, refuse=refuse)
     if prep.creation is None:
         return prep
     made = {t.plan_task: t for t in prep.tasks}

@@ -44,6 +44,7 @@ import queue
 import tarfile
 import threading
 import time
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,15 +69,17 @@ from .executor import DoneCallback, ExecutorContext, Outcome
 from .ray_backend import (
     NodeNames,
     RayExecutor,
-    Workspaces,
     bring_back,
-    connect,
-    disconnect,
+    drop_caches,
     first_line,
     git_identity,
+    open_journal,
+    settle_outputs,
 )
+from .ray_connect import connect, disconnect, head_lost
 from .ray_remote import AttemptSpec
 from .ray_service import LeadService
+from .ray_ship import Workspaces
 from .ray_teammate import PRIVATE, AgentAttemptResult, MateSpec, RemoteTeammate
 
 CLAIM_LEASE = 60.0
@@ -123,13 +126,16 @@ class RayAgentExecutor:
         self.config = run_config(ctx.model, ctx.model_specs)
         self.max_steps = max_steps_from_env()
         self.ctx, self._ray, self._affinity = ctx, ray, NodeAffinitySchedulingStrategy
-        said = connect(address)
+        said, watch = connect(address, ctx.stop.fail)
         try:
             if ctx.note is not None and peer is None:
                 ctx.note(f"backend ray: running tasks on {said}")
             self.peer = peer
-            self.workspaces = peer.workspaces if peer is not None else Workspaces()
+            self.workspaces = peer.workspaces if peer is not None else Workspaces(uuid.uuid4().hex[:12])
+            self.outputs = peer.outputs if peer is not None else open_journal(ctx)
             self.nodes = peer.nodes if peer is not None else NodeNames(ray)
+            if peer is None:
+                self.nodes.refresh()
             self.secrets = Secrets.from_environ()
             self.spend = ctx.spend if ctx.spend is not None else Spend()
             self.root = Path(ctx.root)
@@ -158,6 +164,8 @@ class RayAgentExecutor:
             self._beats = threads.start("team-ray-agents-heartbeats", self._heartbeats, on_crash=ctx.stop.fail)
             for name, role in ctx.team:
                 self._spawn(name, role)
+            if watch is not None:
+                watch.on_lost(self._head_lost)
         except BaseException:
             self._abort()
             raise
@@ -173,6 +181,19 @@ class RayAgentExecutor:
         if getattr(self, "service", None) is not None:
             self._ray.kill(self.service)
         disconnect()
+
+    def _head_lost(self, text: str) -> None:
+        """The head stopped answering (ray_connect.HeadWatch): every attempt in flight fails with that."""
+        if self.peer is None:
+            self._say(f"backend ray: {text}")
+        with self._lock:
+            flights, self._running = list(self._running.values()), {}
+            for f in flights:
+                f.mate.busy -= 1
+        for f in flights:
+            if f.timer is not None:
+                f.timer.cancel()
+            f.done(Outcome(f.task.id, f.epoch, "failed", duration=time.monotonic() - f.started, error=text))
 
     # ------------------------------------------------------------------ teammates
     def _spawn(self, name: str, role_name: str) -> _Mate:
@@ -212,6 +233,7 @@ class RayAgentExecutor:
         """The node for a new teammate: of the live nodes other than the lead's, the one with the fewest
         teammates (the lead's own node when it is the only one)."""
         nodes: list[dict[str, Any]] = self._ray.nodes()  # type: ignore[no-untyped-call]
+        self.nodes.update(nodes)
         alive = sorted(n["NodeID"] for n in nodes if n.get("Alive"))
         with self._lock:  # a node that lost a teammate may not be known dead yet: others first
             fresh = [n for n in alive if n not in self._lost_on]
@@ -251,6 +273,9 @@ class RayAgentExecutor:
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         if self._stop.is_set():
             done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+            return
+        if (lost := head_lost()) is not None:
+            done(Outcome(task.id, epoch, "failed", error=lost))
             return
         try:
             mate = self._choose(task)
@@ -309,6 +334,14 @@ class RayAgentExecutor:
             mates = list(self.mates.values())
         from ray import exceptions as rx
 
+        if head_lost() is not None:  # any Ray call would wait on the head: the actors went with the cluster
+            for m in mates:
+                self.team.update(m.name, status="shutdown", task=None)
+            self._landing.put(None)
+            self._lander.join(timeout=30)
+            settle_outputs(self.outputs, self.ctx)
+            disconnect()
+            return
         why = "the run is shutting down"
         stops = {m.name: m.actor.stop.remote(why) for m in mates}
         for name, ref in stops.items():
@@ -330,6 +363,9 @@ class RayAgentExecutor:
         self._ray.kill(self.service)
         self._landing.put(None)
         self._lander.join(timeout=30)
+        settle_outputs(self.outputs, self.ctx)
+        if self.peer is None:
+            drop_caches(self._ray, self.workspaces.cache)
         disconnect()
 
     def _say(self, text: str) -> None:
@@ -389,7 +425,7 @@ class RayAgentExecutor:
             error = f"the agent ended with {res.status!r}"
         if status == "completed":
             try:
-                bring_back(task, res.outputs, res.bundle, self.workspaces)
+                bring_back(task, epoch, res.outputs, res.bundle, self.workspaces, self.outputs)
             except (OSError, TeamError, tarfile.TarError) as e:
                 status, error = "failed", f"bringing its work back from node {node} failed: {e}"
         return Outcome(task.id, epoch, status, duration=res.duration, error=error, log=res.log,

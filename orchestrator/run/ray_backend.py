@@ -2,23 +2,25 @@
 
 ``RayExecutor`` is an ``Executor`` (executor.py) like the local shell one: the
 scheduler, its group commit, epochs, retries and recovery are unchanged. Only
-this module (and ``ray_remote``, which runs on the nodes) imports ``ray``, and
-only when a run uses the backend, so no other command pays for it.
+the ``ray_*`` modules import ``ray``, and only when a run uses the backend, so
+no other command pays for it.
 
-Connecting (``connect``): ``--address auto`` joins the cluster this machine
-is a node of, ``--address HOST:PORT`` a given head, and no address starts an
-embedded local Ray instance bound to 127.0.0.1 (no dashboard), for trying the
-backend on a laptop. The driver's own address is 127.0.0.1 when the head is
-on loopback.
-
-A run is a new Ray job, whose worker processes start on demand: the executor
-starts one per CPU of the cluster as soon as it is built (``ray_remote.warm``)
-and waits for them (at most ``WARM_WAIT`` seconds) before the run starts.
+Connecting: ray_connect.py (which cluster; a wrong address, a lead that is
+not a node, a head lost mid-run). The start check (``check_nodes``): one tiny
+task per CPU of every live node, pinned to it, before anything runs: each says
+which version of team the node runs (a node that cannot run team's code, or
+runs another version, is refused by name with the install line), kills what
+attempts of a dead lead of this state root left running there
+(ray_reaper.py), and starts the run's worker processes, so the first
+attempts find them ready (a run is a new Ray job, whose workers start on
+demand); the run waits for them at most ``WARM_WAIT`` seconds. A plan without
+``workers:`` runs with the cluster's CPU slots (``ctx.slots``).
 
 Per attempt (``start``, non-blocking, so it may run inside the store's
 commit): the task's workspace is made once and shared by every attempt that
-starts from it (``Workspaces``: put into the object store, or, under
-``INLINE_MAX``, sent inline with each attempt); the attempt is
+starts from it (ray_ship.py ``Workspaces``: inline when small, else layers put
+into the object store once, which a node fetches only when its cache lacks
+them: ray_cache.py); the attempt is
 submitted as one Ray task (``num_cpus``: the task's, default 1;
 ``resources``: the plan's custom resources such as ``{gpu: 1}``; Ray's own
 retries off: the lead decides what runs again, under a new epoch). Its
@@ -30,7 +32,8 @@ per task and no polling. One landing thread then, in completion order:
 * writes the log under ``.team/ray/`` (scrubbed of the lead's secrets, as
   every file under the root is);
 * brings the work back: the ``outputs`` files into the task's folder (outputs
-  mode), or the returned commits into the task's worktree, fast-forwarded
+  mode; behind an undo record, kept only once the store holds the attempt's
+  completion: ray_outputs.py), or the returned commits into the task's worktree, fast-forwarded
   (``isolation: worktree``; ``isolation.py`` then merges them back as it
   merges local work, conflicts handled as today);
 * hands the ``Outcome`` (with the node it ran on) to the scheduler, whose
@@ -55,23 +58,26 @@ Faults: an attempt whose node died (``NodeDiedError``), whose worker process
 died, or whose object was lost comes back as ``Outcome(lost=True)`` naming
 the node; the scheduler re-runs it elsewhere without using a retry, up to the
 task's ``lost_retries`` (scheduler.py). A dead lead's attempts die with its
-Ray driver (Ray cancels the tasks of a driver that exited); the next lead
-releases their tasks (``materialise``) and claims them again under new
-epochs, so nothing completes twice.
+Ray driver (Ray ends the workers of a driver that exited, and a worker ending
+kills its command's process group; what survives is killed by ray_reaper.py
+before the task runs again); the next lead releases their tasks
+(``materialise``) and claims them again under new epochs, so nothing completes
+twice. The nodes are read on a thread (``Placement``, which also labels them:
+``NodeNames``): placing, starting or landing an attempt never waits on Ray's
+control store.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import os
 import queue
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -85,76 +91,28 @@ from ..core.fsutil import atomic_write
 from ..core.models import Task
 from ..core.paths import team_dir
 from ..core.redact import Secrets
+from ..core.threads import Crash
 from ..git.worktrees import worktree_locked
 from ..jobs.records import JobRecord
+from ..tasks.store import TaskStore
 from .executor import DoneCallback, ExecutorContext, Outcome
-from .ray_remote import AttemptResult, AttemptSpec, Workspace, open_tar, run_attempt, warm
+from .ray_connect import connect, disconnect, head_lost
+from .ray_outputs import OutputsJournal
+from .ray_reaper import root_key
+from .ray_remote import AttemptResult, AttemptSpec, NodeReport, run_attempt, start_check
+from .ray_ship import Workspaces, _git_out
 
-ARCHIVE_CAP = 512 * 1024 * 1024
-"""The largest folder shipped to the nodes for an outputs-mode task (bytes, before compression)."""
-INLINE_MAX = 64 * 1024
-"""A workspace smaller than this (bytes) goes with each attempt's task instead of through the object
-store: Ray inlines small arguments, while one in the store is a dependency each attempt's node resolves
-(~0.2 ms an attempt here)."""
-COMPRESS_OVER = 8 * 1024 * 1024
-"""A folder archive bigger than this (bytes) is shipped gzipped (tarfile reads either)."""
 NODES_EVERY = 1.0
 """Seconds between two reads of the cluster's nodes and their resources (``Placement``): a node that
 joins gets attempts this soon (one read is a request to Ray's control store, a few ms)."""
 SHUN_FOR = 60.0
 """Seconds the lead places nothing on a node an attempt was lost with (Ray lists a dead node as alive
 until its health checks give up on it; the node is dropped from placement then anyway)."""
-WARM_WAIT = 20.0
-"""Seconds the lead waits, at most, for the run's worker processes to start before running tasks."""
-SKIP = frozenset({".git", ".tasks", ".team", "__pycache__", ".venv", "node_modules"})
-"""Folders never put into a shipped workspace archive."""
-
-
-def connect(address: str | None) -> str:
-    """Join the cluster at ``address`` (``auto`` or ``HOST:PORT``), or start an embedded local instance
-    bound to 127.0.0.1 when it is None. Returns how the run is connected, for the user."""
-    import logging
-
-    import ray
-
-    global _users
-    if ray.is_initialized():
-        _users += 1
-        return "ray (already connected)"
-    quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="team",
-                                 configure_logging=True)
-    try:
-        if address is None:
-            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, **quiet)
-            _users = 1
-            return "an embedded local Ray instance on 127.0.0.1"
-        host = address.rsplit(":", 1)[0]
-        local = host in ("127.0.0.1", "localhost", "::1")
-        if local:
-            quiet["_node_ip_address"] = "127.0.0.1"
-        ray.init(address=address, **quiet)
-        _users = 1
-        return f"the Ray cluster at {address}"
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        where = "start an embedded Ray instance" if address is None else f"connect to the Ray cluster at {address}"
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise UserError(f"--backend ray: cannot {where}: {first} (start one with `ray start --head`, "
-                        f"see docs/scale.md)") from None
-
-
-_users = 0
-"""Executors of this process using the connection (shell and agent tasks share it); the last to close
-disconnects (``disconnect``)."""
-
-
-def disconnect() -> None:
-    """One user of the connection is done; the last one shuts the driver down."""
-    import ray
-
-    global _users
-    _users = max(0, _users - 1)
-    if _users == 0:
-        ray.shutdown()
+SILENT_GRACE = 3.0
+"""Seconds the start check waits for a node that has not answered at all once the others have."""
+WARM_WAIT = 10.0
+"""Seconds the lead waits, at most, for every node to answer its start check (and the run's worker
+processes to start) before running tasks; a node that died and that Ray still lists takes that long."""
 
 
 @dataclass
@@ -164,95 +122,7 @@ class _Flight:
     done: DoneCallback
     ref: Any  # ray.ObjectRef
     node: str | None = None  # where the lead placed it (None: Ray chose)
-
-
-class Workspaces:
-    """Each workspace a task starts from, made once and shared by its attempts (through the object store,
-    or inline when small).
-
-    A git workspace is keyed by its base commit (a bundle whose HEAD is that commit); an outputs-mode
-    folder by its path and how many times outputs landed in it since (a dependent sees its needs'
-    outputs: the folder is archived again after files came back into it)."""
-
-    def __init__(self) -> None:
-        import ray
-
-        self._ray = ray
-        self._lock = threading.Lock()
-        self._cache: dict[tuple[str, str, int], Any] = {}
-        self._generation: dict[str, int] = {}
-
-    def get(self, task: Task) -> tuple[Any, str]:
-        """``task``'s workspace (an object reference, or the ``Workspace`` itself when it is smaller than
-        ``INLINE_MAX``) and the folder to run in, relative to its top."""
-        if task.worktree:
-            top = Path(task.worktree)
-            base = _git_out(top, "rev-parse", "HEAD")
-            key = ("bundle", base, 0)
-            rel = os.path.relpath(Path(task.cwd or top).resolve(), top.resolve())
-            make: Callable[[], Workspace] = lambda: Workspace("bundle", _bundle(top))  # noqa: E731
-        else:
-            folder = Path(task.cwd or ".").resolve()
-            with self._lock:
-                gen = self._generation.get(str(folder), 0)
-            key, rel = ("archive", str(folder), gen), "."
-            make = lambda: Workspace("archive", _archive(folder))  # noqa: E731
-        with self._lock:
-            ref = self._cache.get(key)
-        if ref is None:
-            ws = make()
-            ref = ws if len(ws.data) < INLINE_MAX else self._ray.put(ws)
-            with self._lock:
-                if key[0] == "archive":  # an older archive of the folder is not needed again
-                    for old in [k for k in self._cache if k[0] == "archive" and k[1] == key[1]]:
-                        del self._cache[old]
-                self._cache.setdefault(key, ref)
-        return ref, rel
-
-    def changed(self, folder: Path) -> None:
-        """Files came back into ``folder``: archives of it, or of a folder holding it, are stale."""
-        folder = folder.resolve()
-        with self._lock:
-            for name in list(self._generation) + [str(folder)]:
-                if folder == Path(name) or Path(name) in folder.parents or folder in Path(name).parents:
-                    self._generation[name] = self._generation.get(name, 0) + 1
-
-
-def _git_out(cwd: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if r.returncode != 0:
-        raise UserError(f"git {' '.join(args)} in {cwd}: {r.stderr.strip()}")
-    return r.stdout.strip()
-
-
-def _bundle(top: Path) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:
-        out = Path(tmp) / "base.bundle"
-        _git_out(top, "bundle", "create", "-q", str(out), "HEAD")
-        return out.read_bytes()
-
-
-def _archive(folder: Path) -> bytes:
-    if not folder.is_dir():
-        raise UserError(f"the task's folder {folder} does not exist")
-    buf = io.BytesIO()
-    total = 0
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        nonlocal total
-        if Path(info.name).name in SKIP:
-            return None
-        total += info.size
-        if total > ARCHIVE_CAP:
-            raise UserError(f"{folder} holds more than {ARCHIVE_CAP >> 20} MB to ship to the nodes: run the task "
-                            f"in a smaller folder (`cwd:`), or use isolation: worktree")
-        return info
-
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(folder, arcname=".", filter=keep)
-    if total < COMPRESS_OVER:
-        return buf.getvalue()  # unpacked once per attempt: a small one is not worth inflating each time
-    return gzip.compress(buf.getvalue(), compresslevel=1)
+    layers: str = ""  # which layered workspace it starts from (ray_ship.py; "": an inline one)
 
 
 class RayExecutor:
@@ -266,30 +136,43 @@ class RayExecutor:
 
         self.ctx = ctx
         self._ray = ray
-        said = connect(address)
+        said, watch = connect(address, ctx.stop.fail)
         if ctx.note is not None:
             ctx.note(f"backend ray: running tasks on {said}")
         self._remote = ray.remote(run_attempt)
-        # A run is a new Ray job, whose worker processes start on demand (a second or more each): start
-        # one per CPU of the cluster now, and give them up to WARM_WAIT seconds to come up, so the first
-        # attempts (and the scheduler's first turns) do not wait on process start-up one by one.
-        cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
-        warming = [ray.remote(warm).options(num_cpus=1, max_retries=0).remote() for _ in range(min(cpus, 256))]
-        if warming:
-            ray.wait(warming, num_returns=len(warming), timeout=WARM_WAIT)
-        self.workspaces = Workspaces()
+        self.run_id = uuid.uuid4().hex[:12]
+        self.root_key = root_key(socket.gethostname(), str(Path(ctx.root).resolve()))
+        self.nodes = NodeNames(ray)
+        try:
+            ctx.slots = check_nodes(ray, self.nodes, self.root_key, self.run_id, ctx.note)
+        except BaseException:
+            disconnect()
+            raise
+        self.workspaces = Workspaces(self.run_id)
+        self.outputs = open_journal(ctx)
         self.secrets = Secrets.from_environ()
         self.logs = team_dir(ctx.root) / "ray"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.ident = git_identity(ctx.root)
         self._lock = threading.Lock()
         self._running: dict[int, _Flight] = {}
-        self.nodes = NodeNames(ray)
+        self._warm: dict[str, frozenset[str]] = {}  # a layered workspace -> the nodes whose caches hold it
         self._submitters: dict[tuple[tuple[tuple[str, float], ...], str | None, bool], Any] = {}
-        self.placement = Placement(ray)
+        self.placement = Placement(ray, ctx.stop.fail, self.nodes)
         self._stop = threading.Event()
         self._landing: queue.SimpleQueue[tuple[int, int, Future[AttemptResult]] | None] = queue.SimpleQueue()
         self._lander = threads.start("team-ray-landing", self._land_loop, on_crash=ctx.stop.fail)
+        if watch is not None:
+            watch.on_lost(self._head_lost)
+
+    def _head_lost(self, text: str) -> None:
+        """The head stopped answering (ray_connect.HeadWatch): every attempt in flight fails with that."""
+        if self.ctx.note is not None:
+            self.ctx.note(f"backend ray: {text}")
+        with self._lock:
+            flights, self._running = list(self._running.values()), {}
+        for f in flights:
+            f.done(Outcome(f.task.id, f.epoch, "failed", error=text, node=f.node and self.nodes.label(f.node)))
 
     # ------------------------------------------------------------------ executor seam
     def reap_orphans(self) -> list[JobRecord]:
@@ -302,6 +185,9 @@ class RayExecutor:
     def start(self, task: Task, epoch: int, done: DoneCallback) -> None:
         if self._stop.is_set():
             done(Outcome(task.id, epoch, "killed", error="the run is shutting down"))
+            return
+        if (lost := head_lost()) is not None:
+            done(Outcome(task.id, epoch, "failed", error=lost))
             return
         try:
             ws, rel = self.workspaces.get(task)
@@ -319,15 +205,18 @@ class RayExecutor:
                    TEAM_ATTEMPT=str(task.attempts))
         spec = AttemptSpec(task.id, epoch, task.attempts, task.command or "", rel, env, task.timeout,
                            list(task.outputs or []), f"{task.subject}\n\nteam task #{task.id}, attempt {task.attempts}",
-                           self.ident)
-        node, spill = self.placement.place(need)
+                           self.ident, self.root_key, self.run_id)
+        key = ws.layers[0].digest if ws.layers else ""  # the folder's or repository's first layer names it
+        with self._lock:
+            warm = self._warm.get(key, frozenset())
+        node, spill = self.placement.place(need, warm)
         try:
             ref = self._submitter(need, node, spill).remote(spec, ws)
         except BaseException:
             self.placement.done(node, need)
             raise
         with self._lock:
-            self._running[task.id] = _Flight(task, epoch, done, ref, node)
+            self._running[task.id] = _Flight(task, epoch, done, ref, node, key)
         fut: Future[AttemptResult] = ref.future()
 
         def landed(f: Future[AttemptResult]) -> None:
@@ -373,7 +262,7 @@ class RayExecutor:
             flights = list(self._running.values())
         from ray import exceptions as rx
 
-        for flight in flights:
+        for flight in flights if head_lost() is None else []:  # (a lost head: any Ray call would wait on it)
             try:
                 self._ray.cancel(flight.ref, force=False)
             except (rx.RayError, ConnectionError, ValueError) as e:  # the cluster is gone, its tasks with it
@@ -381,6 +270,10 @@ class RayExecutor:
                     self.ctx.note(f"backend ray: cancelling #{flight.task.id}: {type(e).__name__}: {e}")
         self._landing.put(None)
         self._lander.join(timeout=30)
+        settle_outputs(self.outputs, self.ctx)
+        if head_lost() is None:
+            self.placement.stop()
+            drop_caches(self._ray, self.run_id)
         disconnect()
 
     # ------------------------------------------------------------------ completions
@@ -416,6 +309,9 @@ class RayExecutor:
         except rx.RayError as e:
             return Outcome(task.id, epoch, "failed", error=f"the cluster could not run it: {first_line(e)}")
         node = self.node_label(res.node_id)
+        if flight.layers:  # the next attempts from that workspace go there first: its cache holds the layers
+            with self._lock:
+                self._warm[flight.layers] = self._warm.get(flight.layers, frozenset()) | {res.node_id}
         if res.task_id != task.id or res.epoch != epoch:
             return Outcome(task.id, epoch, "failed", node=node,
                            error=f"a result for #{res.task_id} epoch {res.epoch} came back for this attempt")
@@ -449,7 +345,7 @@ class RayExecutor:
         return str(path.relative_to(self.ctx.root)) if path.is_relative_to(self.ctx.root) else str(path)
 
     def _bring_back(self, task: Task, res: AttemptResult) -> None:
-        bring_back(task, res.outputs, res.bundle, self.workspaces)
+        bring_back(task, res.epoch, res.outputs, res.bundle, self.workspaces, self.outputs)
 
     # ------------------------------------------------------------------ nodes
     def node_label(self, node_id: str) -> str:
@@ -459,31 +355,144 @@ class RayExecutor:
         return self.nodes.of_error(e)
 
 
+def check_nodes(ray: Any, nodes: NodeNames, root: str, run: str, note: Callable[[str], None] | None) -> int:
+    """The start check (``ray_remote.start_check``) on every live node, before anything runs: one per CPU
+    of the node, pinned to it (the run's worker processes start now, and the first attempts find them
+    ready), answered within ``WARM_WAIT`` seconds. A node that cannot run team's code, or runs another
+    version of it, is refused with its name and the line that installs the lead's; attempts a dead lead
+    of this root left running were killed there (said). Returns the cluster's CPU slots."""
+    from ray import exceptions as rx
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .. import __version__
+
+    every = ray.nodes()
+    nodes.update(every)
+    alive = [n for n in every if n.get("Alive")]
+    check = ray.remote(start_check)
+    refs: dict[Any, str] = {}
+    slots = 0
+    for n in alive:
+        cpus = float(dict(n.get("Resources", {})).get("CPU", 0.0))
+        slots += int(cpus)
+        where = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        for _ in range(max(1, min(int(cpus), 64))):
+            refs[check.options(num_cpus=min(1.0, cpus), max_retries=0, scheduling_strategy=where)
+                 .remote(root, run)] = n["NodeID"]
+    ready, late = _answers(ray, refs)
+    problems: dict[str, str] = {}
+    gone: set[str] = set()
+    install = f"pip install 'team-orchestrator[ray]=={__version__}'"
+    for ref in ready:
+        node = refs[ref]
+        try:
+            report: NodeReport = ray.get(ref)
+        except (rx.TaskUnschedulableError, rx.NodeDiedError, rx.WorkerCrashedError, rx.LocalRayletDiedError):
+            gone.add(node)  # a node that died (Ray lists it alive for a while): nothing to check there
+            continue
+        except rx.RayError as e:
+            if node not in problems:
+                problems[node] = (f"node {nodes.label(node)} cannot run team's code ({_cause(e)}): install the "
+                                  f"lead's version there, {install}, and start the node again")
+            continue
+        if report.version != __version__ and node not in problems:
+            problems[node] = (f"node {nodes.label(node)} runs team {report.version}, the lead {__version__}: "
+                              f"install the lead's version there, {install}, and start the node again")
+        for task, attempt, name, n in report.reaped:
+            if note is not None:
+                note(f"backend ray: node {nodes.label(node)}: killed what attempt {attempt} of #{task}"
+                     f"{f' ({name})' if name else ''} left running ({n} process{'es' if n != 1 else ''}): "
+                     f"its lead died; the task runs again")
+    if problems:
+        raise UserError("--backend ray: " + "; ".join(problems.values()) + " (every node needs the lead's team: "
+                        "docs/scale.md)")
+    silent = sorted({nodes.label(refs[r]) for r in late if refs[r] not in gone})
+    if silent and note is not None:
+        note(f"backend ray: node{'s' if len(silent) > 1 else ''} {', '.join(silent)} did not answer the start check "
+             f"within {WARM_WAIT:g}s (busy, or dead and not yet noticed by Ray): attempts may wait there")
+    return slots
+
+
+def _answers(ray: Any, refs: dict[Any, str]) -> tuple[list[Any], list[Any]]:
+    """The start checks that answered, and those that did not: waited for at most ``WARM_WAIT`` seconds,
+    and no more than ``SILENT_GRACE`` seconds after the last answer for nodes that gave none at all (a
+    node that died, which Ray lists as alive until its health checks give up on it)."""
+    pending, ready = list(refs), []
+    deadline = time.monotonic() + WARM_WAIT
+    last = time.monotonic()
+    while pending and time.monotonic() < deadline:
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.2)
+        if done:
+            ready += done
+            last = time.monotonic()
+        answered = {refs[r] for r in ready}
+        if ready and not {refs[r] for r in pending} & answered and time.monotonic() - last > SILENT_GRACE:
+            break
+    return ready, pending
+
+
+DROP_WAIT = 10.0
+"""Seconds the lead waits, at most, for the nodes to remove its run's cache when it closes."""
+
+
+def drop_caches(ray: Any, run: str) -> None:
+    """Remove run ``run``'s layer cache on every live node (ray_cache.py); a node that does not answer in
+    ``DROP_WAIT`` seconds leaves it to its machine's watcher."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .ray_cache import drop
+
+    remote = ray.remote(drop)
+    refs = [remote.options(num_cpus=0, max_retries=0,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(run)
+            for n in ray.nodes() if n.get("Alive")]
+    ray.wait(refs, num_returns=len(refs), timeout=DROP_WAIT)
+
+
+def _cause(e: BaseException) -> str:
+    """The last line of a Ray error that says what went wrong on the node (``ModuleNotFoundError: ...``)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    found = [line for line in lines if "Error:" in line and not line.startswith("ray.")]
+    return (found or lines or [type(e).__name__])[-1]
+
+
 class NodeNames:
-    """How nodes are shown: a node's name (``ray start --node-name``, else its address), with the start of
-    its id when several nodes share that name (several nodes on one machine)."""
+    """How nodes are shown: a node's name (``ray start --node-name``; a node started again under its name is
+    shown by that name), else its address, with the start of its id when several live nodes share that
+    address (several unnamed nodes on one machine).
+
+    Labels come from the nodes as last read (``update``: the start check, then ``Placement``'s reader
+    every second): showing a node never waits on Ray (whose control store may be gone with the head:
+    ray_connect.py). A node not seen yet (joined in the last second) is shown by the start of its id."""
 
     def __init__(self, ray: Any):
         self._ray = ray
         self._lock = threading.Lock()
         self._nodes: dict[str, str] = {}
 
-    def label(self, node_id: str) -> str:
-        with self._lock:
-            known = self._nodes.get(node_id)
-        if known is not None:
-            return known
-        nodes: list[dict[str, Any]] = self._ray.nodes()
-        names: dict[str, int] = {}
+    def update(self, nodes: list[dict[str, Any]]) -> None:
+        addresses: dict[str, int] = {}
         for n in nodes:
-            names[n.get("NodeName") or n.get("NodeManagerAddress", "?")] = \
-                names.get(n.get("NodeName") or n.get("NodeManagerAddress", "?"), 0) + 1
+            if n.get("Alive"):
+                address = n.get("NodeManagerAddress", "?")
+                addresses[address] = addresses.get(address, 0) + 1
         labels = {}
         for n in nodes:
-            name = n.get("NodeName") or n.get("NodeManagerAddress", "?")
-            labels[n["NodeID"]] = name if names[name] == 1 else f"{name}/{n['NodeID'][:8]}"
+            address = n.get("NodeManagerAddress", "?")
+            name = n.get("NodeName") or address
+            if name != address:  # named by `ray start --node-name`: that name, also after a restart
+                labels[str(n["NodeID"])] = name
+            else:
+                labels[str(n["NodeID"])] = address if addresses.get(address, 0) <= 1 else f"{address}/{n['NodeID'][:8]}"
         with self._lock:
             self._nodes.update(labels)
+
+    def refresh(self) -> None:
+        """Read the nodes now (an executor without ``Placement``'s reader: agent tasks only)."""
+        self.update(self._ray.nodes())
+
+    def label(self, node_id: str) -> str:
+        with self._lock:
             return self._nodes.get(node_id, node_id[:8])
 
     def of_error(self, e: BaseException) -> str | None:
@@ -509,25 +518,51 @@ class Placement:
     skipped (``shun``). The nodes' totals are read again at most every ``NODES_EVERY`` seconds, and at
     once after a node was lost."""
 
-    def __init__(self, ray: Any):
+    def __init__(self, ray: Any, on_crash: Crash | None = None, names: NodeNames | None = None):
         self._ray = ray
+        self._names = names
         self._lock = threading.Lock()
         self._totals: dict[str, dict[str, float]] = {}  # live node id -> its resources
-        self._at = -1e9
         self._placed: dict[str, dict[str, float]] = {}  # node id -> resources of our attempts there
         self._unplaced = 0  # attempts in flight that Ray placed
         self._shunned: dict[str, float] = {}  # node id -> until when nothing is placed there
+        self._poke = threading.Event()
+        self._stopped = threading.Event()
+        self._read()
+        # The nodes are read on a thread of their own: a scheduler that places an attempt never waits on
+        # Ray's control store (which may be slow to answer, or gone with the head: ray_connect.py).
+        self._thread = threads.start("team-ray-nodes", self._reader, on_crash=on_crash)
 
-    def refresh(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._at <= NODES_EVERY:
-            return
+    def _read(self) -> None:
         nodes: list[dict[str, Any]] = self._ray.nodes()
+        if self._names is not None:
+            self._names.update(nodes)
         totals = {str(n["NodeID"]): {k: float(v) for k, v in dict(n.get("Resources", {})).items()}
                   for n in nodes if n.get("Alive")}
+        now = time.monotonic()
         with self._lock:
-            self._totals, self._at = totals, now
+            self._totals = totals
             self._shunned = {n: t for n, t in self._shunned.items() if n in totals and t > now}
+
+    def _reader(self) -> None:
+        while True:
+            self._poke.wait(NODES_EVERY)
+            self._poke.clear()
+            if self._stopped.is_set() or head_lost() is not None:
+                return
+            self._read()
+
+    def stop(self) -> None:
+        """No more reads (the run is closing: the connection goes next)."""
+        self._stopped.set()
+        self._poke.set()
+        self._thread.join(timeout=30)
+
+    def refresh(self, force: bool = False) -> None:
+        """Read the nodes again soon (``force``: now, on the reader's thread); placement uses what was read
+        last, at most ``NODES_EVERY`` seconds ago."""
+        if force:
+            self._poke.set()
 
     def infeasible(self, need: dict[str, float]) -> str:
         """What no live node of the cluster has (``""`` when some node has all of ``need``): such an
@@ -538,9 +573,10 @@ class Placement:
                 return ""
         return ", ".join(f"{k}: {v:g}" for k, v in need.items() if v > 0)
 
-    def place(self, need: dict[str, float]) -> tuple[str | None, bool]:
+    def place(self, need: dict[str, float], warm: frozenset[str] = frozenset()) -> tuple[str | None, bool]:
         """Where an attempt asking ``need`` goes (counted as in flight there): ``(node, True)``, a node
-        with room by the lead's count (the attempt may spill elsewhere if it has none after all);
+        with room by the lead's count, one of ``warm`` (whose caches hold the attempt's layers) first
+        (the attempt may spill elsewhere if it has none after all);
         ``(node, False)``, no node has room but one was lost lately: the node with the most room, to
         wait there (Ray still lists a lost node as alive, with its slots free, and would send it
         there); ``(None, True)``: Ray chooses."""
@@ -548,7 +584,7 @@ class Placement:
         with self._lock:
             now = time.monotonic()
             shunned = any(t > now for t in self._shunned.values())
-            best, room, fits = None, -1e18, False
+            best, rank, fits = None, (False, False, -1e18), False
             if not self._unplaced or shunned:
                 for node, total in self._totals.items():
                     if self._shunned.get(node, 0.0) > now or not all(total.get(k, 0.0) >= v for k, v in need.items()):
@@ -556,8 +592,9 @@ class Placement:
                     used = self._placed.get(node, {})
                     left = {k: total.get(k, 0.0) - used.get(k, 0.0) for k in need}
                     ok = all(left[k] >= v - 1e-9 for k, v in need.items())
-                    if (ok, left.get("CPU", 0.0)) > (fits, room):
-                        best, room, fits = node, left.get("CPU", 0.0), ok
+                    mine = (ok, node in warm, left.get("CPU", 0.0))
+                    if mine > rank:
+                        best, rank, fits = node, mine, ok
             if best is None or not (fits and not self._unplaced) and not shunned:
                 self._unplaced += 1
                 return None, True
@@ -582,15 +619,34 @@ class Placement:
                 used[k] = max(0.0, used.get(k, 0.0) - v)
 
 
-def bring_back(task: Task, outputs: bytes | None, bundle: bytes | None, workspaces: Workspaces) -> None:
-    """An attempt's work into the lead's tree: the ``outputs`` files into the task's folder, or the new
-    commits fast-forwarded into its worktree (merged back later by isolation.py)."""
+def open_journal(ctx: ExecutorContext) -> OutputsJournal:
+    """The run's undo records of outputs (ray_outputs.py), settled now: outputs a killed lead brought back
+    for attempts the store never recorded as done are taken back before anything runs again."""
+    journal = OutputsJournal(ctx.root, ctx.store if ctx.store is not None else TaskStore(ctx.root))
+    settle_outputs(journal, ctx, start=True)
+    return journal
+
+
+def settle_outputs(journal: OutputsJournal, ctx: ExecutorContext, *, start: bool = False) -> None:
+    """Take back the outputs of attempts not accepted (at the start: a dead lead's; at the end: a stopped
+    run's, landed but given back), and say so."""
+    for u in journal.settle():
+        if ctx.note is not None:
+            why = "the last lead died before recording it" if start else "the run stopped before recording it"
+            ctx.note(f"backend ray: #{u.task_id}: took back the outputs of its attempt at epoch {u.epoch} "
+                     f"({u.paths} path{'s' if u.paths != 1 else ''}): {why}; the task runs again from the "
+                     f"folder as it was")
+
+
+def bring_back(task: Task, epoch: int, outputs: bytes | None, bundle: bytes | None, workspaces: Workspaces,
+               journal: OutputsJournal) -> None:
+    """An attempt's work into the lead's tree: the ``outputs`` files into the task's folder (behind an
+    undo record: kept only if the attempt is accepted, ray_outputs.py), or the new commits
+    fast-forwarded into its worktree (merged back later by isolation.py)."""
     if outputs:
         folder = Path(task.cwd or ".").resolve()
-        with open_tar(outputs) as tar:
-            if tar.getmembers():
-                tar.extractall(folder, filter="data")
-                workspaces.changed(folder)
+        if journal.bring(task.id, epoch, folder, outputs):
+            workspaces.changed(folder, outputs)
     if bundle and task.worktree:
         top = Path(task.worktree)
         with tempfile.TemporaryDirectory(prefix="team-bundle-") as tmp:

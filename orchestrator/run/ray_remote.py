@@ -43,11 +43,15 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.environ import task_environment
 from ..jobs.manager import command_argv
+from . import ray_reaper
+from .ray_reaper import ENV, ensure_watcher, reap, register, registry, start_time
 
 LOG_CAP = 4 * 1024 * 1024
 """The last bytes of an attempt's output that come back to the lead (the log kept there)."""
@@ -69,11 +73,35 @@ on a node that stays up (the OOM killer) is reported failed, that much later."""
 
 
 @dataclass(frozen=True)
-class Workspace:
-    """What the lead ships for a task's workspace (one object in the store per base, shared by attempts)."""
+class Layer:
+    """One piece of a shipped workspace, named by its content, kept by each node's cache (ray_cache.py)."""
 
-    kind: str  # "archive" (a tar of a folder) | "bundle" (a git bundle, HEAD = the base commit)
-    data: bytes
+    digest: str  # content address: a digest of an archive's bytes, or a git layer's tip and prerequisite
+    data: bytes | None = None  # the bytes themselves (small), else ``ref``
+    ref: Any = None  # ray.ObjectRef of the bytes in the lead's object store: fetched only by a node lacking it
+    prefix: str = ""  # archive layers: the folder, under the workspace's top, its paths are relative to
+    tip: str = ""  # git layers: the commit the bundle brings (its prerequisite: the layer before)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What the lead ships for a task's workspace (made once per base, shared by its attempts).
+
+    ``archive``: a tar of a small folder, in ``data``; ``bundle``: a git bundle of a small repository
+    (``HEAD`` = the base commit); ``layers``: a big folder as archive layers applied in order (the folder
+    as first shipped, then each set of outputs that came back into it); ``git``: a repository as bundle
+    layers (the first one full, each later one thin), the base commit the last layer's ``tip``."""
+
+    kind: str
+    data: bytes = b""
+    layers: tuple[Layer, ...] = ()
+    cache: str = ""  # the node cache the layers are kept in (the lead's run)
+    size: int = 0  # bytes of the workspace (where its scratch goes: ``scratch_root``)
+
+    @property
+    def is_git(self) -> bool:
+        """A repository (its new commits come back), not a folder (its outputs come back)."""
+        return self.kind in ("bundle", "git")
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,8 @@ class AttemptSpec:
     outputs: list[str] = field(default_factory=list)
     message: str = ""  # the commit message of a git workspace's work
     ident: tuple[str, str] = ("team", "team@localhost")  # author of that commit (the lead's identity)
+    root: str = ""  # ray_reaper.root_key of the lead's state root ("": not registered)
+    run: str = ""  # the lead's run (one per lead process): attempts of another run of the root are stale
 
 
 @dataclass
@@ -201,7 +231,11 @@ def _git(*args: str, cwd: Path) -> None:
 
 def unpack(ws: Workspace, scratch: Path) -> Path:
     top = scratch / "ws"
-    if ws.kind == "archive":
+    if ws.kind in ("layers", "git"):
+        from .ray_cache import materialise
+
+        materialise(ws, top)
+    elif ws.kind == "archive":
         top.mkdir()
         unpack_archive(ws.data, top)
     else:
@@ -251,11 +285,28 @@ def commits_bundle(top: Path, base: str, spec: AttemptSpec) -> bytes | None:
     return out.read_bytes()
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path,
-         timeout: float | None) -> tuple[str, int | None, str | None]:
+def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, timeout: float | None,
+         started: Callable[[int], None] | None = None) -> tuple[str, int | None, str | None]:
+    """Run the command in a session of its own; ``started(pid)`` is called once it runs (ray_reaper's
+    registry entry, which the caller removes once the attempt's scratch folder is gone too)."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+    if started is not None:
+        started(proc.pid)
+    try:
+        return _wait(proc, timeout)
+    finally:
+        # What the command left in its group goes with it (as the local backend's job server does), and
+        # so does the command itself when this worker is told to exit while it runs (Ray ends a dead
+        # driver's workers with SystemExit: this finally and run_attempt's are all that runs).
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> tuple[str, int | None, str | None]:
     try:
         code = proc.wait(timeout=timeout)
         if code in (-signal.SIGKILL, -signal.SIGTERM):  # a signal we did not send: maybe this node going down
@@ -282,28 +333,85 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def warm() -> str:
-    """Nothing: a worker process that ran it has started and imported this module (the lead starts one
-    per CPU of the cluster while it prepares the run, so the first attempts find workers ready)."""
-    return node_id()
+@dataclass(frozen=True)
+class NodeReport:
+    """What a node says when a lead starts (``start_check``)."""
+
+    node_id: str
+    version: str  # team's version on the node
+    reaped: list[tuple[int, int, str, int]]  # attempts of a dead lead of this root killed: task, attempt, name, processes
+
+
+def start_check(root: str, run: str) -> NodeReport:
+    """Run on every node when a lead starts, before any attempt: team's version here, and the attempts
+    a dead lead of the same state root left running here, killed (ray_reaper.py). A worker process that
+    ran it has started and imported this module: the lead starts one per CPU of the cluster, so the
+    first attempts find workers ready."""
+    from .. import __version__
+
+    folder = registry(scratch_root(0))
+    reaped = reap(folder, root=root, run=run) if root else []
+    return NodeReport(node_id(), __version__, [(r.task, r.attempt, r.name, r.processes) for r in reaped])
+
+
+_WORKER: list[tuple[int, int]] = []
+
+
+def _worker() -> tuple[int, int]:
+    """This worker process: pid and start time (the registry's proof it still waits for its attempt)."""
+    if not _WORKER:
+        _WORKER.append((os.getpid(), start_time(os.getpid()) or 0))
+    return _WORKER[0]
+
+
+def _registering(spec: AttemptSpec, scratch: Path) -> Callable[[int], Callable[[], None]] | None:
+    """What registers the attempt's command in the machine's registry once it runs (ray_reaper.py)."""
+    if not spec.run:
+        return None
+    folder = registry(scratch_root(0))
+    reap(folder, root=spec.root, run=spec.run, task=spec.task_id)  # the task's earlier attempts here: gone first
+    ensure_watcher(folder)
+
+    def started(pid: int) -> Callable[[], None]:
+        worker, since = _worker()
+        path = register(folder, ray_reaper.Entry(spec.root, spec.run, spec.task_id, spec.attempt, spec.env.get("TEAM_PLAN_TASK", ""),
+                                      pid, start_time(pid) or 0, worker, since, str(scratch), attempt_tag(spec)))
+        return lambda: path.unlink(missing_ok=True)
+
+    return started
+
+
+def attempt_tag(spec: AttemptSpec) -> str:
+    return f"{spec.run}.{spec.task_id}.{spec.epoch}"
 
 
 def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
     """One attempt on this node (see the module docstring)."""
     t0 = time.monotonic()
     node = node_id()
-    scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(len(ws.data))))
+    scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(ws.size or len(ws.data))))
+    # The registry entry goes only after the scratch folder: a worker killed in between (Ray's SIGKILL after
+    # a dead driver's SystemExit) leaves the entry, and with it the reaper's duty to remove the folder.
+    register = _registering(spec, scratch)
+    ends: list[Callable[[], None]] = []
+
+    def started(pid: int) -> None:
+        if register is not None:
+            ends.append(register(pid))
+
     try:
         top = unpack(ws, scratch)
-        base = head_commit(top) if ws.kind == "bundle" else ""
+        base = head_commit(top) if ws.is_git else ""
         cwd = (top / spec.rel_cwd).resolve()
         cwd.mkdir(parents=True, exist_ok=True)
         env = task_environment(os.environ, spec.env, {"TEAM_ROOT": str(scratch / "root")})
+        if spec.run:
+            env[ENV] = attempt_tag(spec)
         (scratch / "root").mkdir()
         log = scratch / "log"
         try:
             argv = command_argv(spec.command, env.get("PATH", os.defpath))
-            status, code, error = _run(argv, cwd, env, log, spec.timeout)
+            status, code, error = _run(argv, cwd, env, log, spec.timeout, started)
         except OSError as e:  # the program or the folder is missing on this node
             status, code, error = "failed", None, f"cannot start on this node: {e}"
         text = b""
@@ -314,7 +422,7 @@ def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
         result = AttemptResult(spec.task_id, spec.epoch, node, status, code, time.monotonic() - t0, text,
                                error=error)
         if status == "completed":
-            if ws.kind == "archive":
+            if not ws.is_git:
                 result.outputs = outputs_tar(cwd, spec.outputs)
             else:
                 result.bundle = commits_bundle(top, base, spec)
@@ -326,3 +434,5 @@ def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
                              error=f"workspace on node failed: {detail}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        for end in ends:
+            end()

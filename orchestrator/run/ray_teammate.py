@@ -14,7 +14,8 @@ implement the same Protocols as the local objects, so mypy holds them to it:
     RemoteRoster   Roster                             team.roster.Team
     RemoteClaims   ClaimTracker                       runtime.claims.ClaimLedger (leases renewed there)
 
-What stays on the node, in a scratch folder of the actor (``ray_remote.scratch_root``):
+What stays on the node, in a scratch folder of the actor (``ray_remote.scratch_root``,
+registered with the machine's reaper, ray_reaper.py: removed if the actor dies):
 a state root of its own for the teammate's private files (its transcript, the
 call log, saved tool outputs, its background jobs, which run on the node next
 to the workspace), and each attempt's workspace. A teammate started again
@@ -39,6 +40,7 @@ role is refused on the lead, or the tool says it is not available).
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -66,6 +68,7 @@ from ..runtime.budgets import Spend
 from ..runtime.teammate import Assignment, Teammate, TeamServices
 from ..tools import FileTruth, ToolContext
 from ..tools.coordination import agent_registry
+from . import ray_reaper
 from .ray_remote import (
     AttemptSpec,
     Workspace,
@@ -283,6 +286,12 @@ class RemoteTeammate:
         self.mate = Teammate(spec.name, spec.role, self.model, None, ctx=ctx, services=services)
         self.mate.start()
         self.node = node_id()
+        # its scratch goes with this actor's process, whatever ends it (ray_reaper.py)
+        folder = ray_reaper.registry(scratch_root(0))
+        ray_reaper.ensure_watcher(folder)
+        pid = os.getpid()
+        self.registered = ray_reaper.register(folder, ray_reaper.Entry(
+            "mate", spec.name, 0, 0, spec.name, 0, 0, pid, ray_reaper.start_time(pid) or 0, str(self.scratch), ""))
 
     def ready(self) -> str:
         """The node this teammate runs on."""
@@ -290,11 +299,12 @@ class RemoteTeammate:
 
     def run(self, spec: AttemptSpec, task: Task, ws: Workspace) -> AgentAttemptResult:
         t0 = time.monotonic()
-        scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=scratch_root(len(ws.data))))
+        # inside the teammate's own scratch: whatever ends this actor, the reaper removes both (ray_reaper.py)
+        scratch = Path(tempfile.mkdtemp(prefix=f"team-t{spec.task_id}e{spec.epoch}-", dir=self.scratch))
         try:
             try:
                 top = unpack(ws, scratch)
-                base = head_commit(top) if ws.kind == "bundle" else ""
+                base = head_commit(top) if ws.is_git else ""
                 cwd = (top / spec.rel_cwd).resolve()
                 cwd.mkdir(parents=True, exist_ok=True)
             except (OSError, tarfile.TarError, subprocess.CalledProcessError) as e:
@@ -316,7 +326,7 @@ class RemoteTeammate:
             r = box[0]
             out = self._result(spec, r, t0)
             if r.status == "completed":
-                if ws.kind == "archive":
+                if not ws.is_git:
                     out.outputs = outputs_tar(cwd, spec.outputs)
                 else:
                     out.bundle = commits_bundle(top, base, spec)
@@ -353,3 +363,4 @@ class RemoteTeammate:
             return self.private()
         finally:
             shutil.rmtree(self.scratch, ignore_errors=True)
+            self.registered.unlink(missing_ok=True)

@@ -94,7 +94,7 @@ def reconcile(store: TaskStore, tasks: list[Task], wt: Worktrees | None, *, redo
                         f"yourself (`git revert`), or start over with `{rerun} --fresh`")
     if why:
         todo = downstream(tasks, why)
-        _refuse_unsafe(wt, tasks, todo, rerun)
+        refuse_unsafe(wt, tasks, todo, rerun)
         for tid, text in sorted(why.items()):
             extra = [by_id[i] for i in downstream(tasks, [tid]) if i != tid and i not in why]
             if text:
@@ -144,15 +144,17 @@ def _take_out(store: TaskStore, tasks: list[Task], wt: Worktrees, todo: list[int
         if t.isolation != "worktree":
             continue
         gone = wt.discard(slug(t))
-        if gone is not None and gone.commits:
+        if gone is not None and (gone.commits or gone.failed):
+            what = (f"{plural(gone.unmerged, 'commit')} not merged" if gone.commits
+                    else f"{plural(gone.failed, 'commit')} of a failed attempt")
             out.notes.append(f"dropped the kept branch {gone.branch} of {_label(t)} at {gone.tip[:10]} "
-                             f"({plural(gone.unmerged, 'commit')} not merged; `git branch {gone.branch} {gone.tip}` "
-                             f"brings it back)")
+                             f"({what}; `git branch {gone.branch} {gone.tip}` brings it back)")
     return todo
 
 
-def _refuse_unsafe(wt: Worktrees | None, tasks: list[Task], todo: list[int], rerun: str) -> None:
-    """Refuse a redo, before anything changed, when it would lose kept work or bring a dropped merge back."""
+def refuse_unsafe(wt: Worktrees | None, tasks: list[Task], todo: list[int], rerun: str) -> None:
+    """Refuse a redo of ``todo`` (ids of ``tasks``), before anything changed, when it would lose kept work or
+    bring a dropped merge back. Also called by materialise before a changed ``needs:`` flags anything."""
     if wt is None:
         return
     by_id = {t.id: t for t in tasks}
@@ -210,7 +212,7 @@ def request_redo(store: TaskStore, tasks: list[Task], wt: Worktrees | None, redo
                         f"yourself (`git revert`), or start over with `{rerun} --fresh`")
     todo = downstream(tasks, [t.id for t in asked])
     by_id = {t.id: t for t in tasks}
-    _refuse_unsafe(wt, tasks, todo, rerun)
+    refuse_unsafe(wt, tasks, todo, rerun)
     store.reopen(todo, actor=owner, reason="--redo " + ", ".join(slug(t) for t in asked), redo=True)
     extra = [by_id[i] for i in todo if i not in {t.id for t in asked}]
     notes.append(f"--redo: running {_names(asked)} again" + (f", and what needs it: {_names(extra)}" if extra else "")
@@ -227,7 +229,9 @@ def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> dict[int, s
     task again, or the task fails for uncommitted work there), for the tasks of ``tasks`` (as the
     store has them before ``materialise``: the note says what they were) that are to run. One note a
     task: the caller keeps ``materialise`` quiet about them. Counted is the task's own work: the
-    commits integration lacks, not the integration commits a resolution merged into the branch."""
+    commits integration lacks, not the integration commits a resolution merged into the branch.
+    The commits a failed attempt made itself are not merged: the task runs again, and the note
+    says how to keep a copy of them."""
     notes = {}
     branches = set(wt.task_branches())  # one listing of the plan's branches, not a lookup per task
     for t in tasks:
@@ -235,9 +239,14 @@ def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> dict[int, s
                 or slug(t) not in branches):
             continue
         kept = wt.kept(slug(t))
-        if kept is None or not kept.commits:
+        if kept is None or not (kept.commits or kept.failed):
             continue
         was = f"{_label(t)} {WAS.get(t.status, 'is to run')}"
+        if not kept.commits:
+            notes[t.id] = (f"{was}: running it again; the {plural(kept.failed, 'commit')} its failed attempt left on "
+                           f"{kept.branch} ({kept.tip[:10]}) {'is' if kept.failed == 1 else 'are'} not merged "
+                           f"(`git branch {slug(t)}-failed {kept.tip[:10]}` keeps a copy)")
+            continue
         if kept.dirty:
             notes[t.id] = (f"{was}: its branch {kept.branch} holds {plural(kept.unmerged, 'commit')} not on "
                            f"{wt.integration} and uncommitted work in {wt.path(slug(t))}: the task fails until you "

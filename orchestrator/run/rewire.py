@@ -28,8 +28,13 @@ the changed plan allows, that is when every need T has *now* was kept:
 
 A task that runs again takes everything that needs it (in the changed plan)
 along: ``reconcile`` takes their merges out of the integration branch and
-runs them, as for ``--redo``. Order, for crash safety (materialise.py's
-``prepare``): the tasks to run again are flagged first (``redo``, one store
+runs them, as for ``--redo``. A redo ``reconcile`` would refuse (it would drop
+uncommitted work kept in a worktree of one of them, or bring a merge taken
+out back through another task's kept branch) is refused before anything is
+written (``again`` names the tasks; materialise.py asks the caller's
+``refuse``), so "nothing was changed" holds and putting the needs back undoes
+the change. Order, for crash safety (materialise.py's ``prepare``): the tasks
+to run again are flagged first (``redo``, one store
 write), then the edges change; a kill in between finds the flags, and the
 edges still to change, on the next run, which decides the same (the
 decision reads what happened, never the edges).
@@ -40,7 +45,7 @@ decision reads what happened, never the edges).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +53,7 @@ from ..core.errors import UserError
 from ..core.models import Status, Task
 from ..core.text import plural
 from ..git.worktrees import Worktrees
+from ..plan.model import PlanTask
 from ..tasks.graph import reach
 
 
@@ -184,6 +190,24 @@ def decide(changes: list[Change], tasks: dict[str, Task], witness: Witness, reru
             because = "; ".join(kept) if kept else "taking a need away never invalidates work done after it"
             out.notes.append(f"{head}; its completed work stays valid ({because}): not running it again")
     return out
+
+
+def again(decision: Decision, plan: Iterable[PlanTask], tasks: Mapping[str, Task]) -> list[int]:
+    """The ids of the tasks that exist (``tasks``, by plan id) and run again after ``decision``: those it
+    flags, those flagged already, and what needs one of them in the changed ``plan``, by plan id (a task
+    new to the plan has no id yet, but may lead to one that exists)."""
+    kids: dict[str, list[str]] = {}
+    for p in plan:
+        for n in p.needs:
+            kids.setdefault(n, []).append(p.id)
+    seen: set[str] = set()
+    stack = [k for k, t in tasks.items() if t.id in decision.redo or t.redo]
+    while stack:
+        k = stack.pop()
+        if k not in seen:
+            seen.add(k)
+            stack.extend(kids.get(k, []))
+    return sorted(tasks[k].id for k in seen if k in tasks)
 
 
 def downstream_in_plan(roots: Iterable[int], needs: dict[int, list[int]]) -> list[int]:

@@ -51,7 +51,9 @@ any hook, one ``HookDispatcher`` serves the run: the store tells it about
 created, claimed and failed tasks (``TaskStore.observer``), the teammates
 ask it before a completion or going idle, shell completions pass it first
 (hooked.py), and ``run_finished`` is its last event, after the executors
-closed. Budgets: one ``Spend`` (runtime/budgets.py) with the plan's
+closed; once the work is done the runner calls the executors' ``settlers`` (the agent executor's
+waits for teammates answering a ``teammate_idle`` veto; hooks still refusing make the run
+incomplete). Budgets: one ``Spend`` (runtime/budgets.py) with the plan's
 ``budget:`` and the ``team:`` members' own, writing every model call to the
 ledger of spend (llm/ledger.py) under this run's id (``RunResult.run_id``);
 ``RunResult.spend`` holds each teammate's spend in this run, read back from
@@ -102,7 +104,7 @@ from .isolation import Isolation, warmed_pool
 from .keptwork import refuse_unsaved
 from .land import remember_plan_file
 from .materialise import materialise, prepare, remove_record, tasks_of
-from .reconcile import kept_work_notes, reconcile, request_redo
+from .reconcile import kept_work_notes, reconcile, refuse_unsafe, request_redo
 from .scheduler import Emit, RunOptions, RunResult, Scheduler
 from .shell import ShellExecutor
 from .standing import missing_merges
@@ -171,10 +173,15 @@ def _run(lp: LoadedPlan, root: Path, workers: int | None, keep_going: bool, fres
     # Only agents' shell commands run in the sandbox: a shell-only plan neither probes nor shows it.
     info = {"sandbox": sandbox.state()} if agents else {}
     if backend.name == "ray":  # `team status` says where the lead runs its tasks
-        info["backend"] = f"ray ({backend.address or 'embedded, 127.0.0.1'})"
+        info["backend"] = f"ray ({backend.address or os.environ.get('RAY_ADDRESS') or 'embedded, 127.0.0.1'})"
     with LeadLock(root, plan=lp.plan.name, plan_file=str(lp.path.absolute()), **info):
         if agents and (said := sandbox.note()) is not None:
             note(said)
+        if lp.plan.command_members():  # a budget that does not see the agent CLIs' spend
+            from .teammodels import spend_warnings
+
+            for text in spend_warnings(lp):
+                note(text)
         store = TaskStore(root)
         cwd = lp.plan.defaults.cwd
         workspace = (lp.base / cwd).resolve() if cwd else lp.base
@@ -254,8 +261,10 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                                rerun) if wt is not None else {}
         # with worktree isolation every task exists before reconcile; else the run starts with the first chunk
         witness = rewire.ByTime() if wt is None else rewire.ByHistory(wt)  # what completed work saw (changed needs)
-        prep = (prepare if wt is None else materialise)(store, lp, note=note, quiet=kept, witness=witness,
-                                                        rerun=rerun)
+        before = tasks_of(store, lp.plan.name)  # a redo changed needs make is refused as reconcile would
+        prep = (prepare if wt is None else materialise)(
+            store, lp, note=note, quiet=kept, witness=witness, rerun=rerun,
+            refuse=lambda todo: refuse_unsafe(wt, before, todo, rerun))  # (before anything is written)
         agreed = reconcile(store, prep.tasks, wt, redo=[*asked.ids, *prep.redo], rerun=rerun)
         for text in agreed.notes:
             note(text)
@@ -270,7 +279,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                     note(text)
             iso = Isolation(wt, rerun=rerun, emit=emit, pool=pool)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
-        opts = RunOptions(workers=workers or lp.plan.workers, keep_going=keep_going,
+        opts = RunOptions(workers=workers or default_workers(lp, ctx, note), keep_going=keep_going,
                           retry_delay=prep.retry_delay)
         stop.check()
         rooted: dict[str, Executor] = {kind: Rooted(ex, root) for kind, ex in execs.items()}  # stored cwds made absolute
@@ -278,6 +287,10 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
         result = scheduler.run()
+        if stop.signum is None and stop.error is None:  # the work is done: what must still happen in the run
+            refused = [line for settle in ctx.settlers for line in settle()]
+            if refused:
+                result.incomplete = "; ".join(refused)
         if iso is not None and wt is not None:
             iso.close()
             result.warnings = iso.warn_junk(lambda slug: _task_id(store, f"{lp.plan.name}.{slug}"))
@@ -307,6 +320,15 @@ def _task_id(store: TaskStore, name: str) -> int | None:
         return store.resolve(name)
     except UnknownRef:
         return None
+
+
+def default_workers(lp: LoadedPlan, ctx: ExecutorContext, note: Callable[[str], None]) -> int:
+    """The plan's ``workers``; on a cluster, when the plan does not set it, the cluster's CPU slots (said)."""
+    if "workers" in lp.plan.model_fields_set or not ctx.slots:
+        return lp.plan.workers
+    note(f"backend ray: workers {ctx.slots}, the cluster's CPU slots (the plan sets no `workers:`; it or "
+         f"--workers sets how many tasks run at once)")
+    return ctx.slots
 
 
 def ask_timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
@@ -433,8 +455,10 @@ def start_fresh(store: TaskStore, lp: LoadedPlan, wt: Worktrees | None, *, fresh
     if wt is not None:
         for task in wt.task_branches():
             kept = wt.kept(task)
-            if kept is not None and kept.commits:
-                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({plural(kept.unmerged, 'commit')} not merged; "
+            if kept is not None and (kept.commits or kept.failed):
+                what = (f"{plural(kept.unmerged, 'commit')} not merged" if kept.commits
+                        else f"{plural(kept.failed, 'commit')} of a failed attempt")
+                note(f"--fresh: dropping {kept.branch} at {kept.tip[:10]} ({what}; "
                      f"`git branch {kept.branch} {kept.tip}` brings it back)")
         wt.reset()
     existing = tasks_of(store, lp.plan.name)

@@ -46,6 +46,14 @@ everything downstream ("needs #4 (build), which failed"); without
 nothing runs, nothing is ready or delayed and work is left, the run reports
 a deadlock (naming what each leftover task waits on) instead of waiting.
 
+A task changed by another process while its attempt ran (``team task update
+--status cancelled``) makes the store refuse the run's record of the end (a
+retry's ``release``, or the batch's completion or failure): a cancelled one is
+cancelled in the run too, with what needs it (dependents its completion had
+unlocked wait again first); a claim taken over is a stale completion
+(``_refused``). A pick the store refuses to claim leaves its slot free: the
+loop fills it from ``ready`` at once rather than ending the run.
+
 Leases: a heartbeat thread renews the running tasks' leases
 (``renew_many``, every ``lease``/3 seconds: one batch queued for the group
 commit like the loop's own, so it does not stall the loop while its files
@@ -171,7 +179,7 @@ class RunResult:
     stopped: str | None = None  # why new starts stopped (fail-fast)
     deadlock: str | None = None
     worktrees: dict[str, Any] | None = None  # isolation: where the result is (worktree.Summary as a dict)
-    incomplete: str | None = None  # isolation: the result branch lacks work the store says is done
+    incomplete: str | None = None  # the result branch lacks work the store says is done; a hook's last word was no
     warnings: list[dict[str, Any]] = field(default_factory=list)  # isolation: tasks that committed build junk
     spend: list[dict[str, Any]] = field(default_factory=list)  # per teammate: usage and budget (runner.spend_rows)
     run_id: str = ""  # this run's id in the ledger of spend (llm/ledger.py): its summary counts its lines
@@ -326,10 +334,13 @@ class Scheduler:
             if self.feed is not None and not self._fed:  # after the first starts: they need no more tasks
                 self._fed = True
                 self.feed.start(lambda tasks, last: self.events.put(Arrival(tasks, last)), self.stop.fail)
-            if not self.running and (self.stopped or not self.delayed) and not self.feeding:
+            free = len(self.running) < self.opts.workers and not self.stopped
+            if not self.running and not (free and (self.delayed or self.ready)) and not self.feeding:
                 break
             timeout = WAIT_MAX
-            if self.delayed and not self.stopped:
+            if free and self.ready:  # a pick was unclaimable (or its slot given back, ``_refused``): fill it
+                timeout = 0
+            elif self.delayed and not self.stopped:
                 timeout = min(WAIT_MAX, max(0.0, self.delayed[0][0] - self.clock()))
             try:
                 batch: list[Outcome | Arrival] = [self.events.get(timeout=timeout)]
@@ -391,10 +402,14 @@ class Scheduler:
             node: dict[str, Any] = {"node": out.node} if out.node else {}
             if n <= task.retries and not self.stopped:
                 delay = min(self.opts.retry_delay.get(out.task_id, 1.0) * 2.0 ** min(n - 1, 30), MAX_RETRY_DELAY)
-                released = self.store.release(out.task_id, out.epoch,
-                                              reason=f"attempt {task.attempts} {reason}; retrying",
-                                              actor=self.opts.owner, failures=n, log=out.log,
-                                              **self._usage(task, out), **(out.fields or {}), **node)
+                try:
+                    released = self.store.release(out.task_id, out.epoch,
+                                                  reason=f"attempt {task.attempts} {reason}; retrying",
+                                                  actor=self.opts.owner, failures=n, log=out.log,
+                                                  **self._usage(task, out), **(out.fields or {}), **node)
+                except ConflictError:  # changed by another process while it ran
+                    self._refused(out.task_id, out.epoch, reason)
+                    continue
                 self.tasks[out.task_id] = released
                 heapq.heappush(self.delayed, (now + delay, out.task_id))
                 run.status = "retrying"
@@ -474,11 +489,11 @@ class Scheduler:
         written, claimed = self.store.commit(finals, picked, self.opts.owner, lease=self.opts.lease,
                                              actor=self.opts.owner, on_logged=start_early)
         done = {t.id: t for t in written}
+        refused: list[tuple[int, int, str]] = []
         for tid, epoch, status, fields in finals:
             run = self.runs[tid]
             if tid not in done:
-                run.status, run.error = "lost", f"completion refused: epoch {epoch} is stale"
-                self.emit({"event": "stale", "task": tid, "epoch": epoch})
+                refused.append((tid, epoch, fields.get("error") or status))
                 continue
             del self.tasks[tid]  # finished: the store has it
             run.status = status
@@ -495,6 +510,8 @@ class Scheduler:
         for tid in picked:
             if tid not in won:
                 self.unclaimable[tid] = self._why_unclaimable(tid)
+        for tid, epoch, ended in refused:  # after unclaimable: a dependent it unlocked may be there
+            self._refused(tid, epoch, ended)
         for task in claimed:
             if task.id not in early:
                 self._start(task)
@@ -511,6 +528,43 @@ class Scheduler:
         run.status, run.attempts = "running", task.attempts
         executor = self.executors[task.kind]
         (executor.start_now if inline else executor.start)(task, task.epoch, self.events.put)
+
+    def _refused(self, tid: int, epoch: int, ended: str) -> None:
+        """The store refused this run's record of how an attempt of ``tid`` ended (``ended``): the task
+        changed while the attempt ran. Cancelled by another process (`team task update --status
+        cancelled`): it is cancelled in this run too, saying so, with what needs it. Otherwise (its claim
+        taken over): a stale completion, the task "lost" to this run."""
+        run = self.runs[tid]
+        try:
+            now: Task | None = self.store.read(tid)
+        except (UnknownRef, CorruptFile):
+            now = None
+        if now is None or now.status != Status.cancelled:
+            run.status, run.error = "lost", f"completion refused: epoch {epoch} is stale"
+            self.emit({"event": "stale", "task": tid, "epoch": epoch})
+            return
+        self.tasks.pop(tid, None)
+        if self.stopped and self.stopped.startswith(f"#{tid} "):
+            self.stopped = None  # its failure, not said yet ("stopping"), was no failure of the plan's
+        reason = (f"cancelled by another process while attempt {run.attempts} ran; its end ({ended}) was not "
+                  f"recorded")
+        run.status, run.error = "cancelled", reason
+        self.emit({"event": "cancelled", "task": tid, "name": run.name, "reason": reason})
+        self._wait_again(tid)
+        self._cancel_downstream(tid, "was cancelled")
+
+    def _wait_again(self, tid: int) -> None:
+        """Dependents a completion of ``tid`` unlocked (``_handle``) before the store refused it wait on it
+        again: out of ``ready`` (or ``unclaimable``, when picked in the same batch), back in ``waiting``."""
+        deps = set(self.dependents.get(tid, ()))
+        unlocked = {e[2] for e in self.ready if e[2] in deps} | {d for d in deps if d in self.unclaimable}
+        if not unlocked:
+            return
+        self.ready = [e for e in self.ready if e[2] not in unlocked]
+        heapq.heapify(self.ready)
+        for d in unlocked:
+            self.unclaimable.pop(d, None)
+            self.waiting.setdefault(d, set()).add(tid)
 
     def _why_unclaimable(self, tid: int) -> str:
         try:

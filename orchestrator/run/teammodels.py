@@ -17,7 +17,8 @@ role's (llm/endpoints.py); its budget is its ``team:`` entry's, else its role's,
   (``mcp_problems``; a role's server is checked when it is connected: mcpclient/hub.py).
 
 ``team plan check`` and ``team run`` (``runner.preflight``) both ask, so a refused run leaves
-nothing behind (exit 2). A role that cannot be read is left to the run, which fails the task that
+nothing behind (exit 2). ``spend_warnings`` is what they say, without refusing: the plan's
+``budget:`` does not see what its agent CLIs (``kind: command``) spend. A role that cannot be read is left to the run, which fails the task that
 needs it naming the known roles, as before. A teammate started later (``team spawn`` during the
 run) is checked by the runtime when it spawns it (runtime.py).
 """
@@ -103,6 +104,21 @@ def model_problems(lp: LoadedPlan, env: Mapping[str, str] | None = None) -> list
             out.append(f"{where(lp, ('budget',))}: the plan's dollar budget covers every teammate, and "
                        f"{unpriced(c.name, model)} (line {where(lp, c.loc).removeprefix(f'{lp.path}:')})")
     return out
+
+
+def spend_warnings(lp: LoadedPlan) -> list[str]:
+    """A plan ``budget:`` with ``kind: command`` members: an agent CLI calls its own model with its own key,
+    which reaches no ledger of ours (llm/ledger.py), so the budget counts only the LLM teammates' calls.
+    A warning, not a refusal (the CLI may cap itself); ``team plan check``, ``--dry-run`` and ``team run``
+    say it once."""
+    clis = [m.name for m in lp.plan.command_members()]
+    if lp.plan.budget is None or not clis:
+        return []
+    who = f"{clis[0]} is an agent CLI" if len(clis) == 1 else f"{', '.join(clis)} are agent CLIs"
+    return [f"warning: {where(lp, ('budget',))}: {who} (kind: command), calling {'its' if len(clis) == 1 else 'their'} "
+            f"own model with {'its' if len(clis) == 1 else 'their'} own key: team does not see that spend, so the "
+            f"plan's budget counts only the LLM teammates' calls; cap {'it' if len(clis) == 1 else 'them'} in the "
+            f"CLI's own settings"]
 
 
 def mcp_problems(lp: LoadedPlan, env: Mapping[str, str] | None = None) -> list[str]:

@@ -55,6 +55,7 @@ def spawn(root: Path, name: str, role: str = "coder", prompt: str | None = None,
     check_name(name)
     if name == LEAD:
         raise InvalidName("'lead' is the lead's own name; pick another teammate name")
+    Team(root).check_startable(name)  # an MCP client (kind external) is a member no lead starts
     if lead_info(root) is not None:
         reply = request(root, "spawn", {"name": name, "role": role, "prompt": prompt, "plan_mode": plan_mode},
                         timeout=timeout)

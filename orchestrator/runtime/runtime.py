@@ -107,7 +107,7 @@ from .autoclaim import AutoClaimer
 from .budgets import Spend
 from .claims import ClaimLedger
 from .subagents import SubagentRunner
-from .teammate import Assignment, Done, Teammate, TeamServices
+from .teammate import MAX_IDLE_VETOES, Assignment, Done, Teammate, TeamServices
 
 log = logging.getLogger("orchestrator.teammates")
 
@@ -232,6 +232,7 @@ class TeamRuntime:
         if name == LEAD:
             raise UserError("'lead' is the lead's own name; pick another teammate name")
         with self._lock:
+            self.team.check_startable(name)  # an MCP client on the roster is never started as a teammate
             mate = self.mates.get(name)
             if mate is not None and mate.alive:
                 if mate.role.name != role:
@@ -444,6 +445,17 @@ class TeamRuntime:
             for mate in self._live():
                 self.team.heartbeat(mate.name)
             self.claims.renew()
+
+    def settle(self, stopped: Callable[[], bool], slice: float = 0.1) -> list[str]:
+        """The work is done (``team run``'s last task ended): wait until every live teammate has
+        passed its ``teammate_idle`` hooks, working on what a veto asked for (teammate.py), or
+        ``stopped()`` says to give up (a signal). What is left refused, one line per teammate."""
+        for mate in self._live():
+            while not mate.settle(slice):
+                if stopped():
+                    return []
+        return [f"{m.name}'s teammate_idle hooks refused to let it go idle {MAX_IDLE_VETOES} times in a row: "
+                f"{m.idle_refused}" for m in self._live() if m.idle_refused]
 
     def close(self, timeout: float = 10.0) -> list[Task]:
         """Stop every teammate (running attempts end as interrupted) and the services.

@@ -54,8 +54,11 @@ own conversation and transcript::
   hands the hook's stderr to the agent as a message (``hook_feedback``) and
   the same attempt goes on, so nothing was recorded and the agent finishes on
   a later try. About to go idle, ``teammate_idle`` hooks decide the same way
-  (between tasks at most ``MAX_IDLE_VETOES`` in a row). ``teammate_stopped``
-  is fired when the thread ends.
+  (between tasks at most ``MAX_IDLE_VETOES`` in a row; hooks still refusing
+  then are kept as ``idle_refused``). Until a teammate that finished an
+  attempt has passed those hooks it is not *settled* (``settle``): the end of
+  a run waits for that, so a veto of the run's last task is worked on, not
+  dropped. ``teammate_stopped`` is fired when the thread ends.
 * Budgets (``TeamServices.spend``, budgets.py): the agent loop asks
   ``_limit`` before each model call; a reached cap ends the attempt as failed
   with "budget reached: ...", or with ``--ask`` first asks the lead
@@ -230,6 +233,11 @@ class Teammate:
         self._stop = threading.Event()
         self.stop_reason: str | None = None
         """Why the teammate was halted, if someone said (``team shutdown --force``)."""
+        self._settled = threading.Event()
+        self._settled.set()
+        self.idle_refused: str | None = None
+        """The feedback of ``teammate_idle`` hooks that vetoed ``MAX_IDLE_VETOES`` times in a row the
+        last time this teammate went idle (None: they consented)."""
         ctx.mode = "plan" if plan_mode else "normal"
         tools = list(dict.fromkeys([*role.tools, *HARNESS_TOOLS, *(["submit_plan"] if plan_mode else [])]))
         self.agent = Agent(
@@ -282,6 +290,11 @@ class Teammate:
         with self._lock:
             if self._current is not None and self._current.task.id == task_id:
                 self.agent.cancelled.set()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until the teammate has passed its ``teammate_idle`` hooks
+        after its last attempt (the run's end waits for it: runtime.py ``settle``); True when it has."""
+        return self._settled.wait(timeout) or not self.alive
 
     def halt(self, reason: str | None = None) -> None:
         """Stop the thread soon: a running attempt ends as interrupted (with ``reason``, when
@@ -397,6 +410,7 @@ class Teammate:
             why = f"crashed: {type(e).__name__}: {e}"
             self._fail_all(f"teammate {self.name} crashed: {type(e).__name__}: {e}")
         finally:
+            self._settled.set()
             self._set(status="shutdown", task=None)
             self.services.hooks.fire("teammate_stopped", teammate=self.name, reason=why,
                                      usage=self.services.spend.used(self.name).model_dump())
@@ -404,16 +418,23 @@ class Teammate:
     def _idle_hook(self, task: Task | None = None) -> None:
         """About to go idle: a ``teammate_idle`` hook that exits 2 keeps it working with the hook's
         stderr as a message, up to ``MAX_IDLE_VETOES`` times in a row."""
-        for _ in range(MAX_IDLE_VETOES):
-            if self.stopping or not self._idle():  # more work queued: not idle
+        try:
+            for _ in range(MAX_IDLE_VETOES):
+                if self.stopping or not self._idle():  # more work queued: not idle
+                    return
+                verdict = self.services.hooks.decide("teammate_idle", teammate=self.name, task=task)
+                if not verdict.vetoed:
+                    self.idle_refused = None
+                    return
+                self._set(status="working")
+                self._turn(self.agent.run(hook_feedback("teammate_idle", verdict.feedback)))
+            if self.stopping:  # the last veto's turn was cut short: nothing was refused
                 return
-            verdict = self.services.hooks.decide("teammate_idle", teammate=self.name, task=task)
-            if not verdict.vetoed:
-                return
-            self._set(status="working")
-            self._turn(self.agent.run(hook_feedback("teammate_idle", verdict.feedback)))
-        log.warning("teammate %s: teammate_idle hooks vetoed %d times in a row; going idle", self.name,
-                    MAX_IDLE_VETOES)
+            self.idle_refused = verdict.feedback.strip()
+            log.warning("teammate %s: teammate_idle hooks vetoed %d times in a row; going idle", self.name,
+                        MAX_IDLE_VETOES)
+        finally:
+            self._settled.set()
 
     def _next_work(self) -> Assignment | list[Notification] | None:
         """Idle between runs: block until an attempt (queued or claimed), job notes, or unread
@@ -525,6 +546,8 @@ class Teammate:
             self.ctx.cwd = home_cwd
         agent.cancelled.clear()
         agent.last_task = {"task": task.id, "epoch": a.epoch}
+        if self.services.hooks.wants("teammate_idle"):
+            self._settled.clear()  # before the scheduler hears of it: the run's end waits for the idle hooks
         a.done(result)
 
     def _fail_all(self, error: str) -> None:

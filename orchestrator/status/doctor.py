@@ -238,9 +238,10 @@ def check_dead_owners(ctx: DoctorContext) -> list[Finding]:
     if not held or lead_info(ctx.root) is not None:
         return []  # a lead runs: its tasks are its own business
     roster = Team(ctx.root)
-    # teammates that ran as threads of a lead (the runtime records their pid), and whether they live
-    alive = {s.name: s.liveness in ("working", "idle") for s in roster.states() if s.pid is not None} \
-        if roster.config.exists() else {}
+    # teammates that ran as threads of a lead (the runtime records their pid), and whether they live;
+    # an MCP client's claim (kind external) is a person's: it stays while the client is offline
+    alive = {s.name: s.liveness in ("working", "idle") for s in roster.states()
+             if s.pid is not None and s.kind == "llm"} if roster.config.exists() else {}
     out = []
     for t in held:
         if t.owner != LEAD and alive.get(t.owner, True):
@@ -355,11 +356,11 @@ def check_orphan_worktrees(ctx: DoctorContext) -> list[Finding]:
     from ..git.agentwt import GROUP, AgentWorktrees
     from ..git.orphans import find_orphans
     from ..git.worktrees import Worktrees
+    from ..run.keptwork import comes_back
 
     out = []
     for plan_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-        live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task
-                and t.status in (Status.pending, Status.in_progress, Status.failed)}
+        live = {t.plan_task for t in ctx.tasks if t.plan == plan_dir.name and t.plan_task and comes_back(t)}
         if plan_dir.name == GROUP:  # the agents' worktrees: the live ones of their index
             try:
                 live = {e.name for e in AgentWorktrees(ctx.root).entries() if e.live}

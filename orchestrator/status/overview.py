@@ -111,17 +111,20 @@ def member_lines(data: dict[str, Any]) -> list[str]:
         return ["members: none (add one with `team spawn NAME --role ROLE`)"]
     lines = ["members:"]
     width = max(len(m["name"]) for m in data["members"])
-    for m in data["members"]:
+    models = [shown(m.get("model") or "-") for m in data["members"]]
+    model_width = max(len(x) for x in models)
+    for m, model in zip(data["members"], models, strict=True):
         bits = [f"heartbeat {age(m.get('heartbeat_age'))} ago" if "heartbeat_age" in m
-                else "not started yet" if m["liveness"] == "waiting" else "no heartbeat"]
+                else "not started yet" if m["liveness"] == "waiting"
+                else "never connected" if m["liveness"] == "offline" else "no heartbeat"]
         if m.get("task"):
             bits.append(f"task #{m['task']}")
         if m["unread"]:
             bits.append(f"{m['unread']} unread")
-        if m["reason"] and m["liveness"] in ("dead", "waiting"):
+        if m["reason"] and m["liveness"] in ("dead", "waiting", "offline"):
             bits.append(shown(m["reason"]))
         lines.append(f"  {m['name']:<{width}}  {shown(m['role']):<10} {m['liveness']:<9} "
-                     f"{' · '.join(dict.fromkeys(bits))}")
+                     f"{m.get('kind', 'llm'):<8} {model:<{model_width}}  {' · '.join(dict.fromkeys(bits))}")
     return lines
 
 

@@ -91,8 +91,10 @@ def _why(t: Task, wt: Worktrees, standing: Standing) -> str:
     if standing.state(t) == "missing":
         return standing.missing_note(t)
     kept = wt.kept(_slug(t)) if t.isolation == "worktree" else None
-    if kept is not None and (kept.commits or kept.dirty):
-        what = f"{plural(kept.unmerged, 'commit')} not merged" + (", uncommitted changes" if kept.dirty else "")
+    if kept is not None and (kept.commits or kept.failed or kept.dirty):
+        what = (f"{plural(kept.unmerged, 'commit')} not merged" if not kept.failed else
+                f"{plural(kept.failed, 'commit')} of a failed attempt, not merged")
+        what += ", uncommitted changes" if kept.dirty else ""
         first = (t.error or "").splitlines()[0] if t.error else ""
         return f"branch {kept.branch}: {what}" + (f" ({first})" if first else "")
     if t.status == Status.completed:

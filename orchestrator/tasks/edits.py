@@ -23,7 +23,8 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..core.errors import ConflictError, CycleError, InvalidName, UnknownRef, UserError
@@ -51,6 +52,22 @@ def _check_subject(subject: object) -> None:
                         "remove them")
 
 
+MAX_ESTIMATE = 30 * 86_400.0
+"""The largest ``estimate`` (seconds) a task may have: 30 days, the bound a plan's ``estimate`` has."""
+
+
+def check_estimate(value: object) -> None:
+    """An estimate is a number of seconds above 0 and at most ``MAX_ESTIMATE`` (None: none);
+    anything else (negative, zero, NaN, infinite, 1e300) would weigh the critical path with
+    nonsense, so it is refused naming the bound."""
+    if value is None:
+        return
+    if (not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+            or not 0 < value <= MAX_ESTIMATE):
+        raise UserError(f"invalid estimate {value!r}: give the expected seconds, a number above 0 and at most "
+                        f"{MAX_ESTIMATE:,.0f} (30 days)")
+
+
 def _latest_names(entries: list[dict[str, Any]]) -> dict[str, int]:
     """name -> id of the last index entry naming it (what ``name_lookup`` finds first)."""
     out: dict[str, int] = {}
@@ -69,7 +86,7 @@ class TaskEdits:
 
     # ------------------------------------------------------------------ create
     @staticmethod
-    def _check_owner(owner: str | None) -> None:
+    def check_owner(owner: str | None) -> None:
         if owner and not NAME_RE.match(owner):
             raise InvalidName(
                 f"invalid owner {owner!r}: use a member name (letters, digits, '.', '_' or '-'), or '' for none"
@@ -118,6 +135,7 @@ class TaskEdits:
             return []
         for spec in specs:  # before the lock: a refused create leaves nothing behind, not even .tasks/
             _check_subject(spec.get("subject"))
+            check_estimate(spec.get("estimate"))
         with self.files.locked():
             first = self.files.next_id()
             tasks = self._create_locked(specs, [first + i for i in range(len(specs))], actor, {})
@@ -205,7 +223,7 @@ class TaskEdits:
                     deps.append(self.files.resolve(dep))
             name = spec.get("name")
             self._check_name(name, index, taken)
-            self._check_owner(spec.get("owner"))
+            self.check_owner(spec.get("owner"))
             if name is not None:
                 if name in seen_names:
                     raise UserError(f"a task named {name!r} appears twice; names must be unique")
@@ -304,15 +322,22 @@ class TaskEdits:
         add_blocked_by: Iterable[int | str] = (),
         remove_blocked_by: Iterable[int | str] = (),
         actor: str = "cli",
+        guard: Callable[[Task], None] | None = None,
         **fields: Any,
     ) -> Task:
-        """Change a task by hand (or by a tool). Dependency edits are checked."""
+        """Change a task by hand (or by a tool). Dependency edits are checked.
+
+        ``guard``: called with the task as it is under the lock, before anything changes; what it
+        raises refuses the update (``team mcp``'s permissions: nothing is written)."""
         if "subject" in fields:
             _check_subject(fields["subject"])
+        check_estimate(fields.get("estimate"))
         new_status = parse_status(status) if status is not None else None
-        self._check_owner(owner)
+        self.check_owner(owner)
         with self.files.locked_on(ref):
             task = self.files.get(ref)
+            if guard is not None:
+                guard(task)
             before = task.status
             add = [self.files.resolve(r) for r in add_blocked_by]
             remove = {self._resolve_dep_to_remove(task, r) for r in remove_blocked_by}
@@ -357,13 +382,19 @@ class TaskEdits:
             self.files.write([task], records)
             return task
 
+    @staticmethod
+    def is_report(task: Task, status: Status | None, actor: str) -> bool:
+        """Whether ``actor`` setting ``status`` on ``task`` is an agent CLI reporting the end of its own
+        running attempt (kept in ``reported``, decided by the run when its process ends)."""
+        return (status in (Status.completed, Status.failed) and task.status == Status.in_progress
+                and bool(task.cli_member) and actor == task.cli_member and task.owner == actor)
+
     def _reported(self, task: Task, status: Status | None, actor: str) -> dict[str, Any] | None:
         """An agent CLI (``cli_member``) ending its own running attempt: the end is kept in ``reported``
         (returned) instead of set, so the run records it when the agent's process ends, after its work is
         merged (run/command.py); a lead killed meanwhile leaves the attempt to be re-run, never a
         completion without its work. Anyone else's update is applied as usual."""
-        if (status not in (Status.completed, Status.failed) or task.status != Status.in_progress
-                or not task.cli_member or actor != task.cli_member or task.owner != actor):
+        if status is None or not self.is_report(task, status, actor):
             return None
         task.reported = {"status": status.value, "result": task.result, "epoch": task.epoch, "by": actor,
                          "at": round(self.files.clock(), 3)}

@@ -160,10 +160,11 @@ class TaskStore:
 
     def update(self, ref: int | str, *, status: str | Status | None = None, owner: str | None = None,
                add_blocked_by: Iterable[int | str] = (), remove_blocked_by: Iterable[int | str] = (),
-               actor: str = "cli", **fields: Any) -> Task:
-        """Change a task by hand or by a tool; dependency edits are checked (``TaskEdits.update``)."""
+               actor: str = "cli", guard: Callable[[Task], None] | None = None, **fields: Any) -> Task:
+        """Change a task by hand or by a tool; dependency edits are checked (``TaskEdits.update``;
+        ``guard`` sees the task under the lock first and may refuse the change by raising)."""
         return self.edits.update(ref, status=status, owner=owner, add_blocked_by=add_blocked_by,
-                                 remove_blocked_by=remove_blocked_by, actor=actor, **fields)
+                                 remove_blocked_by=remove_blocked_by, actor=actor, guard=guard, **fields)
 
     def reopen(self, ids: Iterable[int], *, actor: str = "cli", reason: str = "", **fields: Any) -> list[Task]:
         """Finished tasks back to pending with a fresh retry budget, in one batch (``TaskEdits.reopen``)."""

@@ -161,3 +161,47 @@ class ControlServer:
             reply = {"ok": False, "error": str(e)}
         if isinstance(req.get("id"), str) and req["id"].isalnum():
             atomic_write(self.p["replies"] / f"{req['id']}.json", dumps(reply), durable=False)
+
+
+SHUTDOWN_MARGIN = 15.0
+"""Seconds ``ask_shutdown`` waits for the lead beyond the handshake's own timeout."""
+
+
+def ask_shutdown(root: Path, name: str, *, reason: str = "", timeout: float = 30.0,
+                 force: bool = False) -> tuple[dict[str, Any], str]:
+    """``team shutdown NAME`` (and the lead's ``shutdown`` over MCP): ask the running lead to run
+    the shutdown handshake with teammate ``name``; the lead's reply and what happened, in words.
+
+    ``UserError`` for ``lead``, a name that is not a teammate, or one not running; the reply's
+    ``approved``/``forced`` say whether it has shut down."""
+    from .roster import LEAD, Team, check_name
+
+    check_name(name, "teammate name")
+    if name == LEAD:
+        raise UserError("'lead' is the lead itself: stop `team run` with Ctrl-C, leave `team chat` with /quit")
+    states = {s.name: s for s in Team(root).states()}
+    state = states.get(name)
+    if state is None or state.kind == "external":
+        known = ", ".join(n for n, s in states.items() if s.kind != "external") or "none"
+        what = f"{name!r} is an {state.kind} member, not a teammate the lead runs" if state is not None \
+            else f"unknown teammate {name!r}"
+        raise UserError(f"{what}; teammates: {known} (see `team status`)")
+    if state.liveness == "shutdown":
+        raise UserError(f"{name} has already shut down; nothing to do")
+    if state.liveness == "dead":
+        raise UserError(f"{name} is not running ({state.reason or 'dead'}); nothing to shut down")
+    reply = request(root, "shutdown", {"name": name, "reason": reason, "timeout": timeout, "force": force},
+                    timeout=timeout + SHUTDOWN_MARGIN)
+    rid, text = reply.get("request_id"), str(reply.get("text") or "")
+    if reply.get("kind") == "command":  # an agent CLI: no handshake, its process is stopped (run/command.py)
+        msg = f"{name} (an agent CLI, kind command) was shut down" + (f": {text}" if text else "")
+    elif reply.get("approved"):
+        msg = f"{name} approved shutdown request {rid}" + (f": {text}" if text else "")
+        msg += "; it has shut down" if reply.get("stopped") else "; it is stopping"
+    elif reply.get("timed_out"):
+        msg = text  # the handshake's own words: who, which request, how long
+    else:
+        msg = f"{name} refused shutdown request {rid}" + (f": {text}" if text else "")
+    if reply.get("forced"):
+        msg += "; stopped anyway (--force): its running task attempt, if any, ended as interrupted"
+    return reply, msg

@@ -24,6 +24,15 @@ frequent beats never contend on ``config.json``. ``liveness`` derives what
                or the heartbeat is older than ``stale_after`` seconds
     working    alive, and the roster status is ``working``
     idle       alive, and the roster status is ``idle``
+    offline    an ``external`` member (an MCP client, ``team mcp --as NAME``) whose
+               ``team mcp`` process is not running: it is still a member and its
+               inbox keeps what is sent to it (not ``dead``: nothing was lost)
+
+Kinds (``Member.kind``): ``llm`` (the default, and every seed entry) is a
+teammate thread the lead starts and runs; ``external`` is an MCP client that
+joined with ``team mcp --as NAME`` (``join_external``). No lead ever starts
+an external member as a teammate (``check_startable``); its ``team mcp``
+process beats its heartbeat while it serves.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ from ..core.paths import team_dir
 
 LEAD = "lead"
 MEMBER_STATUSES = ("working", "idle", "shutdown")
-Liveness = Literal["working", "idle", "waiting", "dead", "shutdown"]
+Liveness = Literal["working", "idle", "waiting", "dead", "shutdown", "offline"]
 
 
 def check_name(name: str, what: str = "member name") -> str:
@@ -67,11 +76,13 @@ class MemberState(BaseModel):
     name: str
     role: str
     status: str = Field(description="Roster status: working|idle|shutdown.")
-    liveness: Liveness = Field(description="working|idle|waiting|dead|shutdown (derived).")
+    liveness: Liveness = Field(description="working|idle|waiting|dead|shutdown|offline (derived).")
     reason: str = Field("", description="Why a member counts as dead (or what a waiting one waits for).")
     pid: int | None = None
     heartbeat_age: float | None = Field(None, description="Seconds since the last heartbeat.")
     task: int | None = None
+    kind: str = Field("llm", description="llm: a teammate the lead runs; external: an MCP client.")
+    model: str | None = Field(None, description="The model an llm teammate talks to (set when a lead starts it).")
 
 
 class Team:
@@ -164,6 +175,34 @@ class Team:
             roster.members.append(member)
             return member
 
+    def join_external(self, name: str, role: str = "coder") -> Member:
+        """Put MCP client ``name`` (``team mcp --as NAME``) on the roster as an ``external`` member,
+        or find it there; ``UserError`` when ``name`` is a teammate the lead runs (kind ``llm``):
+        a client must not read that teammate's inbox or act in its name."""
+        check_name(name)
+        if name == LEAD:
+            raise InvalidName("'lead' is the lead's own inbox, not a member")
+        with self._locked() as roster:
+            for m in roster.members:
+                if m.name == name:
+                    if m.kind == "llm":
+                        raise UserError(f"{name!r} is a teammate the lead runs ({m.role}, kind llm), not an MCP "
+                                        f"client: pick another --as name (e.g. {name}-mcp)")
+                    return m
+            member = Member(name=name, role=role, status="idle", kind="external")
+            roster.members.append(member)
+            return member
+
+    def check_startable(self, name: str) -> None:
+        """``UserError`` when ``name`` is on the roster as a member no lead starts (kind ``external`` or ``command``):
+        a lead spawning it would make a second, LLM ``name`` that reads its inbox."""
+        member = next((m for m in self._cached().members if m.name == name), None)
+        if member is not None and member.kind != "llm":
+            what = (f"an MCP client: `team mcp --as {name}`" if member.kind == "external"
+                    else "an agent CLI a plan's run starts for its tasks")
+            raise UserError(f"{name!r} is an {member.kind} member ({what}); a lead does not start it as a "
+                            f"teammate: message it with `team send {name}`, or pick another name")
+
     def update(self, name: str, **fields: Any) -> Member:
         """Change fields of a member (``status`` must be working|idle|shutdown)."""
         check_name(name)
@@ -229,12 +268,19 @@ class Team:
         """The member's derived liveness (see the module docstring)."""
         now = self.clock() if now is None else now
         beat = self.last_heartbeat(member.name)
+        model = (member.model_extra or {}).get("model")
         state = MemberState(name=member.name, role=member.role, status=member.status,
-                            liveness=member.status, task=member.task)
+                            liveness=member.status, task=member.task, kind=member.kind,
+                            model=model if isinstance(model, str) else None)
         if beat:
             state.pid = beat.get("pid")
             state.heartbeat_age = round(max(0.0, now - float(beat.get("ts", 0))), 1)
         if member.status == "shutdown":
+            return state
+        if member.kind == "external":
+            if not beat or not procs.alive(state.pid, beat.get("pid_start")) or (
+                    state.heartbeat_age is not None and state.heartbeat_age > self.stale_after):
+                state.liveness, state.reason = "offline", f"no `team mcp --as {member.name}` is running"
             return state
         if not beat and enrolled(member):
             state.liveness, state.reason = "waiting", "the next lead starts it"

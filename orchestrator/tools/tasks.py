@@ -34,7 +34,7 @@ from pydantic import Field
 
 from ..core.errors import ConflictError
 from ..core.jsonutil import dumps
-from ..core.models import MAX_TASK_ID, Status, Task
+from ..core.models import MAX_TASK_ID, Status
 from ..tasks import graph
 from ..tasks.render import list_line
 from .base import Args, Call, Refused, ToolError, tool
@@ -57,18 +57,9 @@ def _refuse(call: Call, what: str) -> Refused:
 
 
 def _may_create(call: Call) -> None:
-    a, ctx = call.args, call.ctx
-    if not ctx.permissions.may("create"):
-        raise _refuse(call, "your role may not create tasks")
-    if a.owner not in ("", ctx.agent) and not ctx.permissions.may("assign"):
-        raise _refuse(call, f"only the lead assigns tasks to others: create it without an owner "
-                            f"(or owner {ctx.agent!r}), not for {a.owner!r}")
-
-
-def _whose(task: Task) -> str:
-    if task.owner:
-        return f"owned by {task.owner}"
-    return f"owned by nobody and was created by {task.created_by or 'someone else'}"
+    why = call.ctx.permissions.refuse_create(call.ctx.agent, call.args.owner)
+    if why is not None:
+        raise _refuse(call, why)
 
 
 def _may_update(call: Call) -> None:
@@ -77,15 +68,9 @@ def _may_update(call: Call) -> None:
     if perms.may("update-any") and perms.may("assign"):
         return
     task = ctx.store.read(ctx.store.resolve(a.task))
-    mine = (task.owner == ctx.agent or (not task.owner and task.created_by == ctx.agent)
-            or task.id == ctx.task_id)  # the attempt the agent was given is its own to finish
-    if not perms.may("update-any") and not (mine and perms.may("update-own")):
-        raise _refuse(call, f"task #{task.id} is {_whose(task)}: you may update only tasks you own or created")
-    if a.owner is not None and a.owner != task.owner and not perms.may("assign"):
-        if task.owner not in ("", ctx.agent) or a.owner not in ("", ctx.agent):
-            now = f"from {task.owner} " if task.owner else ""
-            raise _refuse(call, f"only the lead reassigns tasks: task #{task.id} cannot go {now}to "
-                                f"{a.owner or 'nobody'} by your hand")
+    why = perms.refuse_update(ctx.agent, task, a.owner, ctx.task_id)  # the attempt it was given is its own
+    if why is not None:
+        raise _refuse(call, why)
 
 
 @tool("task_create", args=CreateArgs, risk="coordinate", budget=2000, authorize=_may_create)
