@@ -77,9 +77,12 @@ def check(repo: Path, before: dict, ref: str, why: str) -> None:
     assert git(repo, "show", f"{b}:all.txt") == "".join(f"t{i}\n" for i in range(N)), why
     merged = Counter(Worktrees(repo, "pl").merged_tasks())
     assert merged == Counter(f"t{i}" for i in range(N)) + Counter(["last"]), f"{why}: {merged}"
+    tasks = [json.loads(p.read_text()) for p in (repo / ".tasks").glob("task_*.json")]
+    assert sorted(t["status"] for t in tasks) == ["completed"] * (N + 1), why
     events = [json.loads(line) for line in (repo / ".tasks/events.jsonl").read_text().splitlines()]
     done = Counter(e["task"] for e in events if e.get("to") == "completed")
-    assert sorted(done.values()) == [1] * (N + 1), f"{why}: completed {done}"
+    assert max(done.values()) == 1, f"{why}: completed twice: {done}"  # (a kill may fall between a task
+    # file's completion and its event line, as test_crash says of releases: a missing line is no repeat)
     assert git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split() == ["main", b], why
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1, why
     assert sorted(p.name for p in (repo / ".team/worktrees/pl").iterdir()) == [".lock", "base.json"], why
