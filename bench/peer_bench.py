@@ -1,4 +1,5 @@
-"""`team` side by side with ClawTeam (PyPI ``clawteam``), the closest Python peer (issue 13).
+"""`team` side by side with its peers: ClawTeam (PyPI ``clawteam``), the closest Python peer (issue 13),
+and, running a whole DAG, Snakemake (PyPI ``snakemake``) and ``make -j8`` (issue 29).
 
 ClawTeam is installed from PyPI into its own virtualenv under a cache
 directory (``$XDG_CACHE_HOME/team-bench/clawteam-venv``, else
@@ -20,7 +21,26 @@ it). Differences worth knowing when reading the ratios: every write of
 `team` is durable (fsync), ClawTeam's are not; ClawTeam's complete rewrites
 every dependent's file, `team`'s rewrites only the task's own.
 
-Usage: python bench/peer_bench.py [--repeat 5] [--sizes 1000,10000]
+The DAG runs (``--dag-sizes``, default 1,000 and 10,000 tasks): the random
+DAG of scale_bench.py (each task needs up to 2 of the 50 before it), bodies
+that do nothing, 8 at once, one process each, in one run of this bench:
+
+* ``team run PLAN --workers 8`` (bodies ``true``);
+* Snakemake (installed from PyPI into its own virtualenv, like ClawTeam, not
+  the dev extra): a Snakefile with one wildcard rule ``done/{t}`` whose inputs
+  come from a deps file (``deps.json``: task -> the tasks it needs), ``shell:
+  "true; touch {output}"`` (Snakemake tracks outputs: each job must make its
+  file), ``snakemake -j8 --quiet``;
+* ``make -j8`` of the same DAG as phony targets, recipes ``@true``.
+
+Printed: each one's wall seconds and Snakemake / team (> 1: team is faster)
+and team / make (issue 29's targets at 10,000: ≥ 12× and ≤ 3×).
+
+``--compare CHECKOUT`` also runs each DAG's team run with another checkout's
+code (an export of main), right after this one's.
+
+Usage: python bench/peer_bench.py [--repeat 5] [--sizes 1000,10000] [--dag-sizes 1000,10000]
+                                  [--skip-clawteam] [--skip-dag] [--compare CHECKOUT]
 """
 
 from __future__ import annotations
@@ -38,6 +58,8 @@ import time
 from pathlib import Path
 
 from _proc import as_installed
+from scale_bench import random_dag
+from sched_bench import write_makefile, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -63,37 +85,105 @@ def cache_dir() -> Path:
     return base / "team-bench"
 
 
-def clawteam_venv() -> tuple[Path | None, str]:
-    """The clawteam venv's bin directory, or None and why not."""
-    venv = cache_dir() / "clawteam-venv"
+def peer_venv(package: str, script: str) -> tuple[Path | None, str]:
+    """The bin directory of a venv of its own holding ``package`` from PyPI (made once, reused), or None
+    and why not."""
+    venv = cache_dir() / f"{package}-venv"
     bin_dir = venv / "bin"
-    if (bin_dir / "clawteam").exists():
+    if (bin_dir / script).exists():
         return bin_dir, ""
     venv.parent.mkdir(parents=True, exist_ok=True)
     try:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
         subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "clawteam"], check=True, capture_output=True, text=True, timeout=600)
+                        package], check=True, capture_output=True, text=True, timeout=600)
     except subprocess.CalledProcessError as e:
         shutil.rmtree(venv, ignore_errors=True)
         last = (e.stderr or e.stdout or "").strip().splitlines()
-        return None, f"pip install clawteam failed: {last[-1] if last else e}"
+        return None, f"pip install {package} failed: {last[-1] if last else e}"
     except subprocess.TimeoutExpired:
         shutil.rmtree(venv, ignore_errors=True)
-        return None, "pip install clawteam took over 10 minutes"
-    if not (bin_dir / "clawteam").exists():
-        return None, "clawteam installed but has no `clawteam` script"
+        return None, f"pip install {package} took over 10 minutes"
+    if not (bin_dir / script).exists():
+        return None, f"{package} installed but has no `{script}` script"
     return bin_dir, ""
+
+
+def clawteam_venv() -> tuple[Path | None, str]:
+    return peer_venv("clawteam", "clawteam")
+
+
+SNAKEFILE = """\
+import json
+
+DEPS = json.load(open("deps.json"))
+
+
+rule all:
+    input: expand("done/{t}", t=DEPS)
+
+
+rule task:
+    input: lambda wc: [f"done/{d}" for d in DEPS[wc.t]]
+    output: "done/{t}"
+    shell: "true; touch {output}"
+"""
+
+
+def dag_runs(scratch: Path, sizes: list[int], workers: int = 8,
+             base: Path | None = None) -> list[tuple[int, float, float | None, float, float | None]]:
+    """(tasks, team s, snakemake s or None when it cannot be installed, make s, team s with ``base``'s
+    code or None) per size."""
+    snake_bin, why = peer_venv("snakemake", "snakemake")
+    if snake_bin is None:
+        print(f"Snakemake left out: {why}")
+    rows = []
+    for n in sizes:
+        needs = random_dag(n)
+        d = scratch / f"dag{n}"
+        for sub in ("team", "snake", "make"):
+            (d / sub).mkdir(parents=True)
+        write_plan(d / "team/plan.yaml", "bench", needs, "true", workers)
+        write_makefile(d / "make/Makefile", needs, "true")
+        (d / "snake/Snakefile").write_text(SNAKEFILE)
+        (d / "snake/deps.json").write_text(json.dumps({f"t{i}": [f"t{j}" for j in deps]
+                                                       for i, deps in enumerate(needs)}))
+        os.sync()
+        env = as_installed(PYTHONPATH=str(REPO))
+        script = Path(sys.executable).with_name("team")
+        team = [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator"]
+        t_team = run([*team, "run", "plan.yaml", "--json", "--workers", str(workers), "--root", str(d / "team")],
+                     env, cwd=d / "team")[0]
+        t_base = None
+        if base is not None:  # the same plan with another checkout's code, right after
+            (d / "base").mkdir()
+            shutil.copy(d / "team/plan.yaml", d / "base/plan.yaml")
+            os.sync()
+            t_base = run([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--json", "--workers",
+                          str(workers), "--root", str(d / "base")], as_installed(PYTHONPATH=str(base)),
+                         cwd=d / "base")[0]
+        os.sync()
+        t_make = run(["make", f"-j{workers}", "-s", "-f", "Makefile", "all"], env, cwd=d / "make")[0]
+        t_snake = None
+        if snake_bin is not None:
+            os.sync()
+            t_snake = run([str(snake_bin / "snakemake"), f"-j{workers}", "--quiet"], env, cwd=d / "snake")[0]
+            made = len(list((d / "snake/done").iterdir()))
+            if made != n:
+                raise RuntimeError(f"snakemake made {made} of {n} outputs in {d / 'snake'}")
+        rows.append((n, t_team, t_snake, t_make, t_base))
+        print(f"  DAG of {n:,} done", file=sys.stderr, flush=True)
+    return rows
 
 
 CPU: list[float] = [0.0]
 """CPU seconds (user + system) of the last ``run``: on a loaded machine it says more than wall time."""
 
 
-def run(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+def run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str]:
     before = os.times()
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=cwd)
     wall = time.perf_counter() - t0
     after = os.times()
     CPU[0] = (after.children_user - before.children_user) + (after.children_system - before.children_system)
@@ -188,13 +278,39 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--dag-sizes", default="1000,10000")
+    ap.add_argument("--skip-clawteam", action="store_true")
+    ap.add_argument("--skip-dag", action="store_true")
+    ap.add_argument("--compare", metavar="CHECKOUT", type=Path,
+                    help="DAG runs: also run team with another checkout's code (an export of main)")
     args = ap.parse_args()
+    t_all = time.perf_counter()
+    if not args.skip_clawteam:
+        clawteam_table(args)
+    if not args.skip_dag:
+        with tempfile.TemporaryDirectory(prefix="peer-dag-") as tmp:
+            rows = dag_runs(Path(tmp), [int(s) for s in args.dag_sizes.split(",") if s],
+                            base=args.compare.resolve() if args.compare else None)
+        print("\nthe random DAG (≤ 2 needs within 50), bodies doing nothing, 8 at once; wall seconds, one run each")
+        head = f"{'tasks':>7} {'team':>7} {'snakemake':>10} {'make -j8':>9} {'snakemake/team':>15} {'team/make':>10}"
+        print(head)
+        print("-" * len(head))
+        for n, t, sk, mk, tb in rows:
+            ratio = f"{sk / t:14.2f}×" if sk is not None else f"{'–':>15}"
+            print(f"{n:7,} {t:7.2f} {sk if sk is not None else float('nan'):10.2f} {mk:9.2f} {ratio} {t / mk:9.2f}×"
+                  + (f"   (base code: team {tb:.2f} s, {sk / tb if sk else float('nan'):.2f}×, {tb / mk:.2f}×)"
+                     if tb is not None else ""))
+        print("targets at 10,000: snakemake/team ≥ 12× · team/make ≤ 3×")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs · bench took "
+          f"{time.perf_counter() - t_all:.0f} s")
+
+
+def clawteam_table(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     bin_dir, why = clawteam_venv()
     if bin_dir is None:
         print(f"peer bench skipped: {why}")
         return
-    t_all = time.perf_counter()
     rows: list[tuple[str, Timing, Timing]] = []
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
         for n in sizes:
@@ -230,8 +346,7 @@ def main() -> None:
     print("-" * len(head))
     for label, (t, tc), (c, cc) in rows:
         print(f"{label:28} {t:7.3f} {c:9.3f} {c / t:6.2f}×   {tc:8.3f} {cc:9.3f} {cc / tc if tc else 0:6.2f}×")
-    print(f"targets: list@1k and create ≥ 3× · load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs · "
-          f"bench took {time.perf_counter() - t_all:.0f} s")
+    print("targets: list@1k and create ≥ 3×")
 
 
 if __name__ == "__main__":

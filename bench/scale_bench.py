@@ -176,7 +176,29 @@ def startup(scratch: Path, repeat: int) -> list[tuple[str, tuple[float, float], 
         make_store(d, random_dag(n), "true", 8)
         rows.append((f"cold task list --json, {n // 1000}k", best(repeat, team_argv("task", "list", "--json",
                                                                                   "--root", str(d))), target))
+    own, seed = seed_stores(scratch, 1000)
+    rows.append(("cold task list, 1k team's files", best(repeat, team_argv("task", "list", "--root", str(own))), ""))
+    rows.append(("cold task list, 1k seed-format files", best(repeat, team_argv("task", "list", "--root", str(seed))),
+                 "≤ 1.2× team's files"))
     return rows
+
+
+def seed_stores(scratch: Path, n: int) -> tuple[Path, Path]:
+    """The same n tasks (random DAG, pending) written by `team` (``create_many``) and as the seed's
+    TaskManager writes them (its six keys, ``json.dumps(indent=2)``), each in a state root of its own."""
+    own, seed = scratch / f"own{n}", scratch / f"seed{n}"
+    needs = random_dag(n)
+    code = ("import sys; from orchestrator.tasks.store import TaskStore; import json; needs = json.loads(sys.argv[2]); "
+            "TaskStore(sys.argv[1]).create_many([{'subject': f'task {i}', 'blockedBy': [('new', j) for j in d]} "
+            "for i, d in enumerate(needs)])")
+    timed([sys.executable, "-c", code, str(own), json.dumps(needs)], cwd=Path(tempfile.gettempdir()))
+    (seed / ".tasks").mkdir(parents=True)
+    for i, deps in enumerate(needs):
+        task = {"id": i + 1, "subject": f"task {i}", "description": "", "status": "pending",
+                "blockedBy": [j + 1 for j in deps], "owner": ""}
+        (seed / ".tasks" / f"task_{i + 1}.json").write_text(json.dumps(task, indent=2, ensure_ascii=False))
+    os.sync()
+    return own, seed
 
 
 def layered_vs_make(scratch: Path, repeat: int) -> tuple[float, float]:
@@ -236,7 +258,7 @@ def main() -> None:
         scratch = Path(tmp)
         if not args.skip_startup:
             print("\nstart-up (median of runs, new process each)")
-            print(f"{'measure':34} {'code':5} {'wall s':>8} {'CPU s':>7}  target (wall)")
+            print(f"{'measure':37} {'code':5} {'wall s':>8} {'CPU s':>7}  target (wall)")
             results = []
             for label, code in codes:
                 CODE[0] = code
@@ -246,9 +268,14 @@ def main() -> None:
             for i in range(len(results[0][1])):
                 for label, rows, _ in results:
                     name, (sec, cpu), target = rows[i]
-                    print(f"{name:34} {label:5} {sec:8.3f} {cpu:7.3f}  {target}")
+                    print(f"{name:37} {label:5} {sec:8.3f} {cpu:7.3f}  {target}")
+            for label, rows, _ in results:
+                own, seed = (dict((r[0], r[1]) for r in rows)[f"cold task list, 1k {k}"]
+                             for k in ("team's files", "seed-format files"))
+                print(f"{'cold list, seed-format / own':37} {label:5} {seed[0] / own[0]:7.2f}×  (CPU "
+                      f"{seed[1] / own[1]:.2f}×)  ≤ 1.2×")
             for label, _, (make4, team4) in results:
-                print(f"{'8x4 sleep 0.2: team run / make -j4':34} {label:5} {team4 / make4:7.2f}×  ≤ 1.05×   "
+                print(f"{'8x4 sleep 0.2: team run / make -j4':37} {label:5} {team4 / make4:7.2f}×  ≤ 1.05×   "
                       f"(team {team4:.2f} s, make {make4:.2f} s)")
         if not args.skip_scale:
             table = []

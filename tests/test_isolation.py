@@ -185,6 +185,67 @@ def test_fresh_resets_branches_and_a_root_in_a_subfolder_maps_to_it(tmp_path):
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
 
 
+def test_an_older_git_merges_in_the_integration_worktree_and_the_run_says_so_once(tmp_path):
+    """git < 2.38 has no `merge-tree --write-tree`: the run merges in a checkout of the integration
+    branch as before (same result, same conflict message), and says why once."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True).stdout.strip()
+    (bin_dir / "git").write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = version ] && { echo "git version 2.37.1"; '
+                                 f'exit 0; }}; done\nexec {real} "$@"\n')
+    (bin_dir / "git").chmod(0o755)
+    plan = ("name: old\nworkers: 3\nisolation: worktree\ntasks:\n"
+            "  - id: a\n    run: printf 'v = 1\\n' > s.py\n"
+            "  - id: b\n    run: printf 'v = 2\\n' > s.py\n"
+            "  - id: c\n    run: echo c > c.txt\n")
+    repo = make_repo(tmp_path / "repo", {"s.py": "v = 0\n"}, plan)
+    before = snapshot(repo)
+    r = run_team(repo, "run", "plan.yaml", "-k", PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert r.returncode == 1, r.stdout + r.stderr
+    said = (f"git 2.37.1 cannot merge without a checkout (`git merge-tree --write-tree` needs git 2.38): the "
+            f"plan's merges happen in the worktree {repo}/.team/worktrees/old/_integration, one at a time, as "
+            f"before (slower)")
+    assert r.stderr.count(said) == 1, r.stderr
+    t = tasks(repo)
+    loser = next(k for k in ("a", "b") if t[k]["status"] == "failed")
+    assert t[loser]["error"].startswith(f"merge conflict: task '{loser}' (team/old/{loser}) conflicts with "
+                                        f"team/old/integration in s.py; nothing was merged")
+    assert show(repo, "team/old/integration", "c.txt") == "c\n"
+    assert sorted(Worktrees(repo, "old").merged_tasks()) == sorted({"a", "b"} - {loser} | {"c"})
+    assert snapshot(repo) == before
+    assert not (repo / ".team/worktrees/old/_integration").exists()  # released at the end, as before
+
+
+def test_a_run_removes_the_ref_locks_a_killed_git_left_before_it_deletes_a_branch(tmp_path):
+    """A merge's ref transaction and a branch deletion take packed-refs.lock; a git killed holding it
+    (and its branch's lock) made the next run's `git branch -D` of a merged task's branch fail (the
+    pool's kill test, seed 891896). The run removes them at its start when stale, and the temporary
+    file of a .fork-* write a kill cut short (seed 627155: it stayed in the plan's folder)."""
+    plan = ("name: lk\nworkers: 2\nisolation: worktree\ntasks:\n"
+            "  - id: a\n    run: echo a > a.txt\n  - id: b\n    run: echo b > b.txt\n")
+    repo = make_repo(tmp_path / "repo", {"README": "r\n"}, plan)
+    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    merge = Worktrees(repo, "lk").merges()["a"]
+    # what a lead killed after merging `a` leaves: its branch, its completion not recorded, and the locks
+    # of a git killed while deleting that branch
+    git(repo, "branch", "team/lk/a", f"{merge}^2")
+    path = next(p for p in (repo / ".tasks").glob("task_*.json") if json.loads(p.read_text())["plan_task"] == "a")
+    task = json.loads(path.read_text())
+    task.update(status="pending", owner="")
+    task.pop("merge_commit")
+    path.write_text(json.dumps(task))
+    locks = [repo / ".git/packed-refs.lock", repo / ".git/refs/heads/team/lk/a.lock",
+             repo / ".team/worktrees/lk/.tmp-k1ll3d.part"]  # and a write of .fork-a cut short
+    for lock in locks:
+        lock.write_text("")
+        os.utime(lock, (time.time() - 10, time.time() - 10))
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [lock.exists() for lock in locks] == [False, False, False]
+    assert branches(repo) == ["main", "team/lk/integration"]
+    assert tasks(repo)["a"]["merge_commit"] == merge and tasks(repo)["a"]["status"] == "completed"
+
+
 def test_no_git_repository_is_a_clear_error_before_any_state(tmp_path):
     (tmp_path / "plan.yaml").write_text("name: nogit\nisolation: worktree\ntasks:\n  - id: t\n    run: 'true'\n")
     r = run_team(tmp_path, "run", "plan.yaml")

@@ -210,8 +210,8 @@ def test_a_redo_the_changed_needs_cannot_make_is_refused_before_anything_is_writ
     tasks = {"a": ([], "echo a > a.txt"),
              "b": ([], f"until [ -f {gates}/t ]; do sleep 0.02; done; echo b > b.txt"),  # merged after t forked
              "t": (["a"], f"touch {gates}/t; cat a.txt b.txt > t.txt 2>/dev/null; true"),
-             "x": ([], "until git rev-parse -q --verify team/nw/u >/dev/null; do sleep 0.02; done; "
-                       "printf \"v = 1\\n\" > s.py"),  # merged after u forked: u conflicts with it
+             "x": ([], f"until [ -f {tmp_path}/repo/.team/worktrees/nw/.fork-u ]; do sleep 0.02; done; "
+                       "printf \"v = 1\\n\" > s.py"),  # merged after u forked (its fork recorded): u conflicts
              "u": (["t"], f"until git show {integ}:s.py 2>/dev/null | grep -q 1; do sleep 0.02; done; "
                           "printf \"v = 2\\n\" > s.py")}
     repo = make_project(tmp_path / "repo", wt_plan(tasks, ledger), {"s.py": "v = 0\n"}, modules=0)

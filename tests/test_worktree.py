@@ -76,6 +76,9 @@ def write_and_commit(wt: Worktrees, task: str, files: dict[str, str]) -> None:
 
 def assert_integration_clean(wt: Worktrees) -> None:
     integ = wt.integration_dir
+    if wt.in_memory:  # merges need no checkout: none is made, none is left
+        assert not integ.exists() and integ.resolve() not in wt.git.worktrees()
+        return
     assert git(integ, "status", "--porcelain", "--untracked-files=all") == ""
     gitdir = Path(git(integ, "rev-parse", "--absolute-git-dir").strip())
     assert not (gitdir / "MERGE_HEAD").exists() and list(gitdir.glob("*.lock")) == []
@@ -320,12 +323,16 @@ def test_bad_roots_names_and_git_failures_are_clear(tmp_path):
         wt.merge("never")
     git(repo, "checkout", "-q", "-b", "team/q/integration")  # the user checked it out
     with pytest.raises(GitError, match="worktree add .* failed with exit 128: .*already checked out"):
-        Worktrees(repo, "q").prepare("t")
+        Worktrees(repo, "q", in_memory=False).prepare("t")
+    with pytest.raises(UserError, match=f"team/q/integration is checked out in {repo}: the plan's merges would "
+                                        f"move it under that checkout; check out another branch there"):
+        Worktrees(repo, "q", in_memory=True).prepare("t")
 
 
 def test_leftover_merge_state_is_repaired_and_nothing_merges_twice(tmp_path):
+    """Merging in the integration worktree (a git older than 2.38): what a killed merger left there."""
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.txt": "b\n"})
-    wt = Worktrees(repo, "rec")
+    wt = Worktrees(repo, "rec", in_memory=False)
     write_and_commit(wt, "a", {"a.txt": "A\n"})
     integ = wt.integration_dir
     # A merger killed half way: MERGE_HEAD, a half-written index, a stale index.lock.
@@ -359,6 +366,56 @@ def test_leftover_merge_state_is_repaired_and_nothing_merges_twice(tmp_path):
     result = wt.merge("a")
     assert (result.status, result.recovered) == ("up-to-date", ("finished removing task a's worktree",))
     assert not wt.path("a").exists() and wt.task_branches() == [] and wt.merged_tasks() == ["a"]
+
+
+def test_in_memory_merge_drops_an_old_integration_worktree_and_finishes_what_a_kill_left(tmp_path):
+    """In memory (git ≥ 2.38): an integration worktree an older run left, half merged, goes (merges need
+    none); the merge moves the branch and deletes the task's branch in one ref transaction, so a kill
+    leaves at most the task's worktree, which the next merge removes without merging twice."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.txt": "b\n"})
+    wt = Worktrees(repo, "rec", in_memory=True)
+    write_and_commit(wt, "a", {"a.txt": "A\n"})
+    Worktrees(repo, "rec", in_memory=False).ensure_integration()  # an older run's integration worktree
+    integ = wt.integration_dir
+    git(integ, "merge", "--no-commit", "--no-ff", "team/rec/a")  # killed half way, in that worktree
+    assert wt.merge("a").status == "merged"
+    assert wt.merged_tasks() == ["a"] and wt.task_branches() == [] and not wt.path("a").exists()
+    assert_integration_clean(wt)
+    assert show(repo, wt.integration, "a.txt") == "A\n"
+    git(repo, "diff", "--quiet", f"{wt.integration}^2", wt.integration)
+
+    # Killed after the ref transaction, before the worktree was removed: the worktree, no branch.
+    git(repo, "worktree", "add", "-q", "--detach", str(wt.path("a")), f"{wt.integration}^2")
+    assert [o.name for o in find_orphans(wt)] == ["a"]
+    assert wt.merge("a").status == "up-to-date"
+    assert not wt.path("a").exists() and wt.merged_tasks() == ["a"]
+    git(repo, "worktree", "add", "-q", "--detach", str(wt.path("a")), f"{wt.integration}^2")
+    assert wt.drop_merged("a") and not wt.path("a").exists()  # what a resumed run does (isolation.py)
+
+
+def test_an_in_memory_merge_removes_the_ref_locks_a_killed_merge_left_but_not_a_live_one(tmp_path):
+    """The merge's ref transaction locks integration, the task's branch and (to delete the branch)
+    packed-refs: killed inside it, it left those locks and every later merge failed ("Unable to create
+    '.git/packed-refs.lock': File exists"; the pool's kill test, seed 802125). A stale one goes; one a
+    live git holds open stays, and git says so."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.txt": "b\n"})
+    wt = Worktrees(repo, "lk", in_memory=True)
+    write_and_commit(wt, "a", {"a.txt": "A\n"})
+    write_and_commit(wt, "b", {"b.txt": "B\n"})
+    packed = repo / ".git/packed-refs.lock"
+    branch_lock = repo / ".git/refs/heads/team/lk/a.lock"
+    for lock in (packed, branch_lock):
+        lock.write_text("")
+        os.utime(lock, (time.time() - 10, time.time() - 10))  # left by a git killed a while ago
+    assert wt.merge("a").status == "merged"
+    assert not packed.exists() and not branch_lock.exists()
+    with open(packed, "w"):  # a live git's (the user's `git fetch --prune`, say)
+        os.utime(packed, (time.time() - 10, time.time() - 10))
+        with pytest.raises(GitError, match="packed-refs.lock"):
+            wt.merge("b")
+        assert packed.exists()
+    packed.unlink()
+    assert wt.merge("b").status == "merged" and wt.merged_tasks() == ["a", "b"]
 
 
 def test_prepare_repairs_half_created_worktrees(tmp_path):
@@ -403,22 +460,23 @@ def test_orphans_are_found_and_nothing_is_removed(tmp_path):
 MERGER = """
 import sys
 from orchestrator.git.worktrees import Worktrees
-wt = Worktrees(sys.argv[1], sys.argv[2])
+wt = Worktrees(sys.argv[1], sys.argv[2], in_memory=sys.argv[4] == "memory")
 print("merging", flush=True)
 wt.merge(sys.argv[3])
 print("done", flush=True)
 """
 
 
-def kill_mid_merge_rounds(tmp_path: Path, rounds: int, seed: int, files: int = 1500) -> None:
+def kill_mid_merge_rounds(tmp_path: Path, rounds: int, seed: int, files: int = 1500, mode: str = "memory") -> None:
     """Each round a subprocess merges a task rewriting ``files`` files and is SIGKILLed at a
     random instant: alone (its git child runs on while it holds the lock, until its
     next write to the dead pipe) or with its whole process group (leaving git's
     half-written state). A resumed merge() must leave integration holding every task
-    exactly once, with exactly that task's tree."""
+    exactly once, with exactly that task's tree. ``mode``: merges in memory, or in the integration
+    worktree (a git older than 2.38)."""
     rng = random.Random(seed)
     repo = make_repo(tmp_path / "repo", {"base.txt": "base\n"})
-    wt = Worktrees(repo, "kill")
+    wt = Worktrees(repo, "kill", in_memory=mode == "memory")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     expect: list[str] = []
     for r in range(rounds):
@@ -428,7 +486,7 @@ def kill_mid_merge_rounds(tmp_path: Path, rounds: int, seed: int, files: int = 1
             (path / "bulk" / f"d{i % 30}").mkdir(parents=True, exist_ok=True)
             (path / "bulk" / f"d{i % 30}" / f"f{i}.txt").write_text(f"{task} {i}\n" * 10)
         wt.commit(task, task)
-        proc = subprocess.Popen([sys.executable, "-c", MERGER, str(repo), "kill", task], env=env,
+        proc = subprocess.Popen([sys.executable, "-c", MERGER, str(repo), "kill", task, mode], env=env,
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert proc.stdout.readline() == "merging\n"
         time.sleep(rng.uniform(0, 0.4))  # the kill instant, not a wait for state
@@ -451,13 +509,15 @@ def kill_mid_merge_rounds(tmp_path: Path, rounds: int, seed: int, files: int = 1
     assert git(repo, "fsck", "--no-dangling", "--no-progress") == ""
 
 
-def test_kill_mid_merge_then_resume_sampled(tmp_path):
-    kill_mid_merge_rounds(tmp_path, rounds=3, seed=7, files=800)
+@pytest.mark.parametrize("mode", ["memory", "checkout"])
+def test_kill_mid_merge_then_resume_sampled(tmp_path, mode):
+    kill_mid_merge_rounds(tmp_path, rounds=3, seed=7, files=800, mode=mode)
 
 
 @pytest.mark.chaos
-def test_kill_mid_merge_then_resume_soak(tmp_path):
-    kill_mid_merge_rounds(tmp_path, rounds=25, seed=int(time.time()))
+@pytest.mark.parametrize("mode", ["memory", "checkout"])
+def test_kill_mid_merge_then_resume_soak(tmp_path, mode):
+    kill_mid_merge_rounds(tmp_path, rounds=25, seed=int(time.time()), mode=mode)
 
 
 def test_refactor_example_offline_plan(tmp_path):

@@ -79,8 +79,8 @@ def test_a_fresh_start_killed_after_the_branch_reset_is_finished_by_the_next_run
 
 
 # ---------------------------------------------------------------- item 2: a re-run after a conflict
-WAIT_FOR_FMT = ("i=0; until git rev-parse -q --verify 'team/clash/integration^2' >/dev/null; "
-                "do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.05; done; ")
+WAIT_FOR_FMT = ("i=0; until git log --format=%s team/clash/integration | grep -q '^team: merge fmt into'; "
+                "do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.05; done; ")  # fmt's merge, not just any
 CLASH_TASKS = [
     {"id": "fmt", "run": f"{sys.executable} -m ruff format --no-cache -q settings.py"},
     {"id": "bump", "run": WAIT_FOR_FMT + "sed -i 's/TIMEOUT=10/TIMEOUT=30/' settings.py"},

@@ -5,7 +5,10 @@
   ``GIT_INDEX_FILE``..., e.g. when ``team`` runs inside a git hook) are dropped,
   so a command can never act on another repository or index.
 * Machine commands run with ``-c`` overrides: no hooks, no commit signing, no
-  automatic gc or maintenance, no autostash. ``GIT_OPTIONAL_LOCKS=0`` keeps
+  automatic gc or maintenance, no autostash, no fsmonitor (a user's
+  ``core.fsmonitor=true`` would start a daemon per task worktree that outlives
+  the task; a task's commit scans its worktree instead, which
+  ``bench/refactor_bench.py --commit-cost`` measures). ``GIT_OPTIONAL_LOCKS=0`` keeps
   read-only commands (``status``) from rewriting an index; ``LC_ALL=C`` keeps
   messages stable; ``GIT_TERMINAL_PROMPT=0`` never waits for a password.
 * When the repository has no author identity (a fresh CI box), commits are made
@@ -30,7 +33,7 @@ from ..core.errors import WorkFailed
 LOCATION_VARS = {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX"}
 OVERRIDES = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "gc.auto=0",
-             "-c", "maintenance.auto=false", "-c", "merge.autoStash=false")
+             "-c", "maintenance.auto=false", "-c", "merge.autoStash=false", "-c", "core.fsmonitor=false")
 FALLBACK_IDENTITY = {"NAME": "team", "EMAIL": "team@localhost"}
 IN_PROGRESS = (("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert"),
                ("rebase-merge", "rebase"), ("rebase-apply", "rebase"))

@@ -173,7 +173,7 @@ class History:
             finally:
                 wt.drop_worktree(work, fd)
                 self.git("worktree", "prune", fd=fd)
-            self.git("reset", "-q", "--hard", "HEAD", cwd=wt.integration_dir, fd=fd)  # follow the moved branch
+            wt.follow_integration(fd)
             done.new_tip = new
             return done
 

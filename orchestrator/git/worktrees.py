@@ -3,7 +3,7 @@
 Layout for a user repository at ``<root>`` and a plan ``<plan>``::
 
     team/<plan>/integration               branch: the plan's result, forked from HEAD
-    <root>/.team/worktrees/<plan>/_integration   its worktree; every merge happens here
+    <root>/.team/worktrees/<plan>/_integration   its worktree, only with a git older than 2.38
     team/<plan>/<task>                    branch of one task, forked from integration
     <root>/.team/worktrees/<plan>/<task>  its worktree, where the task runs
     <root>/.team/worktrees/<plan>/.lock   flock serialising prepare/merge/cleanup
@@ -21,17 +21,26 @@ The scheduler calls, around each task::
     wt.commit(slug, "subject")    # git add -A; no-op when clean
     wt.merge(slug)                # -> MergeResult, or raises MergeConflict
 
-``merge`` runs ``git merge --no-ff`` in the integration worktree under the
-lock, so merges land one at a time in completion order. Each merge commit
+``merge`` merges under the lock, so merges land one at a time in completion
+order: in memory with git ≥ 2.38 (merge.py: ``merge-tree --write-tree``,
+``commit-tree``, then one ref transaction moving the branch by compare-and-set
+and deleting the task's branch; ``in_memory``, asked of git once per object),
+else ``git merge --no-ff`` in the integration worktree. Each merge commit
 carries a ``Team-Task: <slug>`` trailer. On success the task's worktree *and
 branch* are deleted (the merge commit's second parent keeps the history), so a
 surviving ``team/<plan>/<task>`` branch always means work not merged yet. On a
-conflict the merge is aborted, the branch and worktree are kept and
-``MergeConflict`` lists the files.
+conflict nothing is merged (in a checkout, the merge is aborted), the branch
+and worktree are kept and ``MergeConflict`` lists the files. In memory, the
+integration branch must not be checked out anywhere (the refs would move under
+that checkout): refused once per object, as git itself refused it while the
+integration worktree held the branch.
 
 Crash safety. Git children started under the lock inherit the lock's file
 descriptor, so if the lead is SIGKILLed mid-merge the orphaned ``git merge``
-keeps the lock until it exits and nobody races it. Whoever takes the lock next
+keeps the lock until it exits and nobody races it. A merge in memory writes only
+objects before its ref transaction, so it leaves nothing to repair but, when
+killed after the transaction, the task's worktree without its branch (removed
+by the next ``merge`` or ``drop_merged``). Whoever takes the lock next
 repairs what a dead holder left: stale ``*.lock`` files of the integration
 worktree and of the integration branch (``reset`` also those of the task branches), a ``MERGE_HEAD`` (``git merge --abort``), a half-written tree
 (``reset --hard`` + ``clean``). A task branch that is already an ancestor of
@@ -80,8 +89,9 @@ from pathlib import Path
 
 from ..core import procs
 from ..core.errors import InvalidName, UserError, WorkFailed
-from ..core.fsutil import LockTimeout, atomic_write, file_lock
+from ..core.fsutil import TMP_PREFIX, LockTimeout, atomic_write, file_lock
 from ..core.text import plural
+from . import merge as tree_merge
 from . import relink
 from .command import Git, GitError
 
@@ -236,7 +246,9 @@ def drop_unheld(lock: Path) -> bool:
 class Worktrees:
     """Worktrees and branches of one plan in the git repository holding ``root``."""
 
-    def __init__(self, root: str | os.PathLike, plan: str):
+    def __init__(self, root: str | os.PathLike, plan: str, in_memory: bool | None = None):
+        """``in_memory``: merge with ``git merge-tree`` (merge.py), no integration worktree; by default
+        when git is 2.38 or later (asked once, here), else in the integration worktree as before."""
         self.plan = check_slug(plan, "plan name")
         self.root = Path(root).absolute()
         self.git = Git(self.root)
@@ -252,6 +264,8 @@ class Worktrees:
         self.base_dir = self.root / ".team" / "worktrees" / self.plan
         self.integration = f"team/{self.plan}/{INTEGRATION}"
         self.integration_dir = self.base_dir / "_integration"
+        self.in_memory = tree_merge.supported(self.git) if in_memory is None else in_memory
+        self._checked_out_nowhere = False
         self.relinked: list[str] = []  # worktrees whose links were rewritten: the repository moved (relink.py)
         if relink.moved(self.base_dir, self.common_dir, self.toplevel):
             with self.locked():
@@ -290,14 +304,25 @@ class Worktrees:
         files included, ignored ones not), made through a scratch index: the user's
         index and files are not touched. ``Start.uncommitted`` lists what was left
         out (or snapshotted) when the branch was made now.
+
+        A run starts here, so the ref locks a killed run's git left are removed first: those of
+        the plan's branches no process holds, and a stale ``packed-refs.lock`` (a merge's ref
+        transaction and a branch deletion take it; left there, every later deletion fails); and the
+        temporary file of a write to the plan's folder a kill cut short.
         """
         with self.locked() as fd:
             self._exclude()
+            repairs = [f"removed stale {lock}" for lock in self._clear_ref_locks(unheld=True)]
+            if self._clear_packed_refs_lock():
+                repairs.append("removed stale packed-refs.lock")
+            for part in self.base_dir.glob(f"{TMP_PREFIX}*.part"):  # a write of .fork-* or base.json a kill cut
+                part.unlink(missing_ok=True)                        # (nothing else writes here while no run goes)
+                repairs.append(f"removed {part.name}")
             created = self.git.rev(self.integration) is None
             uncommitted = self.uncommitted() if created else []
             if created:
                 self._create_integration(fd, include_uncommitted and bool(uncommitted))
-            repairs = self.setup_integration(fd)
+            repairs += self.setup_integration(fd)
             return Start(created, self.base(), uncommitted, repairs)
 
     def uncommitted(self) -> list[str]:
@@ -366,7 +391,7 @@ class Worktrees:
         branch, path = self.branch(task), self.path(task)
         with self.locked() as fd:
             self.setup_integration(fd)
-            self._finish_removal(task, fd)
+            self.finish_removal(task, fd)
             tip = self.git.rev(self.integration)
             if self.git.rev(branch) is not None:
                 stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
@@ -397,10 +422,12 @@ class Worktrees:
         """Merge the task's branch into integration (serialised); see the module docstring."""
         branch, path = self.branch(task), self.path(task)
         with self.locked() as fd:
-            recovered = tuple(self.setup_integration(fd) + self._finish_removal(task, fd))
+            recovered = tuple(self.setup_integration(fd) + self.finish_removal(task, fd))
             tip = self.git.rev(branch)
             if tip is None:
                 if task in self.merged_tasks():
+                    if (path / ".git").is_file():  # an in-memory merge deletes the branch first: a kill left this
+                        self.remove_task(task, fd)
                     return MergeResult(task, branch, "up-to-date", None, recovered)
                 raise UserError(f"task '{task}' has no branch {branch} to merge; call prepare() first")
             if self.git.dirty(path):
@@ -408,19 +435,36 @@ class Worktrees:
             commit = None
             if not self.git.is_ancestor(tip, self.integration):
                 msg = f"team: merge {task} into {self.plan}\n\n{TRAILER}: {task}\n"
-                proc = self.git("merge", "--no-ff", "--no-edit", "-m", msg, tip,
-                                 cwd=self.integration_dir, check=False, fd=fd)
-                if proc.returncode:
-                    files = self.git("diff", "--name-only", "--diff-filter=U",
-                                      cwd=self.integration_dir, fd=fd).stdout.split()
-                    self._recover_integration(fd)
-                    if files:
-                        raise MergeConflict(task, branch, self.integration, files, path)
-                    raise GitError(["merge", branch], self.integration_dir, proc.returncode,
-                                   proc.stderr + proc.stdout)
-                commit = self.git.rev(self.integration)
+                commit = (self._merge_in_memory if self.in_memory else self._merge_in_checkout)(task, tip, msg, fd)
             self.remove_task(task, fd)
         return MergeResult(task, branch, "merged" if commit else "up-to-date", commit, recovered)
+
+    def _merge_in_memory(self, task: str, tip: str, message: str, fd: int) -> str:
+        """merge.py: the merge commit made and the branch moved (compare-and-set) with the task's
+        branch deleted in the same ref transaction; ``MergeConflict`` changes nothing."""
+        old = self.git.rev(self.integration)
+        assert old is not None  # setup_integration made it
+        branch = self.branch(task)
+        new = tree_merge.TreeMerge(self.git, unlock=self.unlock_stale).merge(f"refs/heads/{self.integration}", old, tip, message,
+                                                   drop=f"refs/heads/{branch}", fd=fd)
+        if isinstance(new, tree_merge.Conflict):
+            raise MergeConflict(task, branch, self.integration, new.files, self.path(task))
+        return new
+
+    def _merge_in_checkout(self, task: str, tip: str, message: str, fd: int) -> str | None:
+        """``git merge --no-ff`` in the integration worktree (a git older than 2.38)."""
+        branch = self.branch(task)
+        proc = self.git("merge", "--no-ff", "--no-edit", "-m", message, tip,
+                        cwd=self.integration_dir, check=False, fd=fd)
+        if proc.returncode:
+            files = self.git("diff", "--name-only", "--diff-filter=U",
+                             cwd=self.integration_dir, fd=fd).stdout.split()
+            self._recover_integration(fd)
+            if files:
+                raise MergeConflict(task, branch, self.integration, files, self.path(task))
+            raise GitError(["merge", branch], self.integration_dir, proc.returncode,
+                           proc.stderr + proc.stdout)
+        return self.git.rev(self.integration)
 
     def finish(self, task: str, message: str) -> MergeResult:
         """``commit`` then ``merge``."""
@@ -457,11 +501,12 @@ class Worktrees:
             if commits and self.git.rev(self.integration) else commits
         return Kept(task, branch, tip, commits, dirty, unmerged)
 
-    def failed_attempt(self, task: str) -> Kept | None:
+    def failed_attempt(self, task: str, tip: str | None = None) -> Kept | None:
         """An attempt of the task failed: what its branch holds now is that attempt's, not finished work
         (``Kept.failed``); recorded before the failure is, so a kill in between is read the same way.
-        What the branch holds then (None: no branch)."""
-        tip = self.git.rev(self.branch(task))
+        What the branch holds then (None: no branch). ``tip``: the commit the branch is about to be made
+        at (pool.py ``keep``: recorded first, so a kill before the branch is made is read the same way)."""
+        tip = tip or self.git.rev(self.branch(task))
         if tip is None:
             return None
         atomic_write(self._failed_path(task), tip + "\n")
@@ -488,9 +533,12 @@ class Worktrees:
         """Delete the task's branch and worktree when everything on the branch is on integration
         (a lead killed between a merge and the removal that follows it); whether it did."""
         with self.locked() as fd:
-            self._finish_removal(task, fd)
+            self.finish_removal(task, fd)
             tip = self.git.rev(self.branch(task))
-            if tip is None or not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
+            if tip is None:  # an in-memory merge deleted the branch with the merge: its worktree was clean
+                if not (self.path(task) / ".git").is_file():
+                    return False
+            elif not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
                 return False
             self.remove_task(task, fd)
             return True
@@ -587,17 +635,51 @@ class Worktrees:
         notes = [f"removed stale {name}" for name in self._clear_ref_locks(integration_only=True)]
         if self.git.rev(self.integration) is None:
             self._create_integration(fd, snapshot=False)
+        if self.in_memory:  # merges need no checkout: one an older team or git left goes
+            if self.integration_dir.exists() or self.integration_dir.is_symlink():
+                self.drop_worktree(self.integration_dir, fd)
+            if not self._checked_out_nowhere:
+                self._refuse_checked_out()
+            return notes
         self._ensure_checkout(self.integration_dir, self.integration, None, fd)
         return notes + self._recover_integration(fd)
 
-    def _clear_ref_locks(self, *, integration_only: bool = False) -> list[str]:
+    def merge_note(self) -> str | None:
+        """What to say once, at a run's start, when merges cannot happen in memory (git < 2.38)."""
+        if self.in_memory:
+            return None
+        have = ".".join(map(str, tree_merge.version(self.git))) or "of unknown version"
+        return (f"git {have} cannot merge without a checkout (`git merge-tree --write-tree` needs git "
+                f"{'.'.join(map(str, tree_merge.MIN_VERSION))}): the plan's merges happen in the worktree "
+                f"{self.integration_dir}, one at a time, as before (slower)")
+
+    def _refuse_checked_out(self) -> None:
+        """Merges move the integration branch with ``update-ref``: under a checkout of it (yours) the
+        files would stay behind and look like changes undoing the plan. Asked once per object; git
+        refused such a checkout itself while the integration worktree held the branch."""
+        ref = f"refs/heads/{self.integration}"
+        for where, info in self.git.worktrees().items():
+            if info.get("branch") == ref:
+                raise UserError(f"{self.integration} is checked out in {where}: the plan's merges would move it "
+                                f"under that checkout; check out another branch there (`git switch -`), then "
+                                f"run again")
+        self._checked_out_nowhere = True
+
+    def follow_integration(self, fd: int) -> None:
+        """After the integration branch moved by ``update-ref`` (a rebuild): its worktree, when merges
+        use one, follows it."""
+        if self.integration_dir.is_dir():
+            self.git("reset", "-q", "--hard", "HEAD", cwd=self.integration_dir, fd=fd)
+
+    def _clear_ref_locks(self, *, integration_only: bool = False, unheld: bool = False) -> list[str]:
         """Remove ``*.lock`` files a git killed mid-write left under the plan's refs (``git branch -D``
         of a killed ``team land``): each would refuse every later write of its ref ("cannot lock
         ref"). The caller holds the plan's flock. The integration branch is written only under it
         (merges, its creation, ``reset``), so its lock is stale whenever we hold the flock. A task's
         branch is also written by the task's own commits, which run in parallel without the flock
         (``commit``): its lock is cleared only by ``reset``, which drops every branch of the plan
-        when none of its tasks runs (``--fresh`` before the run starts, ``team land`` after it)."""
+        when none of its tasks runs (``--fresh`` before the run starts, ``team land`` after it), and, at a
+        run's start (``unheld``), those no process holds open."""
         heads = self.common_dir / "refs" / "heads"
         if integration_only:
             locks = [heads / f"{self.integration}.lock"]
@@ -606,7 +688,7 @@ class Worktrees:
             locks = sorted(top.rglob("*.lock")) if top.is_dir() else []
         removed = []
         for lock in locks:
-            if lock.exists():
+            if lock.exists() and (not unheld or drop_unheld(lock)):
                 lock.unlink(missing_ok=True)
                 removed.append(str(lock.relative_to(heads)))
         return removed
@@ -631,6 +713,14 @@ class Worktrees:
             return False  # a live git's: git waits for it, or says so
         return drop_unheld(lock)
 
+    def unlock_stale(self, lock: Path) -> bool:
+        """Remove a lock file of this repository a killed git left (merge.py's ``unlock``): the shared
+        ``packed-refs.lock`` only when stale (``_clear_packed_refs_lock``), any other one of ours when
+        no process holds it. True if it was removed."""
+        if lock.resolve() == (self.common_dir / "packed-refs.lock").resolve():
+            return self._clear_packed_refs_lock()
+        return lock.resolve().is_relative_to(self.common_dir) and drop_unheld(lock)
+
     def _recover_integration(self, fd: int) -> list[str]:
         notes: list[str] = []
         wt = self.integration_dir
@@ -651,23 +741,34 @@ class Worktrees:
         return notes
 
     def _ensure_checkout(self, path: Path, branch: str, base: str | None, fd: int) -> None:
-        info = self.git.worktrees().get(path.resolve())
+        wts = self.git.worktrees()
+        info = wts.get(path.resolve())
         healthy = (info is not None and info.get("branch") == f"refs/heads/{branch}"
                    and "locked" not in info and (path / ".git").is_file())
         if healthy:
             return
-        self.drop_worktree(path, fd)
+        self.drop_worktree(path, fd, wts)
         if self.git.rev(branch) is None:
             if base is not None and path.parent == self.base_dir:  # a task branch: remember where it forked
-                self.base_dir.mkdir(parents=True, exist_ok=True)
-                atomic_write(self._fork_path(path.name), base + "\n")
-                self._failed_path(path.name).unlink(missing_ok=True)
+                self.record_fork(path.name, base)
             self.git("branch", branch, *([base] if base else []), fd=fd)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.git("worktree", "add", "-q", str(path), branch, fd=fd)
 
     def _fork_path(self, task: str) -> Path:
         return self.base_dir / f".fork-{task}"
+
+    def record_fork(self, task: str, sha: str, durable: bool = True) -> None:
+        """Remember the integration commit the task's branch forks from (before the branch is made); a
+        failed attempt's mark on an earlier branch no longer applies."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._fork_path(task), sha + "\n", durable=durable)
+        self._failed_path(task).unlink(missing_ok=True)
+
+    def forget_fork(self, task: str) -> None:
+        """The task's branch is gone (merged, removed): so are its fork point and a failed attempt's mark."""
+        self._fork_path(task).unlink(missing_ok=True)
+        self._failed_path(task).unlink(missing_ok=True)
 
     def fork(self, task: str) -> str | None:
         """The integration commit the task's branch was forked from (recorded when it was made)."""
@@ -684,9 +785,10 @@ class Worktrees:
         self.git("worktree", "add", "-f", "-q", "--detach", str(path), commit, fd=fd)
         return path
 
-    def drop_worktree(self, path: Path, fd: int) -> None:
-        """Remove the worktree (or a stray directory or file) at ``path``; missing is fine."""
-        if path.resolve() in self.git.worktrees():
+    def drop_worktree(self, path: Path, fd: int, wts: dict[Path, dict[str, str]] | None = None) -> None:
+        """Remove the worktree (or a stray directory or file) at ``path``; missing is fine. ``wts``: git's
+        listing, when the caller read it under the same flock."""
+        if path.resolve() in (self.git.worktrees() if wts is None else wts):
             self.git("worktree", "remove", "-f", "-f", str(path), fd=fd)
         if path.is_dir() and not path.is_symlink():  # a directory git does not know: ours
             shutil.rmtree(path)
@@ -700,14 +802,14 @@ class Worktrees:
         self.drop_worktree(self.path(task), fd)
         if self.git.rev(self.branch(task)) is not None:
             self.git("branch", "-D", self.branch(task), fd=fd)
-        self._fork_path(task).unlink(missing_ok=True)
-        self._failed_path(task).unlink(missing_ok=True)
+        self.forget_fork(task)
         marker.unlink()
 
     def _removing(self, task: str) -> Path:
         return self.base_dir / f".removing-{task}"
 
-    def _finish_removal(self, task: str, fd: int) -> list[str]:
+    def finish_removal(self, task: str, fd: int) -> list[str]:
+        """Finish a removal of the task's worktree and branch a kill cut short (its marker is there)."""
         if self._removing(task).exists():
             self.remove_task(task, fd)
             return [f"finished removing task {task}'s worktree"]

@@ -5,15 +5,23 @@ that runs isolated tasks (``task.isolation == "worktree"``) in their own git
 worktree and passes the others straight through (so a plan without isolation
 makes no git call at all). Per isolated attempt::
 
-    start ─► [prepare thread] fork/reuse the worktree ─► inner executor runs the
-             task with cwd (shell) / workspace (agent) inside the worktree
-          ─► [merge thread] commit + merge into the integration branch
+    start ─► [the attempt's thread] fork the worktree (a free one of the pool,
+             moved and reset, else a new one) ─► inner executor runs the task
+             with cwd (shell) / workspace (agent) inside the worktree
+          ─► [the attempt's thread again] commit what it changed
+          ─► [merge thread] merge into the integration branch, give the worktree
+             back to the pool
           ─► done(Outcome) to the scheduler
 
 Because the scheduler only hears of a completion after its merge landed, a
 dependent task is prepared from an integration tip that holds the work of all
 its ``needs``. Merges run on one thread in completion order (and under the
-worktree lock), off the scheduler's thread; prepares run on another.
+worktree lock), off the scheduler's thread; prepares and commits run on a
+short-lived thread of their attempt (prepares under the worktree lock, commits
+in the task's own worktree without it), so they overlap each other and the
+tasks. Worktrees are reused (``Worktrees.use_pool``, git/pool.py): a run holds
+at most as many as it runs tasks at once, plus the kept ones, and removes the
+free ones at its end (``finish``).
 
 * The task's ``cwd`` (absolute, inside the repository) maps to the same
   relative folder of its worktree (the runner refuses a plan whose tasks
@@ -41,7 +49,8 @@ worktree lock), off the scheduler's thread; prepares run on another.
   re-forked fresh. Dropping kept work is ``reconcile``'s, on the user's word
   (``--redo``, ``team task retry``) or ``--fresh``'s.
 * A task with ``outputs:`` has only its changes to those paths committed
-  (git/keep.py ``commit_outputs``); ``warn_junk``, after the run, says which
+  (git/keep.py ``commit_outputs``, on its branch in a worktree of its own, not
+  the pool's); ``warn_junk``, after the run, says which
   of its merges added files that look like build output.
 * ``finish()`` drops the integration worktree (the branch stays, so the user
   may check it out) and returns ``Worktrees.summary()``.
@@ -62,12 +71,25 @@ from ..core.models import Task
 from ..core.paths import stored
 from ..core.text import plural
 from ..git import keep
+from ..git.pool import Lease, WorktreePool
 from ..git.worktrees import MergeConflict, Summary, Worktrees
 from ..jobs.records import JobRecord
+from ..plan.model import Plan
 from .executor import DoneCallback, Executor, Outcome
 from .scheduler import Emit
 
 log = logging.getLogger("orchestrator.isolation")
+
+
+def warmed_pool(wt: Worktrees, plan: Plan, workers: int, *, started: bool) -> WorktreePool:
+    """The run's worktree pool, made as the run starts. When the plan starts now (``started``: no task of
+    it ran yet), its first worktrees are made in the background while the run materialises its tasks:
+    one per task that will run at once (``workers``, at most the shell tasks with worktree isolation)."""
+    pool = WorktreePool(wt)
+    if started:
+        shell = sum(1 for t in plan.tasks if (t.isolation or plan.isolation) == "worktree" and t.run is not None)
+        pool.warm(min(workers, shell))
+    return pool
 
 
 def slug_of(task: Task) -> str:
@@ -81,6 +103,8 @@ class _Attempt:
     done: DoneCallback
     inner: Executor
     folder: str = "."  # the task's folder inside its worktree (its ``outputs`` globs are relative to it)
+    lease: Lease | None = None  # a shell task's worktree from the pool (agent tasks get their own)
+    commit: str | None = None  # what the pool committed of its work (None: it changed nothing)
 
 
 class Isolation:
@@ -91,42 +115,59 @@ class Isolation:
     runs the plan again (for messages); ``emit`` gets the merge-phase events.
     """
 
-    def __init__(self, wt: Worktrees, *, rerun: str = "team run PLAN", emit: Emit | None = None):
+    def __init__(self, wt: Worktrees, *, rerun: str = "team run PLAN", emit: Emit | None = None,
+                 pool: WorktreePool | None = None):
         self.wt = wt
         self.rerun = rerun
         self.emit: Emit = emit or (lambda ev: None)
         self.merged_before = wt.merges()
+        self.pool = pool or WorktreePool(wt)
         self._cancelled: set[int] = set()
         self.started_at = wt.git.rev(wt.integration)  # merges after it are this run's (warn_junk)
         self._lock = threading.Lock()
         self._waiting = 0  # attempts queued for their merge or merging (the merge thread's line)
-        self._prep: queue.SimpleQueue[tuple[_Attempt] | None] = queue.SimpleQueue()
+        self._busy: set[threading.Thread] = set()  # attempts' threads preparing or committing
+        self._idle = threading.Condition(self._lock)
         self._merge: queue.SimpleQueue[tuple[_Attempt, Outcome, bool] | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._loop, args=(q, fn), name=name, daemon=True)
-                         for q, fn, name in ((self._prep, self._prepare, "team-wt-prepare"),
-                                             (self._merge, self._finish, "team-wt-merge"))]
-        for t in self._threads:
-            t.start()
+        self._merger = threading.Thread(target=self._merges, name="team-wt-merge", daemon=True)
+        self._merger.start()
 
     def wrap(self, inner: Executor) -> Executor:
         return _Isolated(inner, self)
 
     # ---------------------------------------------------------------- threads
-    def _loop(self, q: queue.SimpleQueue[Any], fn: Callable[..., None]) -> None:
+    def _merges(self) -> None:
         while True:
-            item = q.get()
+            item = self._merge.get()
             if item is None:
                 return
-            attempt = item[0]
+            self._guarded(self._finish, *item)
+
+    def _spawn(self, fn: Callable[..., None], a: _Attempt, *args: object) -> None:
+        """Run ``fn(a, *args)`` on a thread of its own (guarded like the merge thread's work)."""
+        def body() -> None:
             try:
-                fn(*item)
-            except TeamError as e:  # git failed, a bad cwd, ...: that task fails, the run goes on
-                attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed", error=f"{type(e).__name__}: {e}",
-                                     fields=self._kept(attempt.task)))
-            except Exception as e:  # our bug: log it loudly, fail the task, never hang the scheduler
-                log.exception("worktree isolation crashed on task #%s", attempt.task.id)
-                attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed",
-                                     error=f"internal error in worktree isolation: {type(e).__name__}: {e}"))
+                self._guarded(fn, a, *args)
+            finally:
+                with self._lock:
+                    self._busy.discard(thread)
+                    self._idle.notify_all()
+
+        thread = threading.Thread(target=body, name=f"team-wt-{slug_of(a.task)}", daemon=True)
+        with self._lock:
+            self._busy.add(thread)
+        thread.start()
+
+    def _guarded(self, fn: Callable[..., None], attempt: _Attempt, *args: object) -> None:
+        try:
+            fn(attempt, *args)
+        except TeamError as e:  # git failed, a bad cwd, ...: that task fails, the run goes on
+            attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed", error=f"{type(e).__name__}: {e}",
+                                 fields=self._kept(attempt.task)))
+        except Exception as e:  # our bug: log it loudly, fail the task, never hang the scheduler
+            log.exception("worktree isolation crashed on task #%s", attempt.task.id)
+            attempt.done(Outcome(attempt.task.id, attempt.epoch, "failed",
+                                 error=f"internal error in worktree isolation: {type(e).__name__}: {e}"))
 
     def _kept(self, task: Task) -> dict[str, str]:
         slug = slug_of(task)
@@ -166,13 +207,28 @@ class Isolation:
         except ValueError:
             raise WorkFailed(f"task {slug}: cwd {cwd} is outside the git repository {self.wt.toplevel}; "
                               f"isolation: worktree can only run tasks inside it") from None
-        self.wt.prepare(slug, fresh=kept is not None)  # a branch without commits of its own: an attempt cut short
+        if a.inner.kind == "shell" and task.outputs is None:  # a worktree of the pool, reset (a branch
+            a.lease = self.pool.prepare(slug, kept)               # without commits of its own goes)
+        else:  # an agent, or a task keeping only its outputs: on its branch, in a worktree of its own
+            self.wt.prepare(slug, fresh=kept is not None)  # (a branch without commits of its own: re-forked)
         a.folder = rel.as_posix()
         path = self.wt.path(slug)
         env = {**task.env, "TEAM_WORKTREE": str(path), "TEAM_BRANCH": self.wt.branch(slug)}
         copy = task.model_copy(update={"cwd": str(path / rel), "worktree": str(path),
                                        "branch": self.wt.branch(slug), "env": env})
-        a.inner.start(copy, a.epoch, lambda out: self._queue_merge(a, out, resumed=False))
+        a.inner.start(copy, a.epoch, lambda out: self._spawn(self._commit, a, out))
+
+    def _commit(self, a: _Attempt, out: Outcome) -> None:
+        """A finished attempt's work committed on its branch (off the executor's thread), then its turn to merge."""
+        if out.ok:
+            message = f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}"
+            if a.lease is not None:
+                a.commit = self.pool.commit(a.lease, message)
+            elif a.task.outputs is None:
+                self.wt.commit(slug_of(a.task), message)
+            else:  # only the changes to its outputs are its result
+                keep.commit_outputs(self.wt, slug_of(a.task), message, a.task.outputs, a.folder)
+        self._queue_merge(a, out, resumed=False)
 
     def _queue_merge(self, a: _Attempt, out: Outcome, resumed: bool) -> None:
         """Hand the attempt to the merge thread; a finished one waits there for its turn (and says so)."""
@@ -186,6 +242,8 @@ class Isolation:
     def _finish(self, a: _Attempt, out: Outcome, resumed: bool) -> None:
         slug = slug_of(a.task)
         if not out.ok:
+            if a.lease is not None:  # its worktree leaves the pool, on its branch, with what it left
+                self.pool.keep(a.lease)
             left = self.wt.failed_attempt(slug)  # before the failure is recorded: its commits are no result
             if left is not None and left.failed:
                 out = dataclasses.replace(out, error=(
@@ -196,13 +254,7 @@ class Isolation:
             return
         self.emit({"event": "merging", "task": a.task.id, "name": slug})
         try:
-            if not resumed:
-                message = f"{a.task.subject}\n\nteam task #{a.task.id}, attempt {a.task.attempts}"
-                if a.task.outputs is None:
-                    self.wt.commit(slug, message)
-                else:  # only the changes to its outputs are its result
-                    keep.commit_outputs(self.wt, slug, message, a.task.outputs, a.folder)
-            res = self.wt.merge(slug)
+            res = self.wt.merge(slug) if resumed or a.lease is None else self.pool.merge(a.lease, a.commit)
         except MergeConflict as e:
             error = (f"{e}\nor drop the branch and run the task again on the current result: "
                      f"{self.rerun} --redo {slug}")
@@ -236,7 +288,7 @@ class Isolation:
     def submit(self, a: _Attempt) -> None:
         with self._lock:
             self._cancelled.discard(a.task.id)  # a cancel of an earlier attempt does not carry over
-        self._prep.put((a,))
+        self._spawn(self._prepare, a)
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
@@ -244,13 +296,14 @@ class Isolation:
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop the threads after the work queued so far (a merge is never cut short)."""
-        for q in (self._prep, self._merge):
-            q.put(None)
-        for t in self._threads:
-            t.join(timeout)
+        with self._lock:
+            self._idle.wait_for(lambda: not self._busy, timeout)
+        self._merge.put(None)
+        self._merger.join(timeout)
 
     def finish(self) -> Summary:
-        """Drop the integration worktree (the branch stays) and say where the result is."""
+        """Drop the free worktrees and the integration worktree (the branch stays); say where the result is."""
+        self.pool.drain()
         self.wt.release()
         return self.wt.summary()
 

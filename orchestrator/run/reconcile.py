@@ -233,8 +233,10 @@ def kept_work_notes(tasks: list[Task], wt: Worktrees, rerun: str) -> dict[int, s
     The commits a failed attempt made itself are not merged: the task runs again, and the note
     says how to keep a copy of them."""
     notes = {}
+    branches = set(wt.task_branches())  # one listing of the plan's branches, not a lookup per task
     for t in tasks:
-        if t.status == Status.completed or t.isolation != "worktree" or t.redo or t.landed:
+        if (t.status == Status.completed or t.isolation != "worktree" or t.redo or t.landed
+                or slug(t) not in branches):
             continue
         kept = wt.kept(slug(t))
         if kept is None or not (kept.commits or kept.failed):

@@ -86,6 +86,7 @@ from ..core.paths import team_dir
 from ..core.sandbox import Sandbox
 from ..core.text import plural
 from ..git.land import Land
+from ..git.pool import WorktreePool, rescue
 from ..git.worktrees import Start, Summary, Worktrees
 from ..hooks.config import run_hooks
 from ..hooks.dispatch import HookDispatcher
@@ -99,7 +100,7 @@ from . import rewire
 from .command import CommandExecutor
 from .executor import Executor, ExecutorContext, Rooted
 from .hooked import Hooked
-from .isolation import Isolation
+from .isolation import Isolation, warmed_pool
 from .keptwork import refuse_unsaved
 from .land import remember_plan_file
 from .materialise import materialise, prepare, remove_record, tasks_of
@@ -231,19 +232,26 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
                           command_members=lp.plan.command_members())
     execs = build_executors(set(kinds), ctx, backend)
     iso: Isolation | None = None
+    pool: WorktreePool | None = None  # made when the integration branch is, handed to ``iso``
     try:
         stop.check()
         for ex in execs.values():
             for job in ex.reap_orphans():
                 note(f"job {job.id} of a dead lead (task #{job.task}) was still running: killed")
+        if wt is not None:
+            rescue(wt)  # commits a shell task made itself in a worktree a killed run left: kept work
         start_fresh(store, lp, wt, fresh=fresh, note=note)
         if wt is not None and _landed(store, lp):
             note(f"plan {lp.plan.name} was landed into your branch by `team land` "
                  f"(commit {_landed(store, lp)[:10]}): nothing to run (--fresh starts over)")
             wt = None
         if wt is not None:
-            _started(wt.ensure_integration(include_uncommitted), wt, include_uncommitted, rerun, note)
+            if (older_git := wt.merge_note()) is not None:
+                note(older_git)
+            start = wt.ensure_integration(include_uncommitted)
+            _started(start, wt, include_uncommitted, rerun, note)
             remember_plan_file(root, lp.plan.name, lp.path)  # `team land NAME` lands what this file says
+            pool = warmed_pool(wt, lp.plan, workers or lp.plan.workers, started=start.created)
         asked = request_redo(store, tasks_of(store, lp.plan.name), wt, redo, rerun=rerun)
         for text in asked.notes:
             note(text)
@@ -269,7 +277,7 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             for tid, text in kept.items():
                 if tid not in agreed.redone:
                     note(text)
-            iso = Isolation(wt, rerun=rerun, emit=emit)
+            iso = Isolation(wt, rerun=rerun, emit=emit, pool=pool)
             execs = {kind: iso.wrap(ex) for kind, ex in execs.items()}
         opts = RunOptions(workers=workers or default_workers(lp, ctx, note), keep_going=keep_going,
                           retry_delay=prep.retry_delay)
@@ -302,6 +310,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
             ex.close()
         if iso is not None:
             iso.close()
+        elif pool is not None:  # the run stopped before its tasks: what was made ahead goes
+            pool.drain()
 
 
 def _task_id(store: TaskStore, name: str) -> int | None:

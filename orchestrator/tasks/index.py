@@ -11,12 +11,22 @@ writes). A reader (``read_rows``):
 * lists ``.tasks/`` and reads every task file (the files stay the source of
   truth: nothing is taken from the index but "these bytes were valid");
 * bytes whose hash the index holds are parsed with ``json.loads`` alone;
+* a file in the seed's format (written by the seed's ``TaskManager`` or any
+  tool of its kind: only the keys ``id``, ``subject``, ``description``,
+  ``status``, ``blockedBy``, ``owner``, with plain JSON values of their types)
+  is checked by ``seed_form`` without pydantic: for such a file pydantic would
+  accept exactly these values, and ``Task.to_json()`` is those keys with the
+  defaults of the missing ones. Anything else in it (a string id, an unknown
+  status, another key) goes the validated way. Before, such files were never
+  in the index (their bytes, ``indent=2``, are not team's form), so every
+  listing imported pydantic and validated them all: 130 ms against 50 ms for
+  1,000 files (issue 29);
 * any other file (new, edited by hand, written by a run since) is validated
   as before (``files.parse_task``: pydantic, so an invalid file is reported,
   never masked) and, if its JSON is the canonical form, remembered;
 * a file removed by hand is simply not listed; its entry is dropped;
-* if anything was validated or dropped, the index is rewritten (a cache:
-  atomic, not fsynced; a root we may not write keeps working without it).
+* if what the index vouches for changed, it is rewritten (a cache: atomic,
+  not fsynced; a root we may not write keeps working without it).
 
 A missing, torn or foreign index is treated as empty: everything is
 validated once and the index rebuilt. Staleness is decided by content, not
@@ -41,7 +51,7 @@ from typing import Any
 
 from ..core.fsutil import atomic_write
 from ..core.jsonutil import dumps
-from ..core.states import Status
+from ..core.states import MAX_TASK_ID, Status
 
 INDEX_NAME = "index.json"
 VERSION = 1
@@ -65,6 +75,32 @@ class Row:
         self.owner: str = data.get("owner", "")
         self.subject: str = data["subject"]
         self.name: str | None = data.get("name")
+
+
+SEED_KEYS = ("id", "subject", "description", "status", "blockedBy", "owner")
+"""The keys of a task file of the seed, in ``Task.to_json()``'s order."""
+_SEED_KEYS = frozenset(SEED_KEYS)
+_STATUSES = frozenset(s.value for s in Status)
+
+
+def seed_form(raw: bytes, tid: int) -> dict[str, Any] | None:
+    """The JSON form (``Task.to_json()``) of task file ``tid`` when it holds only the seed's keys with
+    plain values (module docstring), worked out without pydantic; None for anything else."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if type(data) is not dict or not data.keys() <= _SEED_KEYS or data.get("id") != tid:
+        return None
+    subject, description, owner = data.get("subject"), data.get("description", ""), data.get("owner", "")
+    status, blocked = data.get("status", "pending"), data.get("blockedBy", [])
+    if (type(tid) is not int or not 1 <= tid <= MAX_TASK_ID or type(data["id"]) is not int
+            or type(subject) is not str or type(description) is not str or type(owner) is not str
+            or type(status) is not str or status not in _STATUSES
+            or type(blocked) is not list or any(type(b) is not int for b in blocked)):
+        return None
+    return {"id": tid, "subject": subject, "description": description, "status": status, "blockedBy": blocked,
+            "owner": owner}
 
 
 def digest(data: bytes) -> str:
@@ -134,7 +170,6 @@ def read_rows(tasks_dir: Path, *, update: bool = True) -> tuple[list[Row], list[
     fresh: dict[str, str] = {}
     rows: list[Row] = []
     bad: list[tuple[Path, str]] = []
-    changed = len(valid) != len(names)
     dir_fd = os.open(tasks_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for tid, fname in names:
@@ -152,7 +187,10 @@ def read_rows(tasks_dir: Path, *, update: bool = True) -> tuple[list[Row], list[
                 fresh[key] = h
                 rows.append(Row(json.loads(raw), raw))
                 continue
-            changed = True
+            seed = seed_form(raw, tid)
+            if seed is not None:  # checked as cheaply as the index would vouch for it: nothing to remember
+                rows.append(Row(seed))  # (printed with dumps: a comparison with the bytes cost more)
+                continue
             path = tasks_dir / fname
             data, why = _validate(path, tid, raw)
             if data is None:
@@ -165,7 +203,7 @@ def read_rows(tasks_dir: Path, *, update: bool = True) -> tuple[list[Row], list[
                 rows.append(Row(data))
     finally:
         os.close(dir_fd)
-    if update and (changed or fresh.keys() != valid.keys()):
+    if update and fresh != valid:
         save(tasks_dir, fresh)
     return rows, bad
 

@@ -1,0 +1,403 @@
+"""Reused worktrees for a run's shell tasks: moved and reset, not added and removed.
+
+A ``git worktree add`` writes every file of the repository and a ``git
+worktree remove`` deletes them all; per task they were most of what worktree
+isolation cost (on this machine's disk ~1 ms a file). ``WorktreePool`` gives
+a task a worktree at the same place as before, ``.team/worktrees/<plan>/<task>``,
+but takes it from the plan's free ones and gives it back after the merge::
+
+    prepare   under the flock: git worktree move _pool-N <task>     (a rename)
+                   (none free: git worktree add --no-checkout --detach <task> FORK)
+              then: git checkout -q -f --detach FORK                (writes only what differs)
+                    git clean -q -ffdx                              (untracked and ignored files go)
+    ... the task runs, detached at FORK ...
+    commit    git add -A; git write-tree; git rev-parse HEAD HEAD^{tree}
+              changed: git commit-tree, then one ref transaction: HEAD (no-deref) and
+              team/<plan>/<task> (created) at the new commit
+    merge     under the flock: merge.py (the branch deleted in the merge's transaction),
+              then git worktree move <task> _pool-N                 (back to the free ones)
+    keep      a failed attempt: git checkout -q -b team/<plan>/<task> (its changes stay)
+              a conflict: git symbolic-ref HEAD refs/heads/team/<plan>/<task>
+    drain     the run's end: every _pool-N removed, git worktree prune
+
+After ``prepare`` the worktree is what ``git worktree add`` at FORK makes:
+tracked files as FORK has them (``-f`` throws away what the last task left),
+nothing untracked and nothing ignored (a fresh checkout has no
+``.ruff_cache`` or build output either). The task runs on a detached HEAD,
+and its branch is made when its work is committed: a task that changed
+nothing never has one. A task whose attempt fails, or whose merge
+conflicts, is left as before: its worktree at its path, on its branch, with
+what it left, out of the pool (``keep``). A run holds at most as many
+worktrees as it runs tasks at once, plus the kept ones; the first tasks of a
+run get new ones (``--no-checkout``, filled outside the flock, in parallel).
+Agent tasks do not use the pool: an agent sees its worktree on its branch
+(``Worktrees.prepare``), and runs for minutes anyway.
+
+The commit is the cheapest way found that commits exactly what the task
+changed (``bench/refactor_bench.py --commit-cost``, a worktree of 5,000 files,
+5 edited, 1 added, ignored output; three runs at load 4–4.5): ``add -A`` over
+the tree plus ``write-tree``, 23–37 ms (median), against 37–61 ms for the
+``add -A``, ``diff --cached``, ``commit`` of before; ``status`` then
+``update-index`` of its paths, 27–39 ms (one more process, the same scan);
+``core.untrackedCache`` 22–31 ms, within the noise (each reset rewrites the
+directories it would cache), so it is left to the user's config. The scan
+never uses an fsmonitor daemon (command.py turns it off).
+
+What runs under the plan's flock: what changes git's list of worktrees (add,
+move, remove, prune: a concurrent reader of a half-made entry fails) and the
+merge. Checkouts, cleans and commits run in the task's own worktree without
+it, in parallel, as commits always did.
+
+Crash safety (a kill -9 at any instant; the next run resumes):
+
+* before the commit's ref transaction the task has no branch: a worktree found
+  at its path (half moved, half reset, the task's uncommitted work) is an
+  attempt cut short, reset in place and run again, as an attempt whose branch
+  had no commits of its own was re-forked before; but commits the task made
+  itself there (it ran ``git commit``) are its work: ``rescue``, at the next
+  run's start, puts them on the task's branch (from the fork ``prepare``
+  recorded), and they are merged without running the task again, as before;
+* after it, the branch holds the task's commit and the worktree is clean at
+  it: the next run merges it without running the task again (isolation.py);
+* the merge's transaction moves integration and deletes the branch at once;
+  a worktree left at the path of a merged task is removed (``drop_merged``);
+* a move is a rename plus git's pointer back to the directory: a kill between
+  the two leaves a directory git does not list (removed as a stray) and an
+  entry git calls prunable (``drain`` prunes it);
+* free worktrees a killed run left are adopted when healthy (registered, not
+  locked, ``.git`` in place), else removed.
+
+The free list is this process's (one lead runs a plan at a time); a lock
+guards it between the run's threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import TeamError, WorkFailed
+from ..core.text import plural
+from .merge import Conflict, TreeMerge
+from .worktrees import SLUG, TRAILER, Kept, MergeConflict, MergeResult, Worktrees, drop_unheld
+
+log = logging.getLogger("orchestrator.pool")
+
+PREFIX = "_pool-"
+LOCK_WAIT = 30.0
+"""Seconds ``prepare`` waits for a git a killed lead left running in a task's worktree to let go of its lock."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worktree the pool gave a task: where, and the integration commit it was reset to."""
+
+    task: str
+    path: Path
+    fork: str
+
+
+def clean_message(message: str) -> str:
+    """A commit message as ``git commit -m`` stores it (its ``whitespace`` cleanup): trailing spaces and
+    leading/trailing blank lines gone, runs of blank lines made one, a final newline."""
+    lines = [line.rstrip() for line in message.splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def rescue(wt: Worktrees) -> list[str]:
+    """Tasks whose worktree a killed run left detached, holding commits the task made itself (a shell
+    task may run ``git commit``) on top of the fork ``prepare`` recorded: the task's branch is made at
+    them and the worktree put on it, so they are kept work like any other (the run merges them without
+    running the task again, ``--fresh`` says how to bring them back), never reset away. Run at a
+    run's start, before anything looks at kept work. The tasks rescued."""
+    if not wt.base_dir.is_dir():
+        return []
+    found = []
+    with wt.locked() as fd:
+        for path in sorted(wt.base_dir.iterdir()):
+            if path.name.startswith(("_", ".")) or not (path / ".git").is_file() or not SLUG.match(path.name):
+                continue
+            branch = wt.branch(path.name)
+            fork, head = wt.fork(path.name), wt.git.rev("HEAD", cwd=path)
+            if (fork is None or head is None or head == fork or wt.git.rev(branch) is not None
+                    or not wt.git.is_ancestor(fork, head) or wt.git.is_ancestor(head, wt.integration)):
+                continue  # nothing of its own (integration's commits are nobody's own work)
+            wt.git("update-ref", f"refs/heads/{branch}", head, "", fd=fd)  # "": only if there is none
+            wt.git("symbolic-ref", "HEAD", f"refs/heads/{branch}", cwd=path, fd=fd)
+            found.append(path.name)
+    return found
+
+
+class WorktreePool:
+    """The task worktrees of one plan's run (see the module docstring)."""
+
+    def __init__(self, wt: Worktrees):
+        self.wt = wt
+        self.git = wt.git
+        self._free: list[Path] = []
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a free one came, or a promised one will not
+        self._promised = 0  # worktrees ``warm`` is still making
+        self._warmer: threading.Thread | None = None
+        self._adopted = False
+        self._serial = 0
+        self._ready = False  # setup_integration done for this run
+
+    def warm(self, count: int) -> None:
+        """Make ``count`` free worktrees ahead of the first tasks, in the background, while the run is still
+        starting (a run's first tasks would each make one, then wait for its files). ``prepare`` waits for
+        them rather than making more."""
+        if count <= 0 or self._warmer is not None:
+            return
+        with self._lock:
+            self._promised = count
+        self._warmer = threading.Thread(target=self._warm, args=(count,), name="team-wt-warm", daemon=True)
+        self._warmer.start()
+
+    # ---------------------------------------------------------------- a task's turn
+    def prepare(self, task: str, kept: Kept | None) -> Lease:
+        """The task's worktree at ``wt.path(task)``, detached at the integration tip, as fresh as a new one.
+        ``kept``: ``wt.kept(task)`` as the caller found it; a branch without commits of its own goes (an
+        attempt cut short, or failed), one with commits is refused (kept work: merge it, never reset it)."""
+        path = self.wt.path(task)
+        with self._changed:  # outside the flock (warm needs it to add what it promised): one is this task's
+            self._changed.wait_for(lambda: bool(self._free) or not self._promised)
+            reserved = self._free.pop() if self._free else None
+        try:
+            return self._prepare(task, kept, path, reserved)
+        finally:
+            if reserved is not None and reserved.is_dir():  # not used (it stayed where it was): free again
+                with self._changed:
+                    self._free.append(reserved)
+                    self._changed.notify_all()
+
+    def _prepare(self, task: str, kept: Kept | None, path: Path, reserved: Path | None) -> Lease:
+        wt = self.wt
+        with wt.locked() as fd:
+            if not self._ready:
+                wt.setup_integration(fd)
+                self._ready = True
+            wt.finish_removal(task, fd)
+            fork = self.git.rev(wt.integration)
+            assert fork is not None  # setup_integration made it
+            if self._unlock(path, task):  # a killed git's locks: what it was doing may have finished since
+                kept = wt.kept(task)
+            if kept is not None and kept.commits:
+                raise WorkFailed(f"task '{task}': {kept.branch} holds {plural(kept.commits, 'commit')} not on "
+                                 f"{wt.integration}; refusing to reset its worktree (run again: the next run "
+                                 f"merges them)")
+            wts = self.git.worktrees() if path.exists() or path.is_symlink() or not self._adopted else {}
+            here = wts.get(path.resolve())
+            in_place = (here is not None and "locked" not in here and "prunable" not in here
+                        and (path / ".git").is_file())
+            if not in_place:
+                wt.drop_worktree(path, fd, wts)
+                if self._take(path, wts, fd, reserved):
+                    self._unlock(path, task)  # a free one a killed run left (its fill or reset cut short)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self.git("worktree", "add", "-f", "-q", "--no-checkout", "--detach", str(path), fork, fd=fd)
+        # in the task's own worktree, in parallel with the others: no list of worktrees changes here
+        self.git("checkout", "-q", "-f", "--detach", fork, cwd=path)
+        self.git("clean", "-q", "-ffdx", cwd=path)
+        if kept is not None:  # its branch, without commits of its own: an attempt cut short, or failed
+            self.git("update-ref", "-d", f"refs/heads/{kept.branch}", kept.tip)
+        wt.record_fork(task, fork, durable=False)  # what ``rescue`` counts a task's own commits from (last:
+        return Lease(task, path, fork)              # a failed attempt's mark goes with the branch it is on)
+
+    def commit(self, lease: Lease, message: str) -> str | None:
+        """Commit everything the task changed (``add -A``: ignored files stay out) on a new branch
+        ``team/<plan>/<task>``; the commit, or None when the task changed nothing (no branch then).
+        A commit the task made itself is kept: the new one goes on top of it."""
+        path = lease.path
+        self.git("add", "-A", cwd=path)
+        tree = self.git("write-tree", cwd=path).stdout.strip()
+        head, head_tree = self.git("rev-parse", "HEAD", "HEAD^{tree}", cwd=path).stdout.split()
+        if head == lease.fork and tree == head_tree:
+            return None
+        new = head if tree == head_tree else self.git(
+            "commit-tree", tree, "-p", head, "-F", "-", cwd=path, input=clean_message(message)).stdout.strip()
+        self.wt.record_fork(lease.task, lease.fork)
+        branch = f"refs/heads/{self.wt.branch(lease.task)}"
+        self.git("update-ref", "--stdin", cwd=path,
+                 input=f"option no-deref\nupdate HEAD {new} {head}\ncreate {branch} {new}\n")
+        return new
+
+    def merge(self, lease: Lease, commit: str | None) -> MergeResult:
+        """Merge what ``commit`` returned into integration (merge.py) and give the worktree back; a task
+        that changed nothing just gives it back. ``MergeConflict``: nothing merged, the task kept on its
+        branch (``keep``), its worktree out of the pool."""
+        wt, task = self.wt, lease.task
+        branch = wt.branch(task)
+        with wt.locked() as fd:
+            if commit is None:
+                wt.forget_fork(task)
+                self._give(lease.path, fd)
+                return MergeResult(task, branch, "up-to-date")
+            old = self.git.rev(wt.integration)
+            assert old is not None
+            msg = f"team: merge {task} into {wt.plan}\n\n{TRAILER}: {task}\n"
+            new = TreeMerge(self.git, unlock=wt.unlock_stale).merge(f"refs/heads/{wt.integration}", old, commit, msg,
+                                            drop=f"refs/heads/{branch}", fd=fd)
+            if isinstance(new, Conflict):
+                self.git("symbolic-ref", "HEAD", f"refs/heads/{branch}", cwd=lease.path, fd=fd)
+                raise MergeConflict(task, branch, wt.integration, new.files, lease.path)
+            wt.forget_fork(task)
+            self._give(lease.path, fd)
+        return MergeResult(task, branch, "merged", new)
+
+    def keep(self, lease: Lease) -> None:
+        """A failed attempt's worktree leaves the pool: on its branch (made at its HEAD) with what it left."""
+        wt = self.wt
+        wt.record_fork(lease.task, lease.fork)
+        with wt.locked() as fd:
+            if self.git.rev(wt.branch(lease.task)) is None:
+                head = self.git.rev("HEAD", cwd=lease.path)
+                if head is not None and head != lease.fork:  # it committed itself: no result (failed_attempt),
+                    wt.failed_attempt(lease.task, tip=head)    # said before its branch exists
+                self.git("checkout", "-q", "-b", wt.branch(lease.task), cwd=lease.path, fd=fd)
+            else:  # committed before it failed (a merge that could not run): the branch is its commit
+                self.git("symbolic-ref", "HEAD", f"refs/heads/{wt.branch(lease.task)}", cwd=lease.path, fd=fd)
+
+    def drain(self) -> list[Path]:
+        """Remove every free worktree (the run's end), and the entries of any a kill left half moved."""
+        if self._warmer is not None:
+            self._warmer.join()
+        with self.wt.locked() as fd, self._lock:
+            slots = sorted(set(self._free) | set(self.wt.base_dir.glob(f"{PREFIX}*")))
+            self._free.clear()
+            self._adopted = False
+            for slot in slots:
+                if slot.is_dir() and not slot.is_symlink():
+                    shutil.rmtree(slot)
+                elif slot.exists() or slot.is_symlink():
+                    slot.unlink()
+            self.git("worktree", "prune", fd=fd)
+        return slots
+
+    def _unlock(self, path: Path, task: str) -> bool:
+        """Locks git left in the worktree at ``path`` (its own git directory: ``index.lock``, ``HEAD.lock``)
+        and on the task's branch. A git of a killed lead may still hold one (the steps outside the flock
+        have no flock to keep): it is waited for (up to ``LOCK_WAIT`` s); one no process holds is a
+        killed git's, removed. True if there were any."""
+        locks = [self.wt.common_dir / "refs" / "heads" / f"{self.wt.branch(task)}.lock"]
+        try:
+            pointer = (path / ".git").read_text().strip()
+        except OSError:
+            pointer = ""
+        if pointer.startswith("gitdir:"):
+            admin = path / pointer.removeprefix("gitdir:").strip()  # absolute (a relative one is from path)
+            locks += sorted(admin.glob("*.lock")) if admin.is_dir() else []
+        locks = [lock for lock in locks if lock.exists()]
+        deadline = time.monotonic() + LOCK_WAIT
+        for lock in locks:
+            while not drop_unheld(lock) and lock.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)  # its git is still running: it removes the lock when it is done
+        return bool(locks)
+
+    # ---------------------------------------------------------------- the free list
+    def _take(self, path: Path, wts: dict[Path, dict[str, str]], fd: int, slot: Path | None) -> bool:
+        """Move a free worktree (``slot``, reserved, else any) to ``path`` (nothing is there; the caller
+        holds the flock); False if none."""
+        while True:
+            with self._lock:
+                if not self._adopted:
+                    self._adopt(wts, fd)
+                if slot is None:
+                    slot = self._free.pop() if self._free else None
+            if slot is None:
+                return False
+            # -f: a path git still lists, its directory gone (a move a kill cut short), is taken over
+            if self.git("worktree", "move", "-f", str(slot), str(path), fd=fd, check=False).returncode == 0:
+                return True
+            self._drop(slot, fd)  # made unusable behind our back: the next one
+            slot = None
+
+    def _give(self, path: Path, fd: int) -> None:
+        """The worktree at ``path`` back to the free ones (its work is merged, or there was none)."""
+        slot = self._name(fd)
+        if self.git("worktree", "move", str(path), str(slot), fd=fd, check=False).returncode:
+            self.wt.drop_worktree(path, fd)  # not a worktree git knows any more: it goes
+            return
+        with self._changed:
+            self._free.append(slot)
+            self._changed.notify_all()
+
+    def _name(self, fd: int) -> Path:
+        """A free ``_pool-N`` path (something a kill left there goes)."""
+        with self._lock:
+            self._serial += 1
+            slot = self.wt.base_dir / f"{PREFIX}{self._serial}"
+        if slot.exists() or slot.is_symlink():
+            self._drop(slot, fd)
+        return slot
+
+    def _warm(self, count: int) -> None:
+        """``warm``'s thread: the worktrees added at once under the flock, filled outside it, in parallel."""
+        made: list[Path] = []
+        try:
+            with self.wt.locked() as fd:
+                if not self._ready:
+                    self.wt.setup_integration(fd)
+                    self._ready = True
+                tip = self.git.rev(self.wt.integration)
+                wts = self.git.worktrees()
+                with self._lock:
+                    if not self._adopted:
+                        self._adopt(wts, fd)
+                    need = count - len(self._free)
+                    self._promised = max(0, need)
+                for _ in range(need):
+                    slot = self._name(fd)
+                    self.git("worktree", "add", "-f", "-q", "--no-checkout", "--detach", str(slot), str(tip), fd=fd)
+                    made.append(slot)
+                with self._changed:
+                    self._promised = len(made)
+            fillers = [threading.Thread(target=self._fill, args=(slot, str(tip)), daemon=True) for slot in made]
+            for t in fillers:
+                t.start()
+            for t in fillers:
+                t.join()
+        except TeamError as e:  # a task's prepare makes its own worktree instead
+            log.warning("could not make worktrees ahead of the tasks: %s", e)
+        finally:
+            with self._changed:
+                self._promised = 0
+                self._changed.notify_all()
+
+    def _fill(self, slot: Path, tip: str) -> None:
+        done = self.git("checkout", "-q", "-f", "--detach", tip, cwd=slot, check=False).returncode == 0
+        with self._changed:
+            self._promised = max(0, self._promised - 1)
+            if done:
+                self._free.append(slot)  # else drain removes it with the others
+            self._changed.notify_all()
+
+    def _adopt(self, wts: dict[Path, dict[str, str]], fd: int) -> None:
+        """Free worktrees a killed run left: kept when healthy, else removed. Holds ``_lock``."""
+        self._adopted = True
+        for slot in sorted(self.wt.base_dir.glob(f"{PREFIX}*")):
+            info = wts.get(slot.resolve())
+            number = slot.name[len(PREFIX):]
+            self._serial = max(self._serial, int(number) if number.isdigit() else 0)
+            if info is not None and "prunable" not in info and "locked" not in info and (slot / ".git").is_file():
+                self._free.append(slot)
+            else:
+                self._drop(slot, fd)
+
+    def _drop(self, slot: Path, fd: int) -> None:
+        self.git("worktree", "remove", "-f", "-f", str(slot), fd=fd, check=False)
+        if slot.is_dir() and not slot.is_symlink():
+            shutil.rmtree(slot)
+        elif slot.exists() or slot.is_symlink():
+            slot.unlink()
