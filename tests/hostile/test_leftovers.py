@@ -42,6 +42,9 @@ def sleeping(seconds: str) -> list[int]:
     return out
 
 
+HOLD = "while [ ! -e gate ]; do sleep 0.01; done"  # a task that runs until the test opens the gate
+
+
 def escape(seconds: str, how: str = "setsid") -> str:
     """A command that leaves ``sleep SECONDS`` running outside its group, and ends only once it runs
     (so a test cannot pass because the escapee never started)."""
@@ -68,7 +71,7 @@ tasks:
   - {{id: setsid, run: "{escape(secs(1002))}"}}
   - id: daemon
     run: "setsid sh -c 'sleep {secs(1003)} & touch up-1004; exec sleep {secs(1004)}' & while [ ! -e up-1004 ]; do sleep 0.01; done"
-  - {{id: slow, run: 'sleep 3'}}
+  - {{id: slow, run: '{HOLD}'}}
 """)
     lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
                             env=team_env(tmp_path, TEAM_JOB_SERVER=server), stdout=subprocess.DEVNULL,
@@ -76,11 +79,12 @@ tasks:
     try:
         def escapes_ended():
             recs = JobManager(tmp_path).list()
-            return len(recs) == 3 and all(r.status == "completed" for r in recs if r.command != "sleep 3")
+            return len(recs) == 3 and all(r.status == "completed" for r in recs if r.command != HOLD)
         wait_until(escapes_ended, timeout=20, what="the two escaping jobs to end")
         wait_until(lambda: not any(sleeping(secs(n)) for n in (1002, 1003, 1004)), timeout=5,
                    what="what they left behind to be killed with their jobs")
-        assert lead.poll() is None, "the run should still be going (slow runs for 3 s)"
+        assert lead.poll() is None, "the run should still be going (slow waits for the gate)"
+        (tmp_path / "gate").touch()
         _, err = lead.communicate(timeout=30)
     finally:
         if lead.poll() is None:
