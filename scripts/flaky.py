@@ -4,13 +4,15 @@ Usage: python scripts/flaky.py [RUNS] [-- PYTEST ARGS...]   (``make flaky RUNS=1
 
 Each run is a separate ``pytest`` process writing a JUnit XML report; a test
 that failed (or errored) in any run is listed with the runs it failed in and
-the first line of its first failure; under each run's line, the ``E`` lines of each
+the first line of its first failure; each run's line says its wall time and the
+user+sys CPU time of pytest and the processes it waited for; under each run's line, the ``E`` lines of each
 failure it had (what was asserted and what came instead), so a flake that shows once
 is not lost. Exit 0 only when every run was clean.
 """
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,12 @@ def failures(report: Path) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
+def _children_cpu() -> float:
+    """User+sys CPU seconds of the finished child processes (pytest and all it waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv: list[str]) -> int:
     runs = 10
     extra: list[str] = []
@@ -56,7 +64,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="team-flaky-") as tmp:
         for n in range(1, runs + 1):
             report = Path(tmp) / f"run{n}.xml"
-            started = time.monotonic()
+            started, cpu_before = time.monotonic(), _children_cpu()
             proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                    f"--junitxml={report}", *extra],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -64,7 +72,8 @@ def main(argv: list[str]) -> int:
             these = failures(report)
             if proc.returncode != 0 and not these:
                 these = {f"(run {n}: pytest exit {proc.returncode})": (summary, proc.stdout.splitlines()[-20:])}
-            print(f"run {n}/{runs}: {summary} ({time.monotonic() - started:.0f}s)")
+            wall, cpu = time.monotonic() - started, _children_cpu() - cpu_before
+            print(f"run {n}/{runs}: {summary} ({wall:.0f}s wall, {cpu:.0f}s user+sys)")
             for name, (message, detail) in these.items():
                 failed[name].append(n)
                 first.setdefault(name, message)
