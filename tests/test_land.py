@@ -495,6 +495,31 @@ def test_a_branch_lock_the_killed_lands_update_ref_left_does_not_stop_the_land_t
     assert tree(repo, "HEAD") == serial and not (repo / ".git" / f"{branch}.lock").exists()
 
 
+@pytest.mark.parametrize("moved", [True, False], ids=["branch-moved", "branch-not-moved"])
+def test_the_head_lock_the_killed_lands_update_ref_left_is_removed_by_the_land_that_resumes_it(tmp_path, moved):
+    """`git update-ref` of your checked-out branch locks `HEAD` too (to log the move in HEAD's reflog) and
+    unlocks both at its end: a `team land` SIGKILLed there leaves `.git/HEAD.lock`, with your branch moved
+    or not (found by the kill soak: the next `git reset` failed on it). The land that resumes the
+    interrupted one removes it when no process has it open, and your next git command works."""
+    repo, tasks, serial = ran_plan(tmp_path)
+    intent = repo / ".team/worktrees" / PLAN / "land.json"
+    land = subprocess.Popen([sys.executable, "-m", "orchestrator", "land", PLAN], cwd=repo, env=team_env(repo),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_until(lambda: intent.exists() or land.poll() is not None, timeout=60, interval=0.0005,
+               what="the land's intent")
+    os.killpg(land.pid, signal.SIGKILL)
+    land.wait()
+    if not intent.exists():
+        pytest.skip("the land finished before the kill")
+    if moved:  # the killed update-ref got as far as moving the branch
+        git(repo, "update-ref", git(repo, "symbolic-ref", "HEAD").strip(), json.loads(intent.read_text())["new"])
+    (repo / ".git" / "HEAD.lock").write_text("")  # as its update-ref, killed, left it
+    r = run_team(repo, "land", PLAN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "HEAD") == serial and not (repo / ".git" / "HEAD.lock").exists()
+    git(repo, "commit", "-q", "--allow-empty", "-m", "mine after the land")  # your next git command works
+
+
 def test_kill_during_land_then_land_again_sampled(tmp_path):
     done, critical = kill_land_rounds(tmp_path, rounds=3, kills=3, seed=11)
     assert done >= 3

@@ -31,7 +31,8 @@ Killed at any instant, ``team land`` again finishes the recorded land: when the
 branch already moved only step 5 is left; otherwise steps 2 and 4 run again, and
 step 2 then also accepts a file that is missing or holds a prefix of its landed
 version (a write that was cut short): nothing the user wrote is overwritten. The
-killed git's ``index.lock`` is removed only when no process holds it open.
+killed git's ``index.lock``, and the branch's lock and ``HEAD.lock`` its ``update-ref``
+left, are removed only when no process holds them open.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class Land:
             if intent is not None:
                 cur = self.git.rev(intent.branch)
                 if cur == intent.new:
+                    self._killed_ref_locks(intent)  # its update-ref was killed after the branch moved
                     return Landing(intent, resumed=True)
                 if cur == intent.old and branch == intent.branch:
                     self._apply(intent, fd, recovering=True)
@@ -344,9 +346,18 @@ class Land:
         if deleted:
             self.git("rm", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      cwd=self.top, env=literal, input="\0".join(deleted), fd=fd)
-        if recovering:  # a lock of your branch the update-ref of the killed land left
-            drop_unheld(self.wt.common_dir / f"{intent.branch}.lock")
+        if recovering:
+            self._killed_ref_locks(intent)
         self.git("update-ref", "-m", f"team land {self.wt.plan}", intent.branch, intent.new, intent.old, fd=fd)
+
+    def _killed_ref_locks(self, intent: Intent) -> None:
+        """The locks the killed land's ``update-ref`` of your branch left and no process holds: the branch's,
+        and your checkout's ``HEAD.lock`` (git locks ``HEAD`` too to log the move in its reflog, and
+        unlocks both at the end: a kill after the branch moved leaves ``HEAD.lock`` alone, and every
+        later git command that moves ``HEAD`` fails on it)."""
+        drop_unheld(self.wt.common_dir / f"{intent.branch}.lock")
+        head_lock = Path(self.git("rev-parse", "--git-path", "HEAD.lock", cwd=self.top).stdout.strip())
+        drop_unheld(head_lock if head_lock.is_absolute() else self.top / head_lock)
 
     def _index_lock(self, recovering: bool) -> None:
         lock = Path(self.git("rev-parse", "--git-path", "index.lock", cwd=self.top).stdout.strip())
