@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from conftest import run_team, team_env
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
-from refactor_project import MODULE, git, make_project, tree
+from refactor_project import MODULE, git, make_project, plan_yaml, serial_tree, tree
 from test_isolation import snapshot
 
 from orchestrator.git.worktrees import Worktrees
@@ -152,6 +152,28 @@ def test_free_worktrees_a_killed_run_left_are_reused_their_stale_locks_removed(t
     r = run_team(repo, "run", "plan.yaml")
     assert r.returncode == 0, r.stdout + r.stderr
     check(repo, before, ref, "after a run that reused them")
+
+
+def test_every_kind_of_change_is_committed_exactly(tmp_path):
+    """What a pooled task changed is committed as ``add -A`` would (``commit -a`` when it made no new file):
+    an edit, a deletion, a rename, an executable bit, a file made a symlink, a new file in a new folder,
+    a task that changes nothing but leaves build output, and one that changes nothing at all; the
+    result equals the serial run's tree, and no task that changed nothing has a commit of its own."""
+    kinds = {"edit": "printf 'x = 2\\n' >> src/a.py", "delete": "rm src/b.py", "rename": "mv src/c.py src/c2.py",
+             "mode": "chmod +x src/d.py", "link": "rm src/e.py && ln -s a.py src/e.py",
+             "new": "mkdir -p src/new && echo n > src/new/n.py",
+             "junk": "mkdir -p build && echo o > build/out.o", "nothing": "true"}
+    files = {f"src/{n}.py": f"{n} = 1\n" for n in "abcde"}
+    files[".gitignore"] = "build/\n"
+    tasks = [{"id": k, "run": run} for k, run in kinds.items()]
+    repo = make_project(tmp_path / "repo", plan_yaml("pl", tasks, workers=2), files, modules=0)
+    ref = serial_tree(repo, tasks, tmp_path / "serial")
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "team/pl/integration") == ref
+    log = git(repo, "log", "--format=%s", "main..team/pl/integration")
+    for kind in kinds:
+        assert (f"merge {kind} into" in log) == (kind not in ("junk", "nothing")), log
 
 
 def test_moves_a_kill_cut_in_half_and_a_deleted_worktree_are_repaired(tmp_path):

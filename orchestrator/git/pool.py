@@ -14,7 +14,8 @@ but takes it from the plan's free ones and gives it back after the merge::
                                                                      untracked or ignored files)
     ... the task runs, detached at FORK ...
     commit    git status                                            (changed nothing: done, no branch)
-              changed: git add -A; git commit (on the detached HEAD); git update-ref team/<plan>/<task>
+              changed: [git add -A, when there are new files;] git commit -a (on the detached HEAD);
+                       git update-ref team/<plan>/<task>
     merge     under the flock: merge.py (the branch deleted in the merge's transaction),
               then move <task> _pool-N                              (back to the free ones)
     keep      a failed attempt: git checkout -q -b team/<plan>/<task> (its changes stay)
@@ -24,7 +25,7 @@ but takes it from the plan's free ones and gives it back after the merge::
 A task that changed nothing costs one git process (its ``status``), plus a
 checkout when the integration branch moved since its worktree's last task
 and a clean when that task left build output; one that changed something
-three more, and the three of its merge. Refs and ``HEAD`` are read from git's
+two more (three when it made new files), and the three of its merge. Refs and ``HEAD`` are read from git's
 files (refs.py), not asked of ``git rev-parse``.
 
 After ``prepare`` the worktree is what ``git worktree add`` at FORK makes:
@@ -142,6 +143,7 @@ class Status:
     head: str | None  # the commit HEAD is at (None: an unborn branch)
     detached: bool
     changes: bool  # what ``add -A`` stages: tracked files changed, untracked files
+    untracked: bool  # untracked files among them (``commit -a`` would leave them out)
     leftovers: bool  # what ``add -A`` leaves and ``clean -ffdx`` removes: ignored files, untracked folders
 
 
@@ -153,7 +155,7 @@ them); a submodule moved to another commit is."""
 
 def parse_status(out: str) -> Status:
     head: str | None = None
-    detached = changes = leftovers = False
+    detached = changes = untracked = leftovers = False
     fields = iter(out.split("\0"))
     for entry in fields:
         if entry.startswith("# branch.oid "):
@@ -164,14 +166,14 @@ def parse_status(out: str) -> Status:
         elif entry.startswith("! "):
             leftovers = True
         elif entry.startswith("? "):
-            changes = True
+            changes = untracked = True
             leftovers = leftovers or entry.endswith("/")  # a repository of its own: add -A adds it as a link
         elif entry[:2] in ("1 ", "u "):
             changes = True
         elif entry.startswith("2 "):
             changes = True
             next(fields, None)  # a rename's source path
-    return Status(head, detached, changes, leftovers)
+    return Status(head, detached, changes, untracked, leftovers)
 
 
 def rescue(wt: Worktrees) -> list[str]:
@@ -308,8 +310,9 @@ class WorktreePool:
             self.git("update-ref", "--no-deref", "HEAD", st.head, cwd=path)
         new = st.head
         if st.changes:
-            self.git("add", "-A", cwd=path)
-            proc = self.git("commit", "-q", "--no-verify", "--cleanup=whitespace", "-F", "-", cwd=path,
+            if st.untracked:  # else ``commit -a`` stages the same: what changed of the tracked files
+                self.git("add", "-A", cwd=path)
+            proc = self.git("commit", "-q", "-a", "--no-verify", "--cleanup=whitespace", "-F", "-", cwd=path,
                             input=message, check=False)
             if proc.returncode == 0:
                 new = self.wt.head(path) or ""
