@@ -4,7 +4,7 @@ A ``git worktree add`` writes every file of the repository and a ``git
 worktree remove`` deletes them all; per task they were most of what worktree
 isolation cost (on this machine's disk ~1 ms a file). ``WorktreePool`` gives
 a task a worktree at the same place as before, ``.team/worktrees/<plan>/<task>``,
-but takes it from the plan's free ones and gives it back after the merge::
+but takes it from the plan's free ones and gives it back once its work is committed::
 
     prepare   under the flock: move _pool-N <task>                  (a rename, ``_move``)
                    (none free: git worktree add --no-checkout --detach <task> FORK)
@@ -13,13 +13,13 @@ but takes it from the plan's free ones and gives it back after the merge::
                     git clean -q -ffdx                              (only when its last task left
                                                                      untracked or ignored files)
     ... the task runs, detached at FORK ...
-    commit    git status                                            (changed nothing: done, no branch)
+    commit    git status                                            (changed nothing: no branch)
               changed: [git add -A, when there are new files;] git commit -a (on the detached HEAD);
                        git update-ref team/<plan>/<task>
-    merge     under the flock: merge.py (the branch deleted in the merge's transaction),
-              then move <task> _pool-N                              (back to the free ones)
+              then, under the flock: move <task> _pool-N            (back to the free ones)
+    merge     under the flock: merge.py (the branch deleted in the merge's transaction)
     keep      a failed attempt: git checkout -q -b team/<plan>/<task> (its changes stay)
-              a conflict: git symbolic-ref HEAD refs/heads/team/<plan>/<task>
+              a conflict: git worktree add <task> team/<plan>/<task> (made again, for the resolution)
     drain     the run's end: every _pool-N removed, git worktree prune
 
 A task that changed nothing costs one git process (its ``status``), plus a
@@ -33,9 +33,12 @@ tracked files as FORK has them (``-f`` throws away what the last task left),
 nothing untracked and nothing ignored (a fresh checkout has no
 ``.ruff_cache`` or build output either). The task runs on a detached HEAD,
 and its branch is made when its work is committed: a task that changed
-nothing never has one. A task whose attempt fails, or whose merge
-conflicts, is left as before: its worktree at its path, on its branch, with
-what it left, out of the pool (``keep``). A run holds at most as many
+nothing never has one. A task whose attempt fails is left as before: its
+worktree at its path, on its branch, with what it left, out of the pool
+(``keep``). A merge needs only the branch, so the worktree is back among the
+free ones while the merge waits its turn; a merge that conflicts makes the
+task's worktree again, at its path, on its branch, for the person resolving
+it. A run holds at most as many
 worktrees as it runs tasks at once, plus the kept ones; the first tasks of a
 run get new ones (``--no-checkout``, filled outside the flock, in parallel).
 Agent tasks do not use the pool: an agent sees its worktree on its branch
@@ -75,11 +78,12 @@ Crash safety (a kill -9 at any instant; the next run resumes):
   commit``) and the commit of its work when a kill came before its branch
   was made. ``rescue``, at the next run's start, puts them on the task's
   branch, and they are merged without running the task again, as before;
-* once the branch is made it holds the task's commit and the worktree is
-  clean at it: the next run merges it without running the task again
-  (isolation.py);
+* once the branch is made it holds the task's commit: the next run merges it
+  without running the task again (isolation.py), whether its worktree was
+  still at its path (clean at the commit) or already among the free ones;
 * the merge's transaction moves integration and deletes the branch at once;
-  a worktree left at the path of a merged task is removed (``drop_merged``);
+  a worktree left at the path of a merged task is removed, and its fork
+  record in any case (``drop_merged``);
 * a move is a rename plus git's pointer back to the directory (``_move``, done
   as git does it): a kill between the two leaves a folder whose admin entry
   points elsewhere, which the next run's ``Worktrees`` relinks (relink.py)
@@ -215,7 +219,6 @@ class WorktreePool:
         self._serial = 0
         self._ready = False  # setup_integration done for this run
         self._known: dict[Path, Known] = {}  # free worktree -> what it holds (one dict operation at a time)
-        self._after: dict[Path, Known] = {}  # a task's worktree after its commit, until it is given back
 
     def warm(self, count: int) -> None:
         """Make ``count`` free worktrees ahead of the first tasks, in the background, while the run is still
@@ -300,7 +303,7 @@ class WorktreePool:
         path = lease.path
         st = self._status(path)
         if not st.changes and st.detached and st.head == lease.fork:
-            self._left(path, Known(lease.fork, st.leftovers))
+            self._give_back(path, Known(lease.fork, st.leftovers))
             return None
         if st.head is None:
             raise WorkFailed(f"task '{lease.task}' left HEAD on a branch without commits in {path}; "
@@ -319,10 +322,10 @@ class WorktreePool:
             elif "nothing to commit" not in proc.stdout:  # (what status saw stages to nothing: a mode
                 raise GitError(["commit"], path, proc.returncode, proc.stderr or proc.stdout)  # git ignores)
         if new == lease.fork:
-            self._left(path, Known(lease.fork, st.leftovers))
+            self._give_back(path, Known(lease.fork, st.leftovers))
             return None
         self.git("update-ref", f"refs/heads/{self.wt.branch(lease.task)}", new, "", cwd=path)  # "": made now
-        self._left(path, Known(new, st.leftovers))
+        self._give_back(path, Known(new, st.leftovers))
         return new
 
     def _status(self, path: Path) -> Status:
@@ -330,20 +333,22 @@ class WorktreePool:
         the checkout wrote in the same second as the index is hashed once, not at every status."""
         return parse_status(self.git(*STATUS, cwd=path, env={"GIT_OPTIONAL_LOCKS": "1"}).stdout)
 
-    def _left(self, path: Path, known: Known) -> None:
-        with self._lock:
-            self._after[path] = known
+    def _give_back(self, path: Path, known: Known) -> None:
+        """The task's worktree back to the free ones once its work is on its branch (or it had none): its
+        merge needs only the branch, so the next task may take it while the merge waits its turn."""
+        with self.wt.locked() as fd:
+            self._give(path, fd, known)
 
     def merge(self, lease: Lease, commit: str | None) -> MergeResult:
-        """Merge what ``commit`` returned into integration (merge.py) and give the worktree back; a task
-        that changed nothing just gives it back. ``MergeConflict``: nothing merged, the task kept on its
-        branch (``keep``), its worktree out of the pool."""
+        """Merge what ``commit`` returned into integration (merge.py); a task that changed nothing has
+        nothing to merge. Its worktree went back to the free ones with the commit. ``MergeConflict``:
+        nothing merged, the task kept on its branch, its worktree made again at its path, on its
+        branch, for the person resolving it (``checkout``)."""
         wt, task = self.wt, lease.task
         branch = wt.branch(task)
         with wt.locked() as fd:
             if commit is None:
                 wt.forget_fork(task)
-                self._give(lease.path, fd)
                 return MergeResult(task, branch, "up-to-date")
             old = wt.tip(wt.integration)
             assert old is not None
@@ -351,17 +356,14 @@ class WorktreePool:
             new = TreeMerge(self.git, unlock=wt.unlock_stale).merge(f"refs/heads/{wt.integration}", old, commit, msg,
                                             drop=f"refs/heads/{branch}", fd=fd)
             if isinstance(new, Conflict):
-                self.git("symbolic-ref", "HEAD", f"refs/heads/{branch}", cwd=lease.path, fd=fd)
+                wt.checkout(task, fd)
                 raise MergeConflict(task, branch, wt.integration, new.files, lease.path)
             wt.forget_fork(task)
-            self._give(lease.path, fd)
         return MergeResult(task, branch, "merged", new)
 
     def keep(self, lease: Lease) -> None:
         """A failed attempt's worktree leaves the pool: on its branch (made at its HEAD) with what it left."""
         wt = self.wt
-        with self._lock:
-            self._after.pop(lease.path, None)
         wt.record_fork(lease.task, lease.fork)
         with wt.locked() as fd:
             if wt.tip(wt.branch(lease.task)) is None:
@@ -426,11 +428,9 @@ class WorktreePool:
             self._drop(slot, fd)  # made unusable behind our back: the next one
             slot = None
 
-    def _give(self, path: Path, fd: int) -> None:
-        """The worktree at ``path`` back to the free ones (its work is merged, or there was none)."""
+    def _give(self, path: Path, fd: int, known: Known | None) -> None:
+        """The worktree at ``path`` back to the free ones (its work is on its branch, or there was none)."""
         slot = self._name(fd)
-        with self._lock:
-            known = self._after.pop(path, None)
         if not self._move(path, slot, fd):
             self.wt.drop_worktree(path, fd)  # not a worktree git knows any more: it goes
             return

@@ -553,7 +553,8 @@ class Worktrees:
             self.finish_removal(task, fd)
             tip = self.tip(self.branch(task))
             if tip is None:  # an in-memory merge deleted the branch with the merge: its worktree was clean
-                if not (self.path(task) / ".git").is_file():
+                if not (self.path(task) / ".git").is_file():  # (a pooled one went back before the merge)
+                    self.forget_fork(task)
                     return False
             elif not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
                 return False
@@ -756,6 +757,11 @@ class Worktrees:
             self.git("clean", "-q", "-ffdx", cwd=wt, fd=fd)
             notes.append("reset the integration worktree to its branch")
         return notes
+
+    def checkout(self, task: str, fd: int) -> Path:
+        """The task's worktree at its path, on its branch (made when missing; the caller holds the flock)."""
+        self._ensure_checkout(self.path(task), self.branch(task), None, fd)
+        return self.path(task)
 
     def _ensure_checkout(self, path: Path, branch: str, base: str | None, fd: int) -> None:
         wts = self.git.worktrees()
