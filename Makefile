@@ -42,12 +42,20 @@ sysdeps:
 	  exit 1; \
 	fi
 
+# The suite runs on two workers (pytest-xdist), a whole test module per worker at a time
+# (--dist loadfile: a module's shared browser or cluster starts once, its tests keep their
+# order). Every test makes its own state root, repository, ports and processes, so the two
+# halves cannot see each other; most tests wait on the processes they start, so a second
+# worker uses the second core. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+
 test: install sysdeps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 RUNS ?= 10
 flaky: install sysdeps
-	$(BIN)/python scripts/flaky.py $(RUNS)
+	$(BIN)/python scripts/flaky.py $(RUNS) -- $(PYTEST_PARALLEL)
 
 demo: install
 	$(BIN)/team run examples/quickstart.yaml --root .demo --fresh

@@ -4,7 +4,9 @@ Usage: python scripts/flaky.py [RUNS] [-- PYTEST ARGS...]   (``make flaky RUNS=1
 
 Each run is a separate ``pytest`` process writing a JUnit XML report; a test
 that failed (or errored) in any run is listed with the runs it failed in and
-the first line of its first failure. Exit 0 only when every run was clean.
+the first line of its first failure; under each run's line, the ``E`` lines of each
+failure it had (what was asserted and what came instead), so a flake that shows once
+is not lost. Exit 0 only when every run was clean.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+DETAIL_LINES = 12
 
-def failures(report: Path) -> dict[str, str]:
-    """``test id -> first line of its failure`` for one JUnit XML report."""
-    out: dict[str, str] = {}
+
+def failures(report: Path) -> dict[str, tuple[str, list[str]]]:
+    """``test id -> (first line of its failure, its E lines)`` for one JUnit XML report."""
+    out: dict[str, tuple[str, list[str]]] = {}
     if not report.exists():
         return out
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -29,7 +33,8 @@ def failures(report: Path) -> dict[str, str]:
             if bad is not None:
                 name = f"{case.get('classname', '')}::{case.get('name', '')}"
                 message = (bad.get("message") or bad.text or "").strip().splitlines()
-                out[name] = message[0][:200] if message else tag
+                detail = [line for line in (bad.text or "").splitlines() if line.startswith("E ")]
+                out[name] = (message[0][:200] if message else tag, detail[:DETAIL_LINES])
     return out
 
 
@@ -58,12 +63,14 @@ def main(argv: list[str]) -> int:
             summary = next((line for line in reversed(proc.stdout.splitlines()) if line.strip()), "")
             these = failures(report)
             if proc.returncode != 0 and not these:
-                these = {f"(run {n}: pytest exit {proc.returncode})": summary}
-            for name, message in these.items():
+                these = {f"(run {n}: pytest exit {proc.returncode})": (summary, proc.stdout.splitlines()[-20:])}
+            print(f"run {n}/{runs}: {summary} ({time.monotonic() - started:.0f}s)")
+            for name, (message, detail) in these.items():
                 failed[name].append(n)
                 first.setdefault(name, message)
+                print(f"  failed: {name}", *(f"    {line}" for line in detail), sep="\n")
+            sys.stdout.flush()
             bad_runs += bool(these) or proc.returncode != 0
-            print(f"run {n}/{runs}: {summary} ({time.monotonic() - started:.0f}s)", flush=True)
     if not failed:
         print(f"clean: {runs} of {runs} runs passed")
         return 0

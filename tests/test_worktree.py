@@ -418,6 +418,26 @@ def test_an_in_memory_merge_removes_the_ref_locks_a_killed_merge_left_but_not_a_
     assert wt.merge("b").status == "merged" and wt.merged_tasks() == ["a", "b"]
 
 
+def test_a_removal_killed_in_its_branch_deletion_is_finished_despite_the_packed_refs_lock_git_left(tmp_path):
+    """A lead SIGKILLed with its git in the `git branch -D` that follows a merge leaves the removal's
+    marker, the branch and `.git/packed-refs.lock`, which fails every later ref deletion ("File
+    exists"). The resumed merge removes that lock (open in no process, no longer written) and finishes
+    the removal (found by test_kill_mid_merge_then_resume_sampled under load: the resumed merge failed)."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    wt = Worktrees(repo, "pk")
+    write_and_commit(wt, "a", {"a.txt": "A\n"})
+    assert wt.merge("a").status == "merged"
+    git(repo, "branch", "team/pk/a", git(repo, "rev-parse", f"{wt.integration}^2").strip())
+    (wt.base_dir / ".removing-a").touch()
+    lock = repo / ".git" / "packed-refs.lock"
+    lock.write_text("")
+    old = time.time() - 60
+    os.utime(lock, (old, old))  # the killed git's: written a while ago, open in no process
+    result = wt.merge("a")
+    assert (result.status, result.recovered) == ("up-to-date", ("finished removing task a's worktree",))
+    assert wt.task_branches() == [] and wt.merged_tasks() == ["a"] and not lock.exists()
+
+
 def test_prepare_repairs_half_created_worktrees(tmp_path):
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.txt": "b\n"})
     wt = Worktrees(repo, "fix")

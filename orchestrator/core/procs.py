@@ -9,13 +9,26 @@ Also here: making this process a *subreaper* (``become_subreaper``:
 ``PR_SET_CHILD_SUBREAPER``, so orphaned descendants are reparented to it,
 not to init), listing its children (``children``), and killing every process
 that carries a marker (``kill_marked``).
+
+A process in the middle of ``execve`` shows an empty ``/proc/<pid>/environ``
+for a moment: the kernel has switched it to the new program's memory (and
+closed its close-on-exec descriptors, so the parent's ``subprocess.Popen`` has
+already returned) but not yet laid out the new stack, whose end of environment
+is still 0. Every read of a marker goes through ``_environ_bytes``, which waits
+for that end to be set instead of taking such a process for one without a marker
+(a job's process would survive ``kill_marked`` and its log be taken for a spare).
+Kernel threads and zombies have no environment either and are not waited for.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterable
+
+PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags (field 9): a kernel thread
+EXEC_WAIT = 2.0  # seconds a read waits at most for a process to finish its execve
 
 
 def stat(pid: int) -> tuple[str, int, int] | None:
@@ -45,13 +58,8 @@ def alive(pid: int | None, ticks: int | None = None) -> bool:
 
 def environ(pid: int) -> dict[str, str]:
     """``pid``'s initial environment ({} when it is gone or not ours to read)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return {}
     out = {}
-    for item in data.split(b"\0"):
+    for item in _environ_bytes(pid).split(b"\0"):
         key, sep, value = item.partition(b"=")
         if sep:
             out[key.decode(errors="replace")] = value.decode(errors="replace")
@@ -209,11 +217,7 @@ def kill_marked(key: str, value: str, passes: int = 2) -> list[int]:
 
 def _carries(pid: int, entry: bytes) -> bool:
     """``pid``'s initial environment holds the whole ``KEY=value`` entry (one read, no parsing)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
+    data = _environ_bytes(pid)
     at = data.find(entry)
     while at >= 0:
         end = at + len(entry)
@@ -221,3 +225,35 @@ def _carries(pid: int, entry: bytes) -> bool:
             return True
         at = data.find(entry, at + 1)
     return False
+
+
+def _environ_bytes(pid: int) -> bytes:
+    """The raw ``/proc/<pid>/environ`` (b"" when gone or not ours to read); a process caught in
+    its ``execve`` is read again once the new program's environment is in place (module doc)."""
+    deadline = time.monotonic() + EXEC_WAIT
+    settled = False
+    while True:
+        try:
+            data = _read(f"/proc/{pid}/environ")
+        except OSError:
+            return b""
+        if data or settled:
+            return data
+        # Empty: a process inside its execve is read again once it is out (within EXEC_WAIT);
+        # any other once more, as its execve may have ended between the two reads.
+        settled = not _mid_exec(pid) or time.monotonic() > deadline
+        if not settled:
+            time.sleep(0.0005)
+
+
+def _mid_exec(pid: int) -> bool:
+    """``pid`` is a live user process whose memory has no environment laid out yet (``stat`` field
+    51, ``env_end``, is 0): it is inside ``execve``. A kernel without that field says False."""
+    try:
+        data = _read(f"/proc/{pid}/stat")
+    except OSError:
+        return False
+    fields = data[data.rfind(b")") + 2 :].split()
+    if len(fields) < 49 or fields[0] in (b"Z", b"X") or int(fields[6]) & PF_KTHREAD:
+        return False
+    return fields[48] == b"0"

@@ -717,7 +717,8 @@ class Worktrees:
         deletion of the repository fails ("Unable to create '.../packed-refs.lock': File exists").
         It is shared with every git of the repository, the user's own too, so only a stale one is
         removed: at least ``PACKED_REFS_STALE`` seconds old (waited for) and open in no process (a git
-        holding it keeps its descriptor until it renames it into place). Called by ``reset``."""
+        holding it keeps its descriptor until it renames it into place). Called by ``reset`` and by
+        ``finish_removal``."""
         lock = self.common_dir / "packed-refs.lock"
         try:
             first = lock.stat()
@@ -832,8 +833,11 @@ class Worktrees:
         return self.base_dir / f".removing-{task}"
 
     def finish_removal(self, task: str, fd: int) -> list[str]:
-        """Finish a removal of the task's worktree and branch a kill cut short (its marker is there)."""
+        """Finish a removal of the task's worktree and branch a kill cut short (its marker is there). Killed
+        with its git in the ``git branch -D``, it left ``packed-refs.lock``, which fails every later ref
+        deletion: a stale one is removed first (``_clear_packed_refs_lock``)."""
         if self._removing(task).exists():
+            self._clear_packed_refs_lock()
             self.remove_task(task, fd)
             return [f"finished removing task {task}'s worktree"]
         return []

@@ -10,6 +10,7 @@ server, or, in-process, through the next lead).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,8 +25,14 @@ from orchestrator.jobs.manager import JobManager
 SERVERS = pytest.mark.parametrize("server", ["1", "0"], ids=["job-server", "in-process"])
 
 
+def secs(n: int) -> str:
+    """``sleep``'s argument for escapee ``n``: unique to this test and this pytest process (two suites
+    running at once on one machine, or two workers, must not find, wait for or kill each other's)."""
+    return f"{n}.{os.getpid()}"
+
+
 def sleeping(seconds: str) -> list[int]:
-    """Live processes running ``sleep SECONDS`` (numbers unique to each test)."""
+    """Live processes running ``sleep SECONDS`` (``secs(n)``: unique to each test and suite)."""
     out = []
     for pid in procs.pids():
         st = procs.stat(pid)
@@ -33,6 +40,9 @@ def sleeping(seconds: str) -> list[int]:
         if st is not None and st[0] not in ("Z", "X") and words[1:] == [seconds] and words[0].endswith("sleep"):
             out.append(pid)
     return out
+
+
+HOLD = "while [ ! -e gate ]; do sleep 0.01; done"  # a task that runs until the test opens the gate
 
 
 def escape(seconds: str, how: str = "setsid") -> str:
@@ -55,13 +65,13 @@ def cleanup():
 
 @SERVERS
 def test_a_setsid_child_dies_with_its_job_while_the_run_goes_on(tmp_path, server, cleanup):
-    cleanup += ["1002", "1003", "1004"]
+    cleanup += [secs(1002), secs(1003), secs(1004)]
     (tmp_path / "plan.yaml").write_text(f"""name: escape
 tasks:
-  - {{id: setsid, run: "{escape('1002')}"}}
+  - {{id: setsid, run: "{escape(secs(1002))}"}}
   - id: daemon
-    run: "setsid sh -c 'sleep 1003 & touch up-1004; exec sleep 1004' & while [ ! -e up-1004 ]; do sleep 0.01; done"
-  - {{id: slow, run: 'sleep 3'}}
+    run: "setsid sh -c 'sleep {secs(1003)} & touch up-1004; exec sleep {secs(1004)}' & while [ ! -e up-1004 ]; do sleep 0.01; done"
+  - {{id: slow, run: '{HOLD}'}}
 """)
     lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
                             env=team_env(tmp_path, TEAM_JOB_SERVER=server), stdout=subprocess.DEVNULL,
@@ -69,11 +79,12 @@ tasks:
     try:
         def escapes_ended():
             recs = JobManager(tmp_path).list()
-            return len(recs) == 3 and all(r.status == "completed" for r in recs if r.command != "sleep 3")
+            return len(recs) == 3 and all(r.status == "completed" for r in recs if r.command != HOLD)
         wait_until(escapes_ended, timeout=20, what="the two escaping jobs to end")
-        wait_until(lambda: not sleeping("1002") and not sleeping("1003") and not sleeping("1004"), timeout=5,
+        wait_until(lambda: not any(sleeping(secs(n)) for n in (1002, 1003, 1004)), timeout=5,
                    what="what they left behind to be killed with their jobs")
-        assert lead.poll() is None, "the run should still be going (slow runs for 3 s)"
+        assert lead.poll() is None, "the run should still be going (slow waits for the gate)"
+        (tmp_path / "gate").touch()
         _, err = lead.communicate(timeout=30)
     finally:
         if lead.poll() is None:
@@ -84,48 +95,48 @@ tasks:
 
 @SERVERS
 def test_nothing_escapes_a_finished_run(tmp_path, server, cleanup):
-    cleanup += ["1005", "1006"]
+    cleanup += [secs(1005), secs(1006)]
     (tmp_path / "plan.yaml").write_text(f"""name: done
 tasks:
-  - {{id: a, run: "{escape('1005')}"}}
-  - {{id: b, run: "{escape('1006', 'nohup setsid')}", needs: [a]}}
+  - {{id: a, run: "{escape(secs(1005))}"}}
+  - {{id: b, run: "{escape(secs(1006), 'nohup setsid')}", needs: [a]}}
 """)
     r = run_team(tmp_path, "run", "plan.yaml", TEAM_JOB_SERVER=server)
     assert r.returncode == 0, r.stderr
-    wait_until(lambda: not sleeping("1005") and not sleeping("1006"), timeout=5, what="no escapee left")
+    wait_until(lambda: not sleeping(secs(1005)) and not sleeping(secs(1006)), timeout=5, what="no escapee left")
 
 
 def test_an_unmarked_escapee_dies_when_the_run_ends(tmp_path, cleanup):
-    cleanup.append("1007")
-    wiped = ("env -i \"$(command -v setsid)\" /bin/sh -c \"$(command -v touch) up; exec $(command -v sleep) 1007\" "
+    cleanup.append(secs(1007))
+    wiped = (f"env -i \"$(command -v setsid)\" /bin/sh -c \"$(command -v touch) up; exec $(command -v sleep) {secs(1007)}\" "
              "> /dev/null 2>&1 & while [ ! -e up ]; do sleep 0.01; done")
     (tmp_path / "plan.yaml").write_text(f"name: wiped\ntasks:\n  - id: a\n    run: '{wiped}'\n")
     r = run_team(tmp_path, "run", "plan.yaml")
     assert r.returncode == 0, r.stderr
-    wait_until(lambda: not sleeping("1007"), timeout=5, what="the run's end to kill it")
+    wait_until(lambda: not sleeping(secs(1007)), timeout=5, what="the run's end to kill it")
 
 
 @SERVERS
 def test_a_killed_lead_leaves_nothing_running(tmp_path, server, cleanup):
-    cleanup += ["1008", "1009"]
-    (tmp_path / "plan.yaml").write_text("""name: dead
+    cleanup += [secs(1008), secs(1009)]
+    (tmp_path / "plan.yaml").write_text(f"""name: dead
 tasks:
-  - {id: a, run: 'setsid sleep 1008 & exec sleep 1009'}
+  - {{id: a, run: 'setsid sleep {secs(1008)} & exec sleep {secs(1009)}'}}
 """)
     lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml"], cwd=tmp_path,
                             env=team_env(tmp_path, TEAM_JOB_SERVER=server), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: sleeping("1008") and sleeping("1009"), timeout=20, what="the job and its escapee")
+        wait_until(lambda: sleeping(secs(1008)) and sleeping(secs(1009)), timeout=20, what="the job and its escapee")
     finally:
         lead.send_signal(signal.SIGKILL)
         lead.wait()
     if server == "0":  # no job server outlives an in-process lead: the next lead kills them
-        assert sleeping("1008") and sleeping("1009")
+        assert sleeping(secs(1008)) and sleeping(secs(1009))
         (tmp_path / "plan.yaml").write_text("name: dead\ntasks:\n  - {id: a, run: 'true'}\n")
         r = run_team(tmp_path, "run", "plan.yaml")
         assert r.returncode == 0, r.stderr
-    wait_until(lambda: not sleeping("1008") and not sleeping("1009"), timeout=10, what="nothing left running")
+    wait_until(lambda: not sleeping(secs(1008)) and not sleeping(secs(1009)), timeout=10, what="nothing left running")
 
 
 def test_the_job_server_reaps_what_it_inherits(tmp_path, cleanup):
@@ -194,8 +205,8 @@ def test_a_subreaper_adopts_orphans_on_its_main_thread(tmp_path, cleanup):
     ``/proc/self/task``: a leader is the child of the thread that spawned it, and an orphan is
     reparented to the subreaper's main thread (its first live thread), whichever thread spawned
     the orphan's parent."""
-    cleanup.append("3717")
-    done = subprocess.run([sys.executable, "-c", ADOPTER, "3717"], cwd=tmp_path, env=team_env(tmp_path),
+    cleanup.append(secs(3717))
+    done = subprocess.run([sys.executable, "-c", ADOPTER, secs(3717)], cwd=tmp_path, env=team_env(tmp_path),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

@@ -5,6 +5,7 @@ OpenAI-compatible server, the real CLI, real bubblewrap. On main every attack he
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from conftest import run_team
@@ -52,7 +53,7 @@ def test_an_agent_task_cannot_wreck_the_state_it_runs_in(tmp_path):
     root = repo(tmp_path)
     (root / "plan.yaml").write_text(ATTACK_PLAN)
     git_before = {k: v for k, v in snapshot(root).items() if k.startswith(".git")}
-    mark = "46.77"
+    mark = f"46.{os.getpid()}"  # unique to this suite: another running at once has its own
     seen: list[str] = []
 
     def check(body: dict) -> Reply:
