@@ -10,9 +10,10 @@ before (what a fresh worktree gives).
 
 The kill tests SIGKILL `team run` while one of the pool's own steps runs,
 found among the lead's child processes: a reset (``git checkout --detach`` or
-``git clean`` in a task's worktree), a task (its ``sleep`` in a worktree), or
-a merge (``git merge-tree``, the ref transaction, the move back to the free
-worktrees); sometimes the git child dies with it. Then `team run` again must
+``git clean`` in a task's worktree), a task (its ``sleep`` in a worktree), a
+commit (``git commit`` on the task's detached HEAD, or its branch made there),
+or a merge (``git merge-tree``, the ref transaction); sometimes the git child
+dies with it. Then `team run` again must
 exit 0 with the reference tree, every task merged and completed exactly once,
 nothing left behind and the user's checkout unchanged.
 """
@@ -33,7 +34,7 @@ from pathlib import Path
 import pytest
 from conftest import run_team, team_env
 from gitutil import USER_ID, no_git_identity  # noqa: F401  (autouse fixture)
-from refactor_project import MODULE, git, make_project, tree
+from refactor_project import MODULE, git, make_project, plan_yaml, serial_tree, tree
 from test_isolation import snapshot
 
 from orchestrator.git.worktrees import Worktrees
@@ -101,12 +102,9 @@ def test_tasks_share_worktrees_one_per_worker_and_each_starts_clean(tmp_path):
     check(repo, before, ref, "one run")
     starts = [json.loads(line)["argv"] for line in trace.read_text().splitlines() if '"event":"start"' in line]
     added = [a for a in starts if "worktree" in a and "add" in a]
-    moved = [a for a in starts if "worktree" in a and "move" in a]
-    assert len(added) == WORKERS, added  # one worktree per worker slot, made as the run started
-    assert all("/_pool-" in a[-2] for a in added), added
-    taken = [a for a in moved if "/_pool-" in a[-2]]
-    assert len(taken) == N + 1, taken  # every task's worktree came from the pool
-    assert len(moved) - len(taken) == N + 1  # and went back after its merge
+    assert len(added) == WORKERS, added  # one worktree per worker slot, made as the run started: the
+    assert all("/_pool-" in a[-2] for a in added), added  # 9 tasks ran in those two
+    assert not [a for a in starts if "worktree" in a and "move" in a]  # moved by the pool itself (a rename)
 
 
 def test_a_failed_task_keeps_its_worktree_on_its_branch_and_the_retry_starts_clean(tmp_path):
@@ -156,6 +154,58 @@ def test_free_worktrees_a_killed_run_left_are_reused_their_stale_locks_removed(t
     check(repo, before, ref, "after a run that reused them")
 
 
+def test_every_kind_of_change_is_committed_exactly(tmp_path):
+    """What a pooled task changed is committed as ``add -A`` would (``commit -a`` when it made no new file):
+    an edit, a deletion, a rename, an executable bit, a file made a symlink, a new file in a new folder,
+    a task that changes nothing but leaves build output, and one that changes nothing at all; the
+    result equals the serial run's tree, and no task that changed nothing has a commit of its own."""
+    kinds = {"edit": "printf 'x = 2\\n' >> src/a.py", "delete": "rm src/b.py", "rename": "mv src/c.py src/c2.py",
+             "mode": "chmod +x src/d.py", "link": "rm src/e.py && ln -s a.py src/e.py",
+             "new": "mkdir -p src/new && echo n > src/new/n.py",
+             "junk": "mkdir -p build && echo o > build/out.o", "nothing": "true"}
+    files = {f"src/{n}.py": f"{n} = 1\n" for n in "abcde"}
+    files[".gitignore"] = "build/\n"
+    tasks = [{"id": k, "run": run} for k, run in kinds.items()]
+    repo = make_project(tmp_path / "repo", plan_yaml("pl", tasks, workers=2), files, modules=0)
+    ref = serial_tree(repo, tasks, tmp_path / "serial")
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(repo, "team/pl/integration") == ref
+    log = git(repo, "log", "--format=%s", "main..team/pl/integration")
+    for kind in kinds:
+        assert (f"merge {kind} into" in log) == (kind not in ("junk", "nothing")), log
+
+
+def test_moves_a_kill_cut_in_half_and_a_deleted_worktree_are_repaired(tmp_path):
+    """The pool moves a worktree itself: its folder renamed, then git's link back to it rewritten. A lead
+    killed between the two leaves a folder at one place that git lists at the other: a free worktree
+    renamed back from t5's path (git still lists it at t5), one renamed to t4's path with an attempt's
+    edit in it (git still lists it as free). And a person deleted t3's worktree folder (git lists it,
+    missing). The next run repairs all three; t3, moved into the path git's stale entry names, finds
+    one worktree listed there, not two (a move by hand over that entry left both)."""
+    repo = make(tmp_path / "repo")
+    one = tmp_path / "one_entry.sh"
+    one.write_text('n=$(git worktree list --porcelain | grep -cx "worktree $(cd "$TEAM_WORKTREE" && pwd -P)")\n'
+                   '[ "$n" = 1 ] || { echo "git lists $n worktrees at $TEAM_WORKTREE" >&2; exit 9; }\n')
+    plan = (repo / "plan.yaml").read_text().replace("notes/t3.txt; sleep", f"notes/t3.txt; sh {one} || exit 9; sleep")
+    assert str(one) in plan
+    (repo / "plan.yaml").write_text(plan)
+    git(repo, "commit", "-q", "-am", "t3 checks git's list of worktrees")
+    before = snapshot(repo)
+    ref = reference(repo, tmp_path / "serial")
+    base = repo / ".team/worktrees/pl"
+    git(repo, "worktree", "add", "-q", "--detach", str(base / "t5"), "HEAD")
+    (base / "t5").rename(base / "_pool-7")
+    git(repo, "worktree", "add", "-q", "--detach", str(base / "_pool-8"), "HEAD")
+    (base / "_pool-8").rename(base / "t4")
+    (base / "t4/pkg/m4.py").write_text("an attempt cut short\n")
+    git(repo, "worktree", "add", "-q", "--detach", str(base / "t3"), "HEAD")
+    shutil.rmtree(base / "t3")
+    r = run_team(repo, "run", "plan.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    check(repo, before, ref, "after a run that found them")
+
+
 # ---------------------------------------------------------------- kill -9 at the pool's steps
 def children(pid: int) -> list[int]:
     out: list[int] = []
@@ -195,6 +245,8 @@ def step_of(argv: list[str], cwd: str, repo: Path) -> str | None:
     where = argv[argv.index("-C") + 1]
     if ("checkout" in argv and "--detach" in argv) or "clean" in argv:
         return "reset"
+    if "/.team/worktrees/pl/" in where and ("commit" in argv or ("update-ref" in argv and "--stdin" not in argv)):
+        return "commit"  # the task's work committed on its detached HEAD, then its branch made there
     if "merge-tree" in argv or ("move" in argv and "/_pool-" in argv[-1]) or \
             (where == str(repo) and "update-ref" in argv and "--stdin" in argv):
         return "merge"
@@ -255,14 +307,15 @@ def kill_rounds(tmp_path: Path, plan: list[list[str]], seed: int) -> Counter[str
 
 def test_kill_nine_mid_reset_mid_task_and_mid_merge_then_rerun_sampled(tmp_path):
     seed = int(os.environ.get("CRASH_SEED", time.time_ns() % 1_000_000))
-    hits = kill_rounds(tmp_path, [["reset"], ["task"], ["merge", "reset"]], seed)
-    assert hits["reset"] >= 1 and hits["task"] >= 1 and hits["merge"] >= 1, f"seed {seed}: {hits}"
+    hits = kill_rounds(tmp_path, [["reset"], ["task"], ["merge", "reset"], ["commit"]], seed)
+    assert hits["reset"] >= 1 and hits["task"] >= 1 and hits["merge"] >= 1 and hits["commit"] >= 1, \
+        f"seed {seed}: {hits}"
 
 
 @pytest.mark.chaos
 def test_kill_nine_at_the_pools_steps_soak(tmp_path):
     seed = int(os.environ.get("CRASH_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
-    steps = ["reset", "task", "merge"]
+    steps = ["reset", "task", "commit", "merge"]
     hits = kill_rounds(tmp_path, [[rng.choice(steps) for _ in range(rng.randint(1, 3))] for _ in range(12)], seed)
     assert all(hits[s] >= 3 for s in steps), f"seed {seed}: {hits}"

@@ -7,11 +7,13 @@ behaviours are tested with real processes in test_run.py.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import pytest
 
 from orchestrator.core.models import Status
+from orchestrator.run.executor import Outcome
 from orchestrator.run.scheduler import RunOptions, RunResult, Scheduler
 from orchestrator.run.sync import SyncExecutor
 from orchestrator.tasks.store import TaskStore
@@ -148,3 +150,43 @@ def test_a_dependency_outside_the_plan_that_never_completes_is_a_deadlock_not_a_
     result, ex = run(store, ids, lambda t: "completed")
     assert ex.started == [] and not result.ok
     assert result.deadlock is not None and f"waits on #{outside} (outside this plan, not completed)" in result.deadlock
+
+
+def test_a_settling_attempt_takes_no_worker_slot_and_its_dependents_wait_for_its_outcome(store):
+    """An attempt whose command has ended and whose outcome comes later (worktree isolation: its merge
+    waits its turn) says so (``Scheduler.settle``): with one worker, another ready task starts while its
+    outcome is held, and what needs it starts only after that outcome."""
+    ids = plan(store, {"a": [], "b": [], "c": ["a"]})
+    by_id = {v: k for k, v in ids.items()}
+    started: list[str] = []
+    held: list = []
+    delivered = threading.Event()
+
+    class Settler(SyncExecutor):
+        def start(self, task, epoch, done):
+            started.append(f"{by_id[task.id]} ({'after' if delivered.is_set() else 'before'} a's outcome)")
+            if by_id[task.id] != "a":
+                done(Outcome(task.id, epoch, "completed", exit_code=0))
+                if held:  # b ran while a settled: a's outcome now
+                    deliver()
+                return
+            sched.settle(task.id, epoch)  # its command ended; its outcome (its merge) comes later
+            held.append((task.id, epoch, done))
+            timer.start()  # without settle nothing else could start: do not hang
+
+    def deliver():
+        if held and not delivered.is_set():
+            tid, epoch, done = held[0]
+            delivered.set()
+            done(Outcome(tid, epoch, "completed", exit_code=0))
+
+    timer = threading.Timer(5.0, deliver)
+    tasks = [store.read(i) for i in ids.values()]
+    opts = RunOptions(workers=1, retry_delay={i: 0.0 for i in ids.values()})
+    sched = Scheduler(store, tasks, {}, {"shell": Settler("shell", lambda t: "completed")}, opts, [].append)
+    try:
+        result = sched.run()
+    finally:
+        timer.cancel()
+    assert result.ok
+    assert started == ["a (before a's outcome)", "b (before a's outcome)", "c (after a's outcome)"]

@@ -591,3 +591,33 @@ def test_root_in_a_subdirectory_runs_tasks_in_that_subdirectory(tmp_path):
     wt.merge("t")
     assert show(repo, wt.integration, "svc/app.py") == "b\n"
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_refs_read_from_git_files_agree_with_git(tmp_path):
+    """Worktrees.tip and .head read refs from git's files (git/refs.py) instead of asking git: the answers
+    are git's for a loose ref, a packed one (`git pack-refs --all`, as gc does), one packed and then moved
+    (loose again, the packed line stale), a deleted one, a symbolic branch, and a worktree's HEAD detached,
+    on a branch, and on a packed branch."""
+    repo = make_repo(tmp_path / "repo", {"a.py": "a = 1\n"})
+    wt = Worktrees(repo, "refs")
+    wt.ensure_integration()
+    first = git(repo, "rev-parse", "HEAD").strip()
+    assert wt.tip(wt.integration) == first
+    path = wt.prepare("t1")
+    (path / "a.py").write_text("a = 2\n")
+    second = wt.commit("t1", "t1")
+    assert second is not None and wt.tip(wt.branch("t1")) == second and wt.head(path) == second
+    git(repo, "pack-refs", "--all")
+    assert not (repo / ".git/refs/heads/team/refs/t1").exists()  # packed: read from packed-refs
+    assert wt.tip(wt.branch("t1")) == second and wt.head(path) == second and wt.tip(wt.integration) == first
+    git(repo, "update-ref", f"refs/heads/{wt.branch('t1')}", first)  # loose again, packed line stale
+    assert wt.tip(wt.branch("t1")) == first == git(repo, "rev-parse", wt.branch("t1")).strip()
+    git(repo, "update-ref", f"refs/heads/{wt.branch('t1')}", second)
+    git(path, "checkout", "-q", "--detach", first)
+    assert wt.head(path) == first
+    git(repo, "symbolic-ref", "refs/heads/team/refs/alias", f"refs/heads/{wt.integration}")
+    assert wt.tip("team/refs/alias") == first  # a symbolic branch: asked of git
+    git(repo, "update-ref", "--no-deref", "-d", "refs/heads/team/refs/alias")
+    assert wt.tip(wt.integration) == first
+    git(repo, "update-ref", "-d", f"refs/heads/{wt.branch('t1')}")  # gone from the file and packed-refs
+    assert wt.tip(wt.branch("t1")) is None and wt.tip("team/refs/none") is None

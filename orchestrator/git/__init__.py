@@ -3,6 +3,7 @@
     command.py    Git: one subprocess helper with a clean environment and clear errors
     worktrees.py  Worktrees: a worktree per task, merged back into an integration branch
     merge.py      TreeMerge: a merge with no checkout (git merge-tree, commit-tree, one ref transaction)
+    refs.py       Refs: a ref or a worktree's HEAD read from git's files (no process), else asked of git
     pool.py       WorktreePool: a run's shell tasks reuse worktrees (moved and reset, not added and removed)
     history.py    History: the integration branch's one merge per task, read (team diff/log) and
                   rebuilt without some tasks (team run --redo)

@@ -4,44 +4,64 @@ A ``git worktree add`` writes every file of the repository and a ``git
 worktree remove`` deletes them all; per task they were most of what worktree
 isolation cost (on this machine's disk ~1 ms a file). ``WorktreePool`` gives
 a task a worktree at the same place as before, ``.team/worktrees/<plan>/<task>``,
-but takes it from the plan's free ones and gives it back after the merge::
+but takes it from the plan's free ones and gives it back once its work is committed::
 
-    prepare   under the flock: git worktree move _pool-N <task>     (a rename)
+    prepare   under the flock: move _pool-N <task>                  (a rename, ``_move``)
                    (none free: git worktree add --no-checkout --detach <task> FORK)
-              then: git checkout -q -f --detach FORK                (writes only what differs)
-                    git clean -q -ffdx                              (untracked and ignored files go)
+              then: git checkout -q -f --detach FORK                (writes only what differs; skipped
+                                                                     when the worktree is known at FORK)
+                    git clean -q -ffdx                              (only when its last task left
+                                                                     untracked or ignored files)
     ... the task runs, detached at FORK ...
-    commit    git add -A; git write-tree; git rev-parse HEAD HEAD^{tree}
-              changed: git commit-tree, then one ref transaction: HEAD (no-deref) and
-              team/<plan>/<task> (created) at the new commit
-    merge     under the flock: merge.py (the branch deleted in the merge's transaction),
-              then git worktree move <task> _pool-N                 (back to the free ones)
+    commit    git status                                            (changed nothing: no branch)
+              changed: [git add -A, when there are new files;] git commit -a (on the detached HEAD);
+                       git update-ref team/<plan>/<task>
+              then, under the flock: move <task> _pool-N            (back to the free ones)
+    merge     under the flock: merge.py (the branch deleted in the merge's transaction)
     keep      a failed attempt: git checkout -q -b team/<plan>/<task> (its changes stay)
-              a conflict: git symbolic-ref HEAD refs/heads/team/<plan>/<task>
+              a conflict: git worktree add <task> team/<plan>/<task> (made again, for the resolution)
     drain     the run's end: every _pool-N removed, git worktree prune
+
+A task that changed nothing costs one git process (its ``status``), plus a
+checkout when the integration branch moved since its worktree's last task
+and a clean when that task left build output; one that changed something
+two more (three when it made new files), and the three of its merge. Refs and ``HEAD`` are read from git's
+files (refs.py), not asked of ``git rev-parse``.
 
 After ``prepare`` the worktree is what ``git worktree add`` at FORK makes:
 tracked files as FORK has them (``-f`` throws away what the last task left),
 nothing untracked and nothing ignored (a fresh checkout has no
 ``.ruff_cache`` or build output either). The task runs on a detached HEAD,
 and its branch is made when its work is committed: a task that changed
-nothing never has one. A task whose attempt fails, or whose merge
-conflicts, is left as before: its worktree at its path, on its branch, with
-what it left, out of the pool (``keep``). A run holds at most as many
+nothing never has one. A task whose attempt fails is left as before: its
+worktree at its path, on its branch, with what it left, out of the pool
+(``keep``). A merge needs only the branch, so the worktree is back among the
+free ones while the merge waits its turn; a merge that conflicts makes the
+task's worktree again, at its path, on its branch, for the person resolving
+it. A run holds at most as many
 worktrees as it runs tasks at once, plus the kept ones; the first tasks of a
 run get new ones (``--no-checkout``, filled outside the flock, in parallel).
 Agent tasks do not use the pool: an agent sees its worktree on its branch
 (``Worktrees.prepare``), and runs for minutes anyway.
 
-The commit is the cheapest way found that commits exactly what the task
-changed (``bench/refactor_bench.py --commit-cost``, a worktree of 5,000 files,
-5 edited, 1 added, ignored output; three runs at load 4–4.5): ``add -A`` over
-the tree plus ``write-tree``, 23–37 ms (median), against 37–61 ms for the
-``add -A``, ``diff --cached``, ``commit`` of before; ``status`` then
-``update-index`` of its paths, 27–39 ms (one more process, the same scan);
-``core.untrackedCache`` 22–31 ms, within the noise (each reset rewrites the
-directories it would cache), so it is left to the user's config. The scan
-never uses an fsmonitor daemon (command.py turns it off).
+What the pool knows of a free worktree (``Known``: the commit it is at, and
+whether its last task left untracked or ignored files, from that task's
+``status``) lets ``prepare`` skip the checkout and the clean; it is this
+run's, in memory, and only for worktrees this run gave back or filled: one
+a killed run left is reset in full. ``status`` counts ignored files too
+(``--ignored=matching``: an ignored folder is one entry, not walked), so build
+output a task leaves is cleaned before the next task, as before.
+
+The commit commits exactly what ``add -A`` stages (``bench/refactor_bench.py
+--commit-cost``, a worktree of 5,000 files, 5 edited, 1 added, ignored
+output; three runs at load 4–4.5: ``add -A`` plus ``write-tree`` 23–37 ms
+(median), against 37–61 ms for the ``add -A``, ``diff --cached``,
+``commit`` of before; ``status`` then ``update-index`` of its paths,
+27–39 ms; ``core.untrackedCache`` 22–31 ms, within the noise, so it is left
+to the user's config). ``status`` first costs a scan, and saves ``add -A``,
+``write-tree`` and ``rev-parse`` for a task that changed nothing and the
+clean (a scan as well) for one that left no build output. The scan never
+uses an fsmonitor daemon (command.py turns it off).
 
 What runs under the plan's flock: what changes git's list of worktrees (add,
 move, remove, prune: a concurrent reader of a half-made entry fails) and the
@@ -50,20 +70,25 @@ it, in parallel, as commits always did.
 
 Crash safety (a kill -9 at any instant; the next run resumes):
 
-* before the commit's ref transaction the task has no branch: a worktree found
-  at its path (half moved, half reset, the task's uncommitted work) is an
-  attempt cut short, reset in place and run again, as an attempt whose branch
-  had no commits of its own was re-forked before; but commits the task made
-  itself there (it ran ``git commit``) are its work: ``rescue``, at the next
-  run's start, puts them on the task's branch (from the fork ``prepare``
-  recorded), and they are merged without running the task again, as before;
-* after it, the branch holds the task's commit and the worktree is clean at
-  it: the next run merges it without running the task again (isolation.py);
+* before its ``git commit`` the task has no branch: a worktree found at its
+  path (half moved, half reset, the task's uncommitted work) is an attempt
+  cut short, reset in place and run again, as an attempt whose branch had no
+  commits of its own was re-forked before; but commits on top of the fork
+  ``prepare`` recorded are work: those the task made itself (it ran ``git
+  commit``) and the commit of its work when a kill came before its branch
+  was made. ``rescue``, at the next run's start, puts them on the task's
+  branch, and they are merged without running the task again, as before;
+* once the branch is made it holds the task's commit: the next run merges it
+  without running the task again (isolation.py), whether its worktree was
+  still at its path (clean at the commit) or already among the free ones;
 * the merge's transaction moves integration and deletes the branch at once;
-  a worktree left at the path of a merged task is removed (``drop_merged``);
-* a move is a rename plus git's pointer back to the directory: a kill between
-  the two leaves a directory git does not list (removed as a stray) and an
-  entry git calls prunable (``drain`` prunes it);
+  a worktree left at the path of a merged task is removed, and its fork
+  record in any case (``drop_merged``);
+* a move is a rename plus git's pointer back to the directory (``_move``, done
+  as git does it): a kill between the two leaves a folder whose admin entry
+  points elsewhere, which the next run's ``Worktrees`` relinks (relink.py)
+  before anything looks at it; a registered worktree whose folder is gone is
+  moved over by git itself (``worktree move -f`` drops that entry);
 * free worktrees a killed run left are adopted when healthy (registered, not
   locked, ``.git`` in place), else removed.
 
@@ -74,6 +99,7 @@ guards it between the run's threads.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -81,7 +107,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import TeamError, WorkFailed
+from ..core.fsutil import atomic_write
 from ..core.text import plural
+from .command import GitError
 from .merge import Conflict, TreeMerge
 from .worktrees import SLUG, TRAILER, Kept, MergeConflict, MergeResult, Worktrees, drop_unheld
 
@@ -101,17 +129,55 @@ class Lease:
     fork: str
 
 
-def clean_message(message: str) -> str:
-    """A commit message as ``git commit -m`` stores it (its ``whitespace`` cleanup): trailing spaces and
-    leading/trailing blank lines gone, runs of blank lines made one, a final newline."""
-    lines = [line.rstrip() for line in message.splitlines()]
-    out: list[str] = []
-    for line in lines:
-        if line or (out and out[-1]):
-            out.append(line)
-    while out and not out[-1]:
-        out.pop()
-    return "\n".join(out) + "\n"
+@dataclass(frozen=True)
+class Known:
+    """What a free worktree is known to hold, from the steps that gave it back (this run's only): ``HEAD``
+    detached at ``head``, the index and the tracked files as that commit has them, and, unless
+    ``leftovers``, nothing else (nothing untracked, nothing ignored). ``prepare`` skips the checkout
+    when ``head`` is already the fork, and the clean when there are no leftovers."""
+
+    head: str
+    leftovers: bool
+
+
+@dataclass(frozen=True)
+class Status:
+    """A task's worktree after its attempt (``git status --porcelain=v2 --branch``, ``_status``)."""
+
+    head: str | None  # the commit HEAD is at (None: an unborn branch)
+    detached: bool
+    changes: bool  # what ``add -A`` stages: tracked files changed, untracked files
+    untracked: bool  # untracked files among them (``commit -a`` would leave them out)
+    leftovers: bool  # what ``add -A`` leaves and ``clean -ffdx`` removes: ignored files, untracked folders
+
+
+STATUS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all", "--ignored=matching",
+          "--no-renames", "--ignore-submodules=dirty")
+"""A submodule's own untracked or changed files are not the task's change (``add -A`` does not stage
+them); a submodule moved to another commit is."""
+
+
+def parse_status(out: str) -> Status:
+    head: str | None = None
+    detached = changes = untracked = leftovers = False
+    fields = iter(out.split("\0"))
+    for entry in fields:
+        if entry.startswith("# branch.oid "):
+            oid = entry[len("# branch.oid "):]
+            head = None if oid == "(initial)" else oid
+        elif entry == "# branch.head (detached)":
+            detached = True
+        elif entry.startswith("! "):
+            leftovers = True
+        elif entry.startswith("? "):
+            changes = untracked = True
+            leftovers = leftovers or entry.endswith("/")  # a repository of its own: add -A adds it as a link
+        elif entry[:2] in ("1 ", "u "):
+            changes = True
+        elif entry.startswith("2 "):
+            changes = True
+            next(fields, None)  # a rename's source path
+    return Status(head, detached, changes, untracked, leftovers)
 
 
 def rescue(wt: Worktrees) -> list[str]:
@@ -152,6 +218,7 @@ class WorktreePool:
         self._adopted = False
         self._serial = 0
         self._ready = False  # setup_integration done for this run
+        self._known: dict[Path, Known] = {}  # free worktree -> what it holds (one dict operation at a time)
 
     def warm(self, count: int) -> None:
         """Make ``count`` free worktrees ahead of the first tasks, in the background, while the run is still
@@ -188,7 +255,7 @@ class WorktreePool:
                 wt.setup_integration(fd)
                 self._ready = True
             wt.finish_removal(task, fd)
-            fork = self.git.rev(wt.integration)
+            fork = wt.tip(wt.integration)
             assert fork is not None  # setup_integration made it
             if self._unlock(path, task):  # a killed git's locks: what it was doing may have finished since
                 kept = wt.kept(task)
@@ -200,16 +267,24 @@ class WorktreePool:
             here = wts.get(path.resolve())
             in_place = (here is not None and "locked" not in here and "prunable" not in here
                         and (path / ".git").is_file())
+            known: Known | None = None  # in place: an attempt cut short, nothing known of it
             if not in_place:
                 wt.drop_worktree(path, fd, wts)
-                if self._take(path, wts, fd, reserved):
-                    self._unlock(path, task)  # a free one a killed run left (its fill or reset cut short)
+                taken = self._take(path, wts, fd, reserved)
+                if taken is not None:
+                    with self._lock:
+                        known = self._known.pop(taken, None)
+                    if known is None:
+                        self._unlock(path, task)  # a free one a killed run left (its fill or reset cut short)
                 else:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     self.git("worktree", "add", "-f", "-q", "--no-checkout", "--detach", str(path), fork, fd=fd)
+                    known = Known("", leftovers=False)  # a new, empty folder: all to check out, nothing to clean
         # in the task's own worktree, in parallel with the others: no list of worktrees changes here
-        self.git("checkout", "-q", "-f", "--detach", fork, cwd=path)
-        self.git("clean", "-q", "-ffdx", cwd=path)
+        if known is None or known.head != fork:
+            self.git("checkout", "-q", "-f", "--detach", fork, cwd=path)
+        if known is None or known.leftovers:
+            self.git("clean", "-q", "-ffdx", cwd=path)
         if kept is not None:  # its branch, without commits of its own: an attempt cut short, or failed
             self.git("update-ref", "-d", f"refs/heads/{kept.branch}", kept.tip)
         wt.record_fork(task, fork, durable=False)  # what ``rescue`` counts a task's own commits from (last:
@@ -218,42 +293,72 @@ class WorktreePool:
     def commit(self, lease: Lease, message: str) -> str | None:
         """Commit everything the task changed (``add -A``: ignored files stay out) on a new branch
         ``team/<plan>/<task>``; the commit, or None when the task changed nothing (no branch then).
-        A commit the task made itself is kept: the new one goes on top of it."""
+        A commit the task made itself is kept: the new one goes on top of it.
+
+        One ``git status`` says whether there is anything to commit (a task that changed nothing costs
+        that one process) and what is left for the next task's reset to clean. Otherwise ``add -A`` and
+        ``git commit`` on the detached HEAD, then the branch is made at it: a kill between the two
+        leaves a commit on top of the recorded fork and no branch, which ``rescue`` puts on the branch
+        at the next run's start, as it does a commit the task made itself."""
         path = lease.path
-        self.git("add", "-A", cwd=path)
-        tree = self.git("write-tree", cwd=path).stdout.strip()
-        head, head_tree = self.git("rev-parse", "HEAD", "HEAD^{tree}", cwd=path).stdout.split()
-        if head == lease.fork and tree == head_tree:
+        st = self._status(path)
+        if not st.changes and st.detached and st.head == lease.fork:
+            self._give_back(path, Known(lease.fork, st.leftovers))
             return None
-        new = head if tree == head_tree else self.git(
-            "commit-tree", tree, "-p", head, "-F", "-", cwd=path, input=clean_message(message)).stdout.strip()
-        self.wt.record_fork(lease.task, lease.fork)
-        branch = f"refs/heads/{self.wt.branch(lease.task)}"
-        self.git("update-ref", "--stdin", cwd=path,
-                 input=f"option no-deref\nupdate HEAD {new} {head}\ncreate {branch} {new}\n")
+        if st.head is None:
+            raise WorkFailed(f"task '{lease.task}' left HEAD on a branch without commits in {path}; "
+                             f"nothing of it can be merged")
+        self.wt.record_fork(lease.task, lease.fork)  # durable, before HEAD moves: rescue counts from it
+        if not st.detached:  # it switched to a branch of its own: that branch stays where it left it
+            self.git("update-ref", "--no-deref", "HEAD", st.head, cwd=path)
+        new = st.head
+        if st.changes:
+            if st.untracked:  # else ``commit -a`` stages the same: what changed of the tracked files
+                self.git("add", "-A", cwd=path)
+            proc = self.git("commit", "-q", "-a", "--no-verify", "--cleanup=whitespace", "-F", "-", cwd=path,
+                            input=message, check=False)
+            if proc.returncode == 0:
+                new = self.wt.head(path) or ""
+            elif "nothing to commit" not in proc.stdout:  # (what status saw stages to nothing: a mode
+                raise GitError(["commit"], path, proc.returncode, proc.stderr or proc.stdout)  # git ignores)
+        if new == lease.fork:
+            self._give_back(path, Known(lease.fork, st.leftovers))
+            return None
+        self.git("update-ref", f"refs/heads/{self.wt.branch(lease.task)}", new, "", cwd=path)  # "": made now
+        self._give_back(path, Known(new, st.leftovers))
         return new
 
+    def _status(self, path: Path) -> Status:
+        """The worktree's status; it may refresh the index (no one else uses this worktree), so a file
+        the checkout wrote in the same second as the index is hashed once, not at every status."""
+        return parse_status(self.git(*STATUS, cwd=path, env={"GIT_OPTIONAL_LOCKS": "1"}).stdout)
+
+    def _give_back(self, path: Path, known: Known) -> None:
+        """The task's worktree back to the free ones once its work is on its branch (or it had none): its
+        merge needs only the branch, so the next task may take it while the merge waits its turn."""
+        with self.wt.locked() as fd:
+            self._give(path, fd, known)
+
     def merge(self, lease: Lease, commit: str | None) -> MergeResult:
-        """Merge what ``commit`` returned into integration (merge.py) and give the worktree back; a task
-        that changed nothing just gives it back. ``MergeConflict``: nothing merged, the task kept on its
-        branch (``keep``), its worktree out of the pool."""
+        """Merge what ``commit`` returned into integration (merge.py); a task that changed nothing has
+        nothing to merge. Its worktree went back to the free ones with the commit. ``MergeConflict``:
+        nothing merged, the task kept on its branch, its worktree made again at its path, on its
+        branch, for the person resolving it (``checkout``)."""
         wt, task = self.wt, lease.task
         branch = wt.branch(task)
         with wt.locked() as fd:
             if commit is None:
                 wt.forget_fork(task)
-                self._give(lease.path, fd)
                 return MergeResult(task, branch, "up-to-date")
-            old = self.git.rev(wt.integration)
+            old = wt.tip(wt.integration)
             assert old is not None
             msg = f"team: merge {task} into {wt.plan}\n\n{TRAILER}: {task}\n"
             new = TreeMerge(self.git, unlock=wt.unlock_stale).merge(f"refs/heads/{wt.integration}", old, commit, msg,
                                             drop=f"refs/heads/{branch}", fd=fd)
             if isinstance(new, Conflict):
-                self.git("symbolic-ref", "HEAD", f"refs/heads/{branch}", cwd=lease.path, fd=fd)
+                wt.checkout(task, fd)
                 raise MergeConflict(task, branch, wt.integration, new.files, lease.path)
             wt.forget_fork(task)
-            self._give(lease.path, fd)
         return MergeResult(task, branch, "merged", new)
 
     def keep(self, lease: Lease) -> None:
@@ -261,8 +366,8 @@ class WorktreePool:
         wt = self.wt
         wt.record_fork(lease.task, lease.fork)
         with wt.locked() as fd:
-            if self.git.rev(wt.branch(lease.task)) is None:
-                head = self.git.rev("HEAD", cwd=lease.path)
+            if wt.tip(wt.branch(lease.task)) is None:
+                head = wt.head(lease.path)
                 if head is not None and head != lease.fork:  # it committed itself: no result (failed_attempt),
                     wt.failed_attempt(lease.task, tip=head)    # said before its branch exists
                 self.git("checkout", "-q", "-b", wt.branch(lease.task), cwd=lease.path, fd=fd)
@@ -276,6 +381,7 @@ class WorktreePool:
         with self.wt.locked() as fd, self._lock:
             slots = sorted(set(self._free) | set(self.wt.base_dir.glob(f"{PREFIX}*")))
             self._free.clear()
+            self._known.clear()
             self._adopted = False
             for slot in slots:
                 if slot.is_dir() and not slot.is_symlink():
@@ -306,9 +412,9 @@ class WorktreePool:
         return bool(locks)
 
     # ---------------------------------------------------------------- the free list
-    def _take(self, path: Path, wts: dict[Path, dict[str, str]], fd: int, slot: Path | None) -> bool:
+    def _take(self, path: Path, wts: dict[Path, dict[str, str]], fd: int, slot: Path | None) -> Path | None:
         """Move a free worktree (``slot``, reserved, else any) to ``path`` (nothing is there; the caller
-        holds the flock); False if none."""
+        holds the flock); the free one it was, or None if none."""
         while True:
             with self._lock:
                 if not self._adopted:
@@ -316,22 +422,62 @@ class WorktreePool:
                 if slot is None:
                     slot = self._free.pop() if self._free else None
             if slot is None:
-                return False
-            # -f: a path git still lists, its directory gone (a move a kill cut short), is taken over
-            if self.git("worktree", "move", "-f", str(slot), str(path), fd=fd, check=False).returncode == 0:
-                return True
+                return None
+            if self._move(slot, path, fd):
+                return slot
             self._drop(slot, fd)  # made unusable behind our back: the next one
             slot = None
 
-    def _give(self, path: Path, fd: int) -> None:
-        """The worktree at ``path`` back to the free ones (its work is merged, or there was none)."""
+    def _give(self, path: Path, fd: int, known: Known | None) -> None:
+        """The worktree at ``path`` back to the free ones (its work is on its branch, or there was none)."""
         slot = self._name(fd)
-        if self.git("worktree", "move", str(path), str(slot), fd=fd, check=False).returncode:
+        if not self._move(path, slot, fd):
             self.wt.drop_worktree(path, fd)  # not a worktree git knows any more: it goes
             return
         with self._changed:
+            if known is not None:
+                self._known[slot] = known
             self._free.append(slot)
             self._changed.notify_all()
+
+    def _move(self, src: Path, dst: Path, fd: int) -> bool:
+        """``git worktree move -f src dst`` (nothing at ``dst``; the caller holds the flock); False when git
+        refuses. Done as git 2.39 does it, without a git process, when the links are the plain ones git
+        writes (``admin``): the folder renamed, then the back link of its admin folder (``gitdir``)
+        rewritten, the worktree's ``.git`` unchanged. A kill between the two leaves what git's own move
+        leaves (a folder git does not list, an entry git calls prunable: ``_adopt`` and ``drain``
+        repair both). Anything else, git moves: a worktree locked or holding submodules (git refuses),
+        relative links, another entry naming ``dst`` (a move a kill cut short: git's ``-f`` drops it)."""
+        admin = self._admin(src, dst)
+        if admin is None:
+            return self.git("worktree", "move", "-f", str(src), str(dst), fd=fd, check=False).returncode == 0
+        os.rename(src, dst)
+        atomic_write(admin / "gitdir", f"{_real(dst)}/.git\n", durable=False)
+        return True
+
+    def _admin(self, src: Path, dst: Path) -> Path | None:
+        """The admin folder of the worktree at ``src`` when ``_move`` may move it by hand to ``dst``."""
+        try:
+            dotgit = (src / ".git").read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        admin = Path(dotgit.removeprefix("gitdir: ").strip())
+        admins = self.wt.common_dir / "worktrees"
+        if (not dotgit.startswith("gitdir: ") or not admin.is_absolute() or admin.parent != admins
+                or (admin / "locked").exists() or (admin / "modules").exists() or dst.exists() or dst.is_symlink()):
+            return None
+        target = f"{_real(dst)}/.git"
+        for entry in admins.iterdir():
+            try:
+                back = (entry / "gitdir").read_text().strip()
+            except OSError:
+                continue
+            if entry.name == admin.name:
+                if back != f"{_real(src)}/.git":
+                    return None
+            elif back == target or not os.path.isabs(back):
+                return None
+        return admin
 
     def _name(self, fd: int) -> Path:
         """A free ``_pool-N`` path (something a kill left there goes)."""
@@ -350,7 +496,7 @@ class WorktreePool:
                 if not self._ready:
                     self.wt.setup_integration(fd)
                     self._ready = True
-                tip = self.git.rev(self.wt.integration)
+                tip = self.wt.tip(self.wt.integration)
                 wts = self.git.worktrees()
                 with self._lock:
                     if not self._adopted:
@@ -380,6 +526,7 @@ class WorktreePool:
         with self._changed:
             self._promised = max(0, self._promised - 1)
             if done:
+                self._known[slot] = Known(tip, leftovers=False)
                 self._free.append(slot)  # else drain removes it with the others
             self._changed.notify_all()
 
@@ -396,8 +543,14 @@ class WorktreePool:
                 self._drop(slot, fd)
 
     def _drop(self, slot: Path, fd: int) -> None:
+        self._known.pop(slot, None)
         self.git("worktree", "remove", "-f", "-f", str(slot), fd=fd, check=False)
         if slot.is_dir() and not slot.is_symlink():
             shutil.rmtree(slot)
         elif slot.exists() or slot.is_symlink():
             slot.unlink()
+
+
+def _real(path: Path) -> str:
+    """``path`` with its folder's symlinks resolved, as git records a worktree's place (``strbuf_realpath``)."""
+    return str(path.parent.resolve() / path.name)

@@ -94,6 +94,7 @@ from ..core.text import plural
 from . import merge as tree_merge
 from . import relink
 from .command import Git, GitError
+from .refs import Refs, Unreadable
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 INTEGRATION = "integration"
@@ -260,6 +261,7 @@ class Worktrees:
                             f"or set `isolation: none` in the plan)")
         self.prefix, common = probe.stdout.splitlines()[:2]
         self.common_dir = (self.root / common).resolve()
+        self.refs = Refs(self.common_dir)
         self.git.ensure_identity()
         self.base_dir = self.root / ".team" / "worktrees" / self.plan
         self.integration = f"team/{self.plan}/{INTEGRATION}"
@@ -291,6 +293,21 @@ class Worktrees:
             top = top.parent
         return top
 
+    def tip(self, branch: str) -> str | None:
+        """The commit ``branch`` (``team/<plan>/...``) is at, None when there is no such branch: read from git's
+        files (refs.py), asked of git when they cannot say."""
+        try:
+            return self.refs.get(f"refs/heads/{branch}")
+        except Unreadable:
+            return self.git.rev(f"refs/heads/{branch}")
+
+    def head(self, path: Path) -> str | None:
+        """The commit the worktree at ``path`` has checked out (refs.py, else git)."""
+        try:
+            return self.refs.head(path)
+        except Unreadable:
+            return self.git.rev("HEAD", cwd=path)
+
     def workdir(self, task: str) -> Path:
         """Where the task runs: its worktree plus ``root``'s offset inside the repository."""
         return self.path(task) / self.prefix
@@ -318,7 +335,7 @@ class Worktrees:
             for part in self.base_dir.glob(f"{TMP_PREFIX}*.part"):  # a write of .fork-* or base.json a kill cut
                 part.unlink(missing_ok=True)                        # (nothing else writes here while no run goes)
                 repairs.append(f"removed {part.name}")
-            created = self.git.rev(self.integration) is None
+            created = self.tip(self.integration) is None
             uncommitted = self.uncommitted() if created else []
             if created:
                 self._create_integration(fd, include_uncommitted and bool(uncommitted))
@@ -392,9 +409,9 @@ class Worktrees:
         with self.locked() as fd:
             self.setup_integration(fd)
             self.finish_removal(task, fd)
-            tip = self.git.rev(self.integration)
-            if self.git.rev(branch) is not None:
-                stale = tip is not None and self.git.rev(branch) != tip and self.git.is_ancestor(branch, tip)
+            tip = self.tip(self.integration)
+            if self.tip(branch) is not None:
+                stale = tip is not None and self.tip(branch) != tip and self.git.is_ancestor(branch, tip)
                 kept = self.kept(task)
                 if fresh and kept is not None and kept.commits and not discard:
                     raise WorkFailed(f"task '{task}': {branch} holds {plural(kept.unmerged, 'commit')} not on "
@@ -423,7 +440,7 @@ class Worktrees:
         branch, path = self.branch(task), self.path(task)
         with self.locked() as fd:
             recovered = tuple(self.setup_integration(fd) + self.finish_removal(task, fd))
-            tip = self.git.rev(branch)
+            tip = self.tip(branch)
             if tip is None:
                 if task in self.merged_tasks():
                     if (path / ".git").is_file():  # an in-memory merge deletes the branch first: a kill left this
@@ -442,7 +459,7 @@ class Worktrees:
     def _merge_in_memory(self, task: str, tip: str, message: str, fd: int) -> str:
         """merge.py: the merge commit made and the branch moved (compare-and-set) with the task's
         branch deleted in the same ref transaction; ``MergeConflict`` changes nothing."""
-        old = self.git.rev(self.integration)
+        old = self.tip(self.integration)
         assert old is not None  # setup_integration made it
         branch = self.branch(task)
         new = tree_merge.TreeMerge(self.git, unlock=self.unlock_stale).merge(f"refs/heads/{self.integration}", old, tip, message,
@@ -464,7 +481,7 @@ class Worktrees:
                 raise MergeConflict(task, branch, self.integration, files, self.path(task))
             raise GitError(["merge", branch], self.integration_dir, proc.returncode,
                            proc.stderr + proc.stdout)
-        return self.git.rev(self.integration)
+        return self.tip(self.integration)
 
     def finish(self, task: str, message: str) -> MergeResult:
         """``commit`` then ``merge``."""
@@ -472,10 +489,10 @@ class Worktrees:
         return self.merge(task)
 
     def has_integration(self) -> bool:
-        return self.git.rev(self.integration) is not None
+        return self.tip(self.integration) is not None
 
     def has_branch(self, task: str) -> bool:
-        return self.git.rev(self.branch(task)) is not None
+        return self.tip(self.branch(task)) is not None
 
     def kept(self, task: str) -> Kept | None:
         """The task's branch, if it exists: its commits not on integration and whether its worktree is dirty.
@@ -487,18 +504,18 @@ class Worktrees:
         and the branch still ends where it failed (``failed_attempt``): then they are ``failed``.
         """
         branch = self.branch(task)
-        tip = self.git.rev(branch)
+        tip = self.tip(branch)
         if tip is None:
             return None
         # Its own commits: since its recorded fork point. Counting what integration lacks would
         # count history a rebuild (--redo) took out of integration as this task's work.
-        since = self.fork(task) or (self.integration if self.git.rev(self.integration) else None)
+        since = self.fork(task) or (self.integration if self.tip(self.integration) else None)
         commits = int(self.git("rev-list", "--count", f"{since}..{branch}").stdout) if since else 0
         dirty = self.git.dirty(self.path(task))
         if commits and self._failed_tip(task) == tip:
             return Kept(task, branch, tip, 0, dirty, 0, failed=commits)
         unmerged = int(self.git("rev-list", "--count", f"{since}..{branch}", f"^{self.integration}").stdout) \
-            if commits and self.git.rev(self.integration) else commits
+            if commits and self.tip(self.integration) else commits
         return Kept(task, branch, tip, commits, dirty, unmerged)
 
     def failed_attempt(self, task: str, tip: str | None = None) -> Kept | None:
@@ -506,7 +523,7 @@ class Worktrees:
         (``Kept.failed``); recorded before the failure is, so a kill in between is read the same way.
         What the branch holds then (None: no branch). ``tip``: the commit the branch is about to be made
         at (pool.py ``keep``: recorded first, so a kill before the branch is made is read the same way)."""
-        tip = tip or self.git.rev(self.branch(task))
+        tip = tip or self.tip(self.branch(task))
         if tip is None:
             return None
         atomic_write(self._failed_path(task), tip + "\n")
@@ -534,9 +551,10 @@ class Worktrees:
         (a lead killed between a merge and the removal that follows it); whether it did."""
         with self.locked() as fd:
             self.finish_removal(task, fd)
-            tip = self.git.rev(self.branch(task))
+            tip = self.tip(self.branch(task))
             if tip is None:  # an in-memory merge deleted the branch with the merge: its worktree was clean
-                if not (self.path(task) / ".git").is_file():
+                if not (self.path(task) / ".git").is_file():  # (a pooled one went back before the merge)
+                    self.forget_fork(task)
                     return False
             elif not self.git.is_ancestor(tip, self.integration) or self.git.dirty(self.path(task)):
                 return False
@@ -545,7 +563,7 @@ class Worktrees:
 
     def merges(self) -> dict[str, str]:
         """Task slug -> its merge commit on integration (first parents, by trailer; the last one wins)."""
-        if self.git.rev(self.integration) is None:
+        if self.tip(self.integration) is None:
             return {}
         out = self.git("log", "--first-parent", "--merges", "--reverse",
                         f"--format=%H%x1f%(trailers:key={TRAILER},valueonly)%x1e", self.integration,
@@ -559,7 +577,7 @@ class Worktrees:
 
     def merged_tasks(self) -> list[str]:
         """Task slugs merged into integration, oldest first, from the merge trailers."""
-        if self.git.rev(self.integration) is None:
+        if self.tip(self.integration) is None:
             return []
         out = self.git("log", "--first-parent", "--merges", "--reverse",
                         f"--format=%(trailers:key={TRAILER},valueonly)%x00", self.integration,
@@ -579,7 +597,7 @@ class Worktrees:
 
     def summary(self) -> Summary:
         """Where the result is and the exact commands to take it into the user's branch."""
-        if self.git.rev(self.integration) is None:
+        if self.tip(self.integration) is None:
             raise UserError(f"plan '{self.plan}' has no integration branch {self.integration} yet")
         base = self.git("merge-base", "HEAD", self.integration).stdout.strip()
         ahead = int(self.git("rev-list", "--count", f"HEAD..{self.integration}").stdout)
@@ -603,7 +621,7 @@ class Worktrees:
                 self.drop_worktree(scratch, fd)
             for record in [*self.base_dir.glob(".fork-*"), *self.base_dir.glob(".failed-*")]:
                 record.unlink()
-            if self.git.rev(self.integration) is not None:
+            if self.tip(self.integration) is not None:
                 self.git("branch", "-D", self.integration, fd=fd)
             self._base_path().unlink(missing_ok=True)
 
@@ -633,7 +651,7 @@ class Worktrees:
         """Create the integration branch and worktree if missing; repair a dead merger's state."""
         self._exclude()
         notes = [f"removed stale {name}" for name in self._clear_ref_locks(integration_only=True)]
-        if self.git.rev(self.integration) is None:
+        if self.tip(self.integration) is None:
             self._create_integration(fd, snapshot=False)
         if self.in_memory:  # merges need no checkout: one an older team or git left goes
             if self.integration_dir.exists() or self.integration_dir.is_symlink():
@@ -741,6 +759,11 @@ class Worktrees:
             notes.append("reset the integration worktree to its branch")
         return notes
 
+    def checkout(self, task: str, fd: int) -> Path:
+        """The task's worktree at its path, on its branch (made when missing; the caller holds the flock)."""
+        self._ensure_checkout(self.path(task), self.branch(task), None, fd)
+        return self.path(task)
+
     def _ensure_checkout(self, path: Path, branch: str, base: str | None, fd: int) -> None:
         wts = self.git.worktrees()
         info = wts.get(path.resolve())
@@ -749,7 +772,7 @@ class Worktrees:
         if healthy:
             return
         self.drop_worktree(path, fd, wts)
-        if self.git.rev(branch) is None:
+        if self.tip(branch) is None:
             if base is not None and path.parent == self.base_dir:  # a task branch: remember where it forked
                 self.record_fork(path.name, base)
             self.git("branch", branch, *([base] if base else []), fd=fd)
@@ -801,7 +824,7 @@ class Worktrees:
         marker = self._removing(task)
         marker.touch()
         self.drop_worktree(self.path(task), fd)
-        if self.git.rev(self.branch(task)) is not None:
+        if self.tip(self.branch(task)) is not None:
             self.git("branch", "-D", self.branch(task), fd=fd)
         self.forget_fork(task)
         marker.unlink()

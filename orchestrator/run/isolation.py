@@ -8,9 +8,10 @@ makes no git call at all). Per isolated attempt::
     start ─► [the attempt's thread] fork the worktree (a free one of the pool,
              moved and reset, else a new one) ─► inner executor runs the task
              with cwd (shell) / workspace (agent) inside the worktree
-          ─► [the attempt's thread again] commit what it changed
-          ─► [merge thread] merge into the integration branch, give the worktree
-             back to the pool
+          ─► [the attempt's thread again] commit what it changed, give the worktree
+             back to the pool (its merge needs only the branch), tell the
+             scheduler it settles (``settle``: it no longer takes a worker slot)
+          ─► [merge thread] merge into the integration branch
           ─► done(Outcome) to the scheduler
 
 Because the scheduler only hears of a completion after its merge landed, a
@@ -29,8 +30,12 @@ free ones at its end (``finish``).
   get ``TEAM_WORKTREE`` and ``TEAM_BRANCH``.
 * The merge phase: a finished attempt waits on the merge thread for its
   turn, then merges; ``emit`` reports ``merge_queued`` (with how many are
-  ``ahead``) and ``merging``. The attempt keeps its worker slot until its
-  merge landed (the scheduler hears of it only then).
+  ``ahead``) and ``merging``. Its task stays running until its merge landed
+  (the scheduler hears of its outcome only then, so its dependents wait),
+  but its worker slot is free from the moment its work is committed
+  (``Scheduler.settle``): while merges wait their turn, other ready tasks
+  run. A pooled task's worktree goes back to the pool at the same moment; a
+  merge that conflicts makes it again at the task's path, on its branch.
 * A failed attempt keeps its worktree and branch (the task records both). What
   it committed itself is not its result: ``Worktrees.failed_attempt`` records
   that before the failure is reported, the failure says so, and the next
@@ -120,6 +125,7 @@ class Isolation:
         self.wt = wt
         self.rerun = rerun
         self.emit: Emit = emit or (lambda ev: None)
+        self.settle: Callable[[int, int], None] = lambda task_id, epoch: None  # the scheduler's ``settle``
         self.merged_before = wt.merges()
         self.pool = pool or WorktreePool(wt)
         self._cancelled: set[int] = set()
@@ -237,6 +243,7 @@ class Isolation:
                 ahead = self._waiting
                 self._waiting += 1
             self.emit({"event": "merge_queued", "task": a.task.id, "name": slug_of(a.task), "ahead": ahead})
+            self.settle(a.task.id, a.epoch)  # its turn to merge is no work of a worker: another task may start
         self._merge.put((a, out, resumed))
 
     def _finish(self, a: _Attempt, out: Outcome, resumed: bool) -> None:

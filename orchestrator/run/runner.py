@@ -284,6 +284,8 @@ def _run_locked(lp: LoadedPlan, root: Path, workers: int | None, keep_going: boo
         stop.check()
         rooted: dict[str, Executor] = {kind: Rooted(ex, root) for kind, ex in execs.items()}  # stored cwds made absolute
         scheduler = Scheduler(store, tasks, prep.priority, rooted, opts, emit, stop=stop, feed=prep.creation)
+        if iso is not None:
+            iso.settle = scheduler.settle
         ids = [t.id for t in tasks]
         del tasks, prep  # from here the scheduler holds the tasks still open, and drops each one it finishes
         result = scheduler.run()

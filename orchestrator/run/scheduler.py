@@ -5,6 +5,8 @@ State (one ``Scheduler``; only the lead thread touches it, dask-style)::
     waiting   pending task -> its dependencies that have not completed
     ready     heap of runnable tasks, longest remaining path first
     running   task -> (epoch, start time): claimed in the store, executing
+    settling  running tasks whose command has ended, waiting on the executor's side for
+              their outcome (worktree isolation: their merge's turn); they take no slot
     delayed   heap of (due time, task): failed attempts waiting out a backoff
     finished  completed | failed | cancelled, with why
     feeding   the run's tasks not created yet are still coming (a ``Feed``)
@@ -19,7 +21,8 @@ cancelled. A task that exists may wait on one still to come (a resumed
 creation: ``Feed.ids``). The loop does not end while the feed is feeding,
 also after a failure stopped new starts, so the store ends with every task.
 
-Policy: fill free worker slots from ``ready`` (priority = the task's
+Policy: fill free worker slots (``workers`` minus the running tasks not
+settling) from ``ready`` (priority = the task's
 remaining path to the end of the plan, weighted by ``estimate``; ties keep
 plan order), claim them in one store batch (``store.commit``: a CAS that
 bumps the epoch and sets a lease) and hand each to the executor for its kind.
@@ -142,6 +145,14 @@ class Arrival:
     last: bool
 
 
+@dataclass(frozen=True)
+class Settling:
+    """An attempt whose command has ended and whose outcome comes later (``Scheduler.settle``)."""
+
+    task_id: int
+    epoch: int
+
+
 @dataclass
 class RunOptions:
     workers: int = 4
@@ -216,7 +227,8 @@ class Scheduler:
         self.failures: dict[int, int] = {t.id: t.failures for t in tasks}
         self.lost: dict[int, int] = {t.id: t.lost for t in tasks}
         self.unclaimable: dict[int, str] = {}
-        self.events: queue.SimpleQueue[Outcome | Arrival] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[Outcome | Arrival | Settling] = queue.SimpleQueue()
+        self.settling: set[int] = set()
         self.stopped: str | None = None
         self.runs = {t.id: TaskRun(t.id, t.plan_task or t.name or str(t.id), t.status.value,
                                    t.attempts, t.failures, t.interrupted, deps=list(t.blockedBy))
@@ -334,7 +346,7 @@ class Scheduler:
             if self.feed is not None and not self._fed:  # after the first starts: they need no more tasks
                 self._fed = True
                 self.feed.start(lambda tasks, last: self.events.put(Arrival(tasks, last)), self.stop.fail)
-            free = len(self.running) < self.opts.workers and not self.stopped
+            free = len(self.running) - len(self.settling) < self.opts.workers and not self.stopped
             if not self.running and not (free and (self.delayed or self.ready)) and not self.feeding:
                 break
             timeout = WAIT_MAX
@@ -343,7 +355,7 @@ class Scheduler:
             elif self.delayed and not self.stopped:
                 timeout = min(WAIT_MAX, max(0.0, self.delayed[0][0] - self.clock()))
             try:
-                batch: list[Outcome | Arrival] = [self.events.get(timeout=timeout)]
+                batch: list[Outcome | Arrival | Settling] = [self.events.get(timeout=timeout)]
             except queue.Empty:
                 finals = []
                 continue
@@ -357,6 +369,8 @@ class Scheduler:
                 if isinstance(item, Arrival):
                     self._admit(item.tasks)
                     self.feeding = self.feeding and not item.last
+                elif isinstance(item, Settling) and self.running.get(item.task_id, (None,))[0] == item.epoch:
+                    self.settling.add(item.task_id)
             finals = self._handle([item for item in batch if isinstance(item, Outcome)])
 
     def _promote_delayed(self) -> None:
@@ -375,6 +389,7 @@ class Scheduler:
                 self.emit({"event": "stale", "task": out.task_id, "epoch": out.epoch})
                 continue
             del self.running[out.task_id]
+            self.settling.discard(out.task_id)
             self._leases.pop(out.task_id, None)
             run = self.runs[out.task_id]
             run.finished, run.log = now, out.log
@@ -467,7 +482,7 @@ class Scheduler:
 
     def _commit(self, finals: list[Final]) -> None:
         """One store batch: record the finished attempts and claim what fits in the free slots."""
-        free = self.opts.workers - len(self.running)
+        free = self.opts.workers - len(self.running) + len(self.settling)
         picked: list[int] = []
         if free > 0 and self.ready and not self.stopped:
             picked = [heapq.heappop(self.ready)[2] for _ in range(min(free, len(self.ready)))]
@@ -528,6 +543,13 @@ class Scheduler:
         run.status, run.attempts = "running", task.attempts
         executor = self.executors[task.kind]
         (executor.start_now if inline else executor.start)(task, task.epoch, self.events.put)
+
+    def settle(self, task_id: int, epoch: int) -> None:
+        """Any thread: the attempt's command has ended and its outcome comes later (worktree isolation: its
+        work is committed and waits for its merge's turn). It keeps its task running and its claim, but
+        not its worker slot: another ready task may start meanwhile. Its dependents still wait for its
+        outcome."""
+        self.events.put(Settling(task_id, epoch))
 
     def _refused(self, tid: int, epoch: int, ended: str) -> None:
         """The store refused this run's record of how an attempt of ``tid`` ended (``ended``): the task
@@ -629,6 +651,7 @@ class Scheduler:
             self.runs[tid].status = "pending"
             self.runs[tid].interrupted += 1
         self.running.clear()
+        self.settling.clear()
         return left
 
     def _left_text(self, left: list[int]) -> str:
