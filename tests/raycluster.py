@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 BIN = Path(sys.executable).parent
+HERE = Path(__file__).resolve().parent.parent  # this repository (the package the machines run)
 PORT = 6379  # the namespace is ours: the default port is free in it
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
@@ -241,6 +243,20 @@ class LocalCluster:
 SUBNET = "10.77.0"
 
 
+def own_tmp() -> str:
+    """The shell lines that give a machine a ``/tmp`` of its own (a tmpfs) in which this repository and
+    its venv stay where they are when they live under ``/tmp`` (a clone made with ``mktemp -d``, as
+    fresh-clone-check makes one): the host's ``/tmp`` is bound aside first, and what the machine must see
+    of it is bound back at the same paths."""
+    keep = sorted({str(p) for p in (HERE, BIN.parent) if Path("/tmp") in p.parents})
+    if not keep:
+        return "mount -t tmpfs tmpfs /tmp"
+    tops = [p for p in keep if not any(p != q and Path(q) in Path(p).parents for q in keep)]
+    back = " && ".join(f"mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote('/mnt' + p[len('/tmp'):])} "
+                       f"{shlex.quote(p)}" for p in tops)
+    return f"mount --bind /tmp /mnt && mount -t tmpfs tmpfs /tmp && {back} && umount -l /mnt"
+
+
 class Machines:
     """Several machines on this host, for a real multi-machine cluster (tests of docs/scale.md's walk-through).
 
@@ -261,7 +277,7 @@ class Machines:
         try:
             self.switch = self._namespace("ip link add br0 type bridge && ip link set br0 up && ip link set lo up")
             for i, name in enumerate(names):
-                self.init[name] = self._namespace("ip link set lo up && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && "
+                self.init[name] = self._namespace(f"ip link set lo up && {own_tmp()} && mount -t tmpfs tmpfs /dev/shm && "
                                                   "mkdir /tmp/home")
                 ip = f"{SUBNET}.{i + 1}"
                 self._ip_in(self.switch, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0",
