@@ -474,26 +474,11 @@ def test_a_packed_refs_lock_a_killed_git_left_is_removed_but_never_a_live_one(tm
     assert git(repo, "branch", "--list", f"team/{PLAN}/*").strip() == ""
 
 
-def _land_killed_after_its_intent(repo: Path) -> Path:
-    """`team land` (with its git) SIGKILLed as soon as it recorded its intent; the intent's path."""
-    intent = repo / ".team/worktrees" / PLAN / "land.json"
-    land = subprocess.Popen([sys.executable, "-m", "orchestrator", "land", PLAN], cwd=repo, env=team_env(repo),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_until(lambda: intent.exists() or land.poll() is not None, timeout=60, interval=0.0005,
-               what="the land's intent")
-    os.killpg(land.pid, signal.SIGKILL)
-    land.wait()
-    if not intent.exists():
-        pytest.skip("the land finished before the kill")
-    return intent
-
-
 def test_a_branch_lock_the_killed_lands_update_ref_left_does_not_stop_the_land_that_resumes_it(tmp_path):
     """A `team land` SIGKILLed in its last `git update-ref` of your branch leaves `.git/refs/heads/main.lock`
     (found by the sampled kill test): the land that resumes the interrupted one removes it when no process
     has it open, and moves the branch."""
-    repo, tasks, serial = ran_plan(tmp_path)
-    _land_killed_after_its_intent(repo)
+    repo, serial = _killed_after_its_intent(tmp_path)
     branch = git(repo, "symbolic-ref", "HEAD").strip()
     (repo / ".git" / f"{branch}.lock").write_text("")  # as its update-ref, killed, left it
     r = run_team(repo, "land", PLAN)
@@ -507,8 +492,8 @@ def test_the_head_lock_the_killed_lands_update_ref_left_is_removed_by_the_land_t
     unlocks both at its end: a `team land` SIGKILLed there leaves `.git/HEAD.lock`, with your branch moved
     or not (found by the kill soak: the next `git reset` failed on it). The land that resumes the
     interrupted one removes it when no process has it open, and your next git command works."""
-    repo, tasks, serial = ran_plan(tmp_path)
-    intent = _land_killed_after_its_intent(repo)
+    repo, serial = _killed_after_its_intent(tmp_path)
+    intent = repo / ".team/worktrees" / PLAN / "land.json"
     if moved:  # the killed update-ref got as far as moving the branch
         git(repo, "update-ref", git(repo, "symbolic-ref", "HEAD").strip(), json.loads(intent.read_text())["new"])
     (repo / ".git" / "HEAD.lock").write_text("")  # as its update-ref, killed, left it
