@@ -7,6 +7,7 @@ point; every result is compared with a serial run of the same tasks.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -88,6 +89,39 @@ CLASH_TASKS = [
     {"id": "after-fmt", "needs": ["fmt"], "run": "echo after > after-fmt.txt"},
     {"id": "after-bump", "needs": ["bump"], "run": "echo after > after-bump.txt"},
 ]
+
+
+def test_a_redo_killed_after_its_rebuild_moved_integration_leaves_no_scratch_worktree_behind(tmp_path):
+    """`--redo` rebuilds the integration branch in a scratch worktree (`_rebuild`), moves the branch, then
+    removes the scratch. Killed in between (found by the sampled kill test), the next run finished the redo
+    without a rebuild (the merge was already out) and `_rebuild` stayed registered for good: `git worktree
+    list` showed it after every later run. The next run removes it (no rebuild runs outside the plan's lock,
+    so one found under it is a leftover)."""
+    tasks = codemod_tasks(4)
+    repo = make_project(tmp_path / "repo", plan_yaml("rb", tasks))
+    serial = serial_tree(repo, tasks, tmp_path / "serial")
+    assert run_team(repo, "run", "plan.yaml").returncode == 0
+    ref = repo / ".git/refs/heads/team/rb/integration"
+    scratch = repo / ".team/worktrees/rb/_rebuild"
+    for attempt in range(20):
+        old = ref.read_text()
+        lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--redo", "mod-1"],
+                                cwd=repo, env=team_env(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        wait_until(lambda p=lead: (ref.exists() and ref.read_text() != old) or p.poll() is not None,
+                   interval=0.0002, what="the rebuild to move the integration branch")
+        os.killpg(lead.pid, signal.SIGKILL)  # the lead and the git removing the scratch worktree
+        lead.wait()
+        if lead.returncode == -signal.SIGKILL and scratch.exists():
+            break
+        assert run_team(repo, "run", "plan.yaml").returncode == 0
+    else:
+        pytest.skip("every kill missed the moment between the rebuild and the scratch's removal")
+    again = run_team(repo, "run", "plan.yaml")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert tree(repo, integration("rb")) == serial
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert not scratch.exists()
 
 
 def clash_repo(tmp_path: Path) -> Path:

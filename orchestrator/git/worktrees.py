@@ -651,6 +651,11 @@ class Worktrees:
         """Create the integration branch and worktree if missing; repair a dead merger's state."""
         self._exclude()
         notes = [f"removed stale {name}" for name in self._clear_ref_locks(integration_only=True)]
+        rebuild = self.base_dir / "_rebuild"  # history.py's scratch: a rebuild holds the flock from its
+        if rebuild.exists() or rebuild.is_symlink():  # start to the scratch's removal, so one seen here
+            self.drop_worktree(rebuild, fd)           # is what a killed --redo left
+            self.git("worktree", "prune", fd=fd)
+            notes.append("removed the scratch worktree of a killed --redo")
         if self.tip(self.integration) is None:
             self._create_integration(fd, snapshot=False)
         if self.in_memory:  # merges need no checkout: one an older team or git left goes
