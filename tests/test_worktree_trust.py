@@ -103,12 +103,12 @@ def test_a_redo_killed_after_its_rebuild_moved_integration_leaves_no_scratch_wor
     assert run_team(repo, "run", "plan.yaml").returncode == 0
     ref = repo / ".git/refs/heads/team/rb/integration"
     scratch = repo / ".team/worktrees/rb/_rebuild"
-    for attempt in range(20):
+    for _ in range(20):
         old = ref.read_text()
         lead = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "plan.yaml", "--redo", "mod-1"],
                                 cwd=repo, env=team_env(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        wait_until(lambda p=lead: (ref.exists() and ref.read_text() != old) or p.poll() is not None,
+        wait_until(lambda p=lead, o=old: (ref.exists() and ref.read_text() != o) or p.poll() is not None,
                    interval=0.0002, what="the rebuild to move the integration branch")
         os.killpg(lead.pid, signal.SIGKILL)  # the lead and the git removing the scratch worktree
         lead.wait()
