@@ -930,6 +930,48 @@ def test_the_walkthrough_of_docs_scale_md_on_three_machines(tmp_path):
         m.stop()
 
 
+def test_an_attempt_whose_worker_died_before_its_command_was_registered_is_still_reaped(tmp_path):
+    """The worker registers an attempt before its command starts (``ray_reaper.BEFORE``: no group yet,
+    only the attempt's tag), then with its group. Registered only after the start, a worker SIGKILLed in
+    between left a command no reaper knew: its `sleep` outlived the attempt and was seen by the next one
+    (the reap test's flake under load, 2 in 10 full runs). The tag finds the command's processes, in its
+    session or out of it, and nothing of another attempt."""
+    from orchestrator.run import ray_reaper
+
+    folder = tmp_path / "registry"
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # the worker, SIGKILLed between the command's start and its entry with a group
+    tag, other = "run1.7.3", "run1.8.1"
+    env = {**os.environ, ray_reaper.ENV: tag}
+    command = subprocess.Popen(["sh", "-c", "sleep 300 & setsid sleep 301 & wait"], env=env, start_new_session=True)
+    bystander = subprocess.Popen(["sleep", "302"], env={**os.environ, ray_reaper.ENV: other}, start_new_session=True)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    ray_reaper.register(folder, ray_reaper.Entry("root1", "run1", 7, 3, "a", ray_reaper.BEFORE, 0, gone.pid, 0,
+                                                 str(scratch), tag))
+    try:
+        wait_for(lambda: sum(1 for pid in ray_reaper._pids() if _has_env(pid, f"{ray_reaper.ENV}={tag}")) >= 3, 10,
+                 "the command's three processes")
+        reaped = ray_reaper.reap(folder, root="root1", run="run1", task=7)
+        assert [(r.task, r.attempt) for r in reaped] == [(7, 3)] and reaped[0].processes >= 3
+        assert command.wait(timeout=10) == -signal.SIGKILL and not scratch.exists()
+        wait_for(lambda: not any(_has_env(pid, f"{ray_reaper.ENV}={tag}") for pid in ray_reaper._pids()), 10,
+                 "the command's processes gone, the one out of its session too")
+        assert bystander.poll() is None and not list(folder.glob("*.json"))
+    finally:
+        for p in (command, bystander):
+            p.kill()
+            p.wait()
+
+
+def _has_env(pid: int, marker: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker.encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def test_the_reaper_kills_a_dead_workers_attempt_and_a_dead_leads_and_keeps_a_live_one(tmp_path):
     """ray_reaper.reap on real processes: an attempt whose worker is gone is killed and its scratch removed;
     one of the same state root from another (dead) lead's run too, whatever its worker; one of the current

@@ -75,7 +75,13 @@ CACHE_EVERY = 60.0
 """Seconds between the watcher's looks for such caches."""
 CHECK_WATCHER_EVERY = 5.0
 """Seconds a worker process goes without checking that the machine's watcher runs."""
+BEFORE = -1
+"""The ``pgid`` of an entry an attempt makes before its command starts: a worker SIGKILLed between the
+command's start and its entry would leave the command unknown to every reaper, so the attempt is
+registered first with only its tag (every process of the command carries it), then with its group."""
 ENV = "TEAM_RAY_ATTEMPT"
+TAG_SCANS = 5
+"""At most this many scans of the processes for an attempt's tag (``kill_attempt``)."""
 """The variable naming an attempt in its command's environment (``<run>.<task>.<epoch>``)."""
 
 
@@ -123,6 +129,8 @@ class Entry:
 
     @property
     def filename(self) -> str:
+        if self.pgid < 0:  # made before the command exists (``BEFORE``): one per worker at a time
+            return f"{self.root}-{self.run}-t{self.task}-w{self.worker}.json"
         return f"{self.root}-{self.run}-t{self.task}-{self.pgid or self.worker}.json"
 
 
@@ -185,30 +193,38 @@ def reap(folder: Path, *, root: str | None = None, run: str | None = None, task:
 
 def kill_attempt(entry: Entry) -> int:
     """SIGKILL the attempt's process group and what it started outside it; how many processes. (An entry
-    without a group, ``pgid`` 0, is a teammate's scratch folder: only that goes.)"""
+    without a group, ``pgid`` 0, is a teammate's scratch folder: only that goes; one made before its
+    command started, ``BEFORE``, has only the tag to find its processes by.)"""
     n = 0
     if not entry.pgid:
         return n
-    leader = start_time(entry.pgid)
-    if leader is None or leader == entry.leader_start:  # else the pid is another process's now: its group is gone
+    leader = start_time(entry.pgid) if entry.pgid > 0 else None
+    if entry.pgid > 0 and (leader is None or leader == entry.leader_start):  # else the pid is another's now
         n += len(_group(entry.pgid))
         try:
             os.killpg(entry.pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     marker = f"{ENV}={entry.tag}".encode()
-    for pid in _pids():
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                found = marker in f.read().split(b"\0")
-        except OSError:
-            continue
-        if found:
+    seen: set[int] = set()
+    for _ in range(TAG_SCANS):  # again while a scan found new ones: one may have forked while we listed
+        killed = 0
+        for pid in _pids():
             try:
-                os.kill(pid, signal.SIGKILL)
-                n += 1
-            except ProcessLookupError:
-                pass
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    found = marker in f.read().split(b"\0")
+            except OSError:
+                continue
+            if found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                killed += pid not in seen  # (one killed but not yet gone is found again)
+                seen.add(pid)
+        if not killed:
+            break
+    n += len(seen)
     return n
 
 

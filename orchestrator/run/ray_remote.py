@@ -286,15 +286,20 @@ def commits_bundle(top: Path, base: str, spec: AttemptSpec) -> bytes | None:
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, timeout: float | None,
-         started: Callable[[int], None] | None = None) -> tuple[str, int | None, str | None]:
-    """Run the command in a session of its own; ``started(pid)`` is called once it runs (ray_reaper's
-    registry entry, which the caller removes once the attempt's scratch folder is gone too)."""
+         started: Callable[[int | None], None] | None = None) -> tuple[str, int | None, str | None]:
+    """Run the command in a session of its own; ``started`` makes ray_reaper's registry entries (which the
+    caller removes once the attempt's scratch folder is gone too): ``started(None)`` before the command
+    starts (found by its tag), ``started(pid)`` once it runs (its group). A worker killed at any instant
+    in between leaves an entry that names the command's processes, and an exception there (Ray's
+    SystemExit when the lead is gone) still kills its group."""
+    if started is not None:
+        started(None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    if started is not None:
-        started(proc.pid)
     try:
+        if started is not None:
+            started(proc.pid)
         return _wait(proc, timeout)
     finally:
         # What the command left in its group goes with it (as the local backend's job server does), and
@@ -364,7 +369,7 @@ def _worker() -> tuple[int, int]:
     return _WORKER[0]
 
 
-def _registering(spec: AttemptSpec, scratch: Path) -> Callable[[int], Callable[[], None]] | None:
+def _registering(spec: AttemptSpec, scratch: Path) -> Callable[[int | None], Callable[[], None]] | None:
     """What registers the attempt's command in the machine's registry once it runs (ray_reaper.py)."""
     if not spec.run:
         return None
@@ -372,10 +377,12 @@ def _registering(spec: AttemptSpec, scratch: Path) -> Callable[[int], Callable[[
     reap(folder, root=spec.root, run=spec.run, task=spec.task_id)  # the task's earlier attempts here: gone first
     ensure_watcher(folder)
 
-    def started(pid: int) -> Callable[[], None]:
+    def started(pid: int | None) -> Callable[[], None]:
+        """The entry of the command ``pid`` (None: of the command about to start, ``ray_reaper.BEFORE``)."""
         worker, since = _worker()
+        pgid, leader = (ray_reaper.BEFORE, 0) if pid is None else (pid, start_time(pid) or 0)
         path = register(folder, ray_reaper.Entry(spec.root, spec.run, spec.task_id, spec.attempt, spec.env.get("TEAM_PLAN_TASK", ""),
-                                      pid, start_time(pid) or 0, worker, since, str(scratch), attempt_tag(spec)))
+                                      pgid, leader, worker, since, str(scratch), attempt_tag(spec)))
         return lambda: path.unlink(missing_ok=True)
 
     return started
@@ -395,7 +402,7 @@ def run_attempt(spec: AttemptSpec, ws: Workspace) -> AttemptResult:
     register = _registering(spec, scratch)
     ends: list[Callable[[], None]] = []
 
-    def started(pid: int) -> None:
+    def started(pid: int | None) -> None:
         if register is not None:
             ends.append(register(pid))
 
