@@ -964,6 +964,34 @@ def test_an_attempt_whose_worker_died_before_its_command_was_registered_is_still
             p.wait()
 
 
+def test_an_attempt_whose_worker_is_a_zombie_not_yet_waited_for_is_reaped(tmp_path):
+    """A worker SIGKILLed a moment ago stays a zombie until its parent (Ray's raylet) waits for it, with its
+    pid and start time unchanged: the reaper took it for a worker still waiting on its attempt, and the
+    task's next attempt, started meanwhile, saw the old command alive (the reap test's flake under load).
+    A zombie is a worker gone."""
+    from orchestrator.run import ray_reaper
+
+    folder = tmp_path / "registry"
+    worker = subprocess.Popen(["true"])  # exits and stays a zombie: not waited for until the end
+    wait_for(lambda: Path(f"/proc/{worker.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z", 10,
+             "the worker a zombie")
+    since = ray_reaper.start_time(worker.pid)
+    assert since is not None and ray_reaper.start_time(worker.pid, running=True) is None
+    command = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    ray_reaper.register(folder, ray_reaper.Entry("root1", "run1", 7, 1, "a", command.pid,
+                                                 ray_reaper.start_time(command.pid) or 0, worker.pid, since,
+                                                 str(scratch), "run1.7.1"))
+    try:
+        assert [r.task for r in ray_reaper.reap(folder, root="root1", run="run1", task=7)] == [7]
+        assert command.wait(timeout=10) == -signal.SIGKILL and not scratch.exists()
+    finally:
+        command.kill()
+        command.wait()
+        worker.wait()
+
+
 def _has_env(pid: int, marker: str) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:

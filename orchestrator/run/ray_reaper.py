@@ -102,11 +102,16 @@ def registry(base: str | None) -> Path:
     return Path(base or tempfile.gettempdir()) / "team-attempts" / space
 
 
-def start_time(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot), None if there is none."""
+def start_time(pid: int, *, running: bool = False) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), None if there is none; with ``running``, None
+    for a process that has ended too (a zombie its parent has not waited for yet: a worker SIGKILLed a
+    moment ago, while Ray's raylet, its parent, is slow to notice)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
+            fields = f.read().rsplit(b")", 1)[1].split()
+        if running and fields[0] in (b"Z", b"X"):
+            return None
+        return int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -182,7 +187,7 @@ def reap(folder: Path, *, root: str | None = None, run: str | None = None, task:
         entry = _read(path)
         if entry is None:
             continue
-        if not stale and start_time(entry.worker) == entry.worker_start:
+        if not stale and start_time(entry.worker, running=True) == entry.worker_start:
             continue  # its worker still waits for it
         n = kill_attempt(entry)
         shutil.rmtree(entry.scratch, ignore_errors=True)
